@@ -1,0 +1,2 @@
+//! Queue micro-benchmarks (placeholder).
+fn main() {}

@@ -1,0 +1,31 @@
+//! tickwheel: timers for servers, schedulers, games and simulations.
+//!
+//! The crate is built in layers; data flows one way, **clock → driver → queue → dispatch →
+//! user code**:
+//!
+//! 1. [`queue`]: single-threaded timer queues over integer ticks — the hierarchical
+//!    [`Wheel`] (default), the [`HashedWheel`] and the indexed [`Heap`], behind
+//!    [`TimerQueue`]. `no_std + alloc`.
+//! 2. `time`: clocks and `Instant`↔tick conversion (feature `std`).
+//! 3. `service`: the `TimerService` thread (feature `std`) and `sys`: the Linux `timerfd`
+//!    source (feature `timerfd`).
+//! 4. user API: callbacks, futures and `Deadlines` (feature `std`).
+//!
+//! ```
+//! use tickwheel::{TimerQueue, Wheel};
+//!
+//! let mut wheel = Wheel::new();
+//! let key = wheel.insert(1_000, "connection idle");
+//! wheel.insert(5, "retransmit");
+//! assert!(wheel.reset(key, 2_000));
+//! let due: Vec<_> = wheel.drain_expired(1_500).map(|(_, what)| what).collect();
+//! assert_eq!(due, ["retransmit"]);
+//! ```
+#![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate alloc;
+
+pub mod queue;
+
+pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
