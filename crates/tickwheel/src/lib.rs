@@ -27,5 +27,11 @@
 extern crate alloc;
 
 pub mod queue;
+#[cfg(feature = "std")]
+pub mod sys;
 
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
+#[cfg(feature = "std")]
+pub use sys::TickScale;
+#[cfg(all(target_os = "linux", feature = "timerfd"))]
+pub use sys::TimerFd;
