@@ -35,6 +35,10 @@ const FIRST_CONN: usize = 3;
 /// Echo bytes waiting for a slow reader before the server stops reading from it.
 const MAX_PENDING: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Pending-connection queue of the listener (the kernel caps it at `net.core.somaxconn`).
+/// std and mio use 128, too few for a burst of thousands of connects: past it the kernel
+/// drops SYNs and clients wait a retransmission timeout (a second) to get in.
+const BACKLOG: i32 = 4096;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -93,6 +97,11 @@ pub enum CloseReason {
 /// What the server reports to its caller.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// A connection was accepted (`main` does not print these).
+    Accepted {
+        /// The client's address.
+        peer: SocketAddr,
+    },
     /// A connection was closed.
     Closed {
         /// The client's address.
@@ -148,6 +157,7 @@ impl Server {
     pub fn bind(config: &Config) -> io::Result<Server> {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(config.listen)?;
+        rustix::net::listen(&listener, BACKLOG)?; // on Linux, listening again resizes the queue
         let timers = TimerFd::new(config.tick)?;
         let registry = poll.registry();
         registry.register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -205,7 +215,10 @@ impl Server {
     fn accept_all(&mut self, on_event: &mut impl FnMut(Event)) {
         loop {
             match self.listener.accept() {
-                Ok((stream, peer)) => self.add(stream, peer),
+                Ok((stream, peer)) => match self.add(stream, peer) {
+                    Ok(()) => on_event(Event::Accepted { peer }),
+                    Err(e) => on_event(Event::AcceptFailed(e.kind())),
+                },
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::ConnectionAborted => {}
@@ -214,18 +227,14 @@ impl Server {
         }
     }
 
-    fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+    fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
         let token = Token(self.next_token);
         self.next_token += 1;
         let interest = Interest::READABLE | Interest::WRITABLE;
-        if self
-            .poll
+        // On error the stream is dropped, which closes it.
+        self.poll
             .registry()
-            .register(&mut stream, token, interest)
-            .is_err()
-        {
-            return; // dropping the stream closes it
-        }
+            .register(&mut stream, token, interest)?;
         let timer = self.timers.insert_after(self.idle, token);
         let last_byte = Instant::now();
         let pending = Vec::new();
@@ -237,6 +246,7 @@ impl Server {
             pending,
         };
         self.conns.insert(token, conn);
+        Ok(())
     }
 
     /// Echoes what can be echoed; closes the connection on EOF or error.
@@ -334,6 +344,7 @@ fn main() {
                 println!("closed {peer}: {reason:?} after {quiet_for:.3?} quiet, {open} open");
             }
             Event::AcceptFailed(kind) => eprintln!("accept failed: {kind:?}"),
+            Event::Accepted { .. } => {}
         })
     });
     if let Err(e) = result {
