@@ -229,16 +229,12 @@ impl<T> Wheel<T> {
     #[inline]
     fn unlink(&mut self, index: u32) {
         let number = self.slab.link(index).slot as usize;
-        let consumed = if number == self.ready_slot() {
-            self.cursor
-        } else {
-            0
-        };
         let target = &mut self.slots[number];
         target.live -= 1;
         if target.live == 0 {
             self.clear_slot(number);
-        } else if target.items.len() - consumed > 2 * target.live + COMPACT_SLACK {
+        } else if target.items.len() > 2 * target.live + COMPACT_SLACK {
+            // Counts the ready slot's consumed prefix as garbage too: compaction drops it.
             self.compact(number);
         }
     }
