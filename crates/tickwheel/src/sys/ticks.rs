@@ -161,6 +161,7 @@ fn saturate(ticks: u128) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::model::ModelQueue;
 
     fn scale_ms() -> TickScale {
         TickScale::new(Duration::from_millis(1))
@@ -228,6 +229,26 @@ mod tests {
         assert_eq!(s.offset_of(3), Some(Duration::from_micros(4_500)));
         let ns = TickScale::new(Duration::from_nanos(1));
         assert_eq!(ns.offset_of(u64::MAX), Some(Duration::from_nanos(u64::MAX)));
+    }
+
+    #[test]
+    fn poll_timeout_rounds_up_and_is_zero_only_when_due() {
+        let s = scale_ms();
+        let mut q = ModelQueue::default();
+        let now = s.origin() + Duration::from_micros(10_300);
+        assert_eq!(s.poll_timeout(&q, now), None);
+        assert_eq!(s.poll_timeout_millis(&q, now), -1);
+        q.insert(11, ()); // 0.7 ms away: not zero
+        assert_eq!(s.poll_timeout(&q, now), Some(Duration::from_micros(700)));
+        assert_eq!(s.poll_timeout_millis(&q, now), 1);
+        q.insert(10, ()); // tick 10 began 0.3 ms ago: due
+        assert_eq!(s.poll_timeout(&q, now), Some(Duration::ZERO));
+        assert_eq!(s.poll_timeout_millis(&q, now), 0);
+        let far = TickScale::new(Duration::MAX);
+        let mut q = ModelQueue::default();
+        q.insert(5, ());
+        assert_eq!(far.poll_timeout(&q, far.origin()), Some(Duration::MAX));
+        assert_eq!(far.poll_timeout_millis(&q, far.origin()), i32::MAX);
     }
 
     #[test]

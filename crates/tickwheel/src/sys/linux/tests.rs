@@ -271,17 +271,3 @@ fn drain_with_a_stale_now_rearms_instead_of_losing_the_edge() {
     assert_eq!(fired, [1]);
     assert_eq!(t.armed_at(), None);
 }
-
-#[test]
-fn poll_timeout_rounds_up_and_is_zero_only_when_due() {
-    let mut t = model();
-    let now = t.scale().origin() + Duration::from_micros(10_300);
-    assert_eq!(t.poll_timeout(now), None);
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), -1);
-    t.insert(11, 1); // 0.7 ms away
-    assert_eq!(t.poll_timeout(now), Some(Duration::from_micros(700)));
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), 1);
-    t.insert(10, 2); // already due
-    assert_eq!(t.poll_timeout(now), Some(Duration::ZERO));
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), 0);
-}
