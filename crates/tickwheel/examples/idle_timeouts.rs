@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example idle_timeouts -- --listen 127.0.0.1:7000 --idle-ms 5000
+//! cargo run --example idle_timeouts -- --portable   # no timerfd: poll timeout instead
 //! ```
 //!
 //! Prints `listening on ADDR` first, then one line per closed connection. Every connection
@@ -9,7 +10,9 @@
 //! refresh on every packet), so a busy connection never expires and an idle one is closed no
 //! earlier than `--idle-ms` after its last byte. The timerfd sits in the same `mio::Poll` as
 //! the sockets, armed at the earliest expiry: the loop blocks with no timeout and wakes only
-//! for I/O or a due timer.
+//! for I/O or a due timer. With `--portable` the same server keeps its timers in a plain
+//! [`Wheel`] and passes [`TickScale::poll_timeout`] to `Poll::poll` instead (the libco style,
+//! for any OS).
 //!
 //! The server is a library-style [`Server`] so the integration test
 //! (`tests/idle_timeouts.rs`) runs the same code on a thread and stops it with a
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use tickwheel::{TimerFd, TimerKey};
+use tickwheel::{TickScale, TimerFd, TimerKey, TimerQueue, Wheel};
 
 const LISTENER: Token = Token(0);
 const TIMERS: Token = Token(1);
@@ -49,6 +52,8 @@ pub struct Config {
     pub idle: Duration,
     /// Timer resolution (`--tick-ms`, default 1 ms); deadlines round up to it.
     pub tick: Duration,
+    /// Use the portable poll-timeout path instead of the timerfd (`--portable`).
+    pub portable: bool,
 }
 
 impl Default for Config {
@@ -57,15 +62,20 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             idle: Duration::from_millis(30_000),
             tick: Duration::from_millis(1),
+            portable: false,
         }
     }
 }
 
 impl Config {
-    /// Parses `--listen ADDR`, `--idle-ms N` and `--tick-ms N`.
+    /// Parses `--listen ADDR`, `--idle-ms N`, `--tick-ms N` and `--portable`.
     pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let mut config = Config::default();
         while let Some(flag) = args.next() {
+            if flag == "--portable" {
+                config.portable = true;
+                continue;
+            }
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
             let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
             match flag.as_str() {
@@ -132,6 +142,66 @@ impl Stopper {
     }
 }
 
+/// Where the idle timers live: the two integration patterns.
+enum Timers {
+    /// A [`TimerFd`] registered in the poll: the kernel wakes the loop (Linux).
+    Fd(TimerFd<Token>),
+    /// A plain wheel; the loop blocks at most until its next expiry (any OS).
+    Portable {
+        wheel: Wheel<Token>,
+        scale: TickScale,
+    },
+}
+
+impl Timers {
+    fn deadline_after(&self, delay: Duration) -> u64 {
+        match self {
+            Timers::Fd(fd) => fd.deadline_after(delay),
+            Timers::Portable { scale, .. } => scale.deadline_after(Instant::now(), delay),
+        }
+    }
+
+    fn insert(&mut self, deadline: u64, token: Token) -> TimerKey {
+        match self {
+            Timers::Fd(fd) => fd.insert(deadline, token),
+            Timers::Portable { wheel, .. } => wheel.insert(deadline, token),
+        }
+    }
+
+    fn reset(&mut self, key: TimerKey, deadline: u64) {
+        match self {
+            Timers::Fd(fd) => fd.reset(key, deadline),
+            Timers::Portable { wheel, .. } => wheel.reset(key, deadline),
+        };
+    }
+
+    fn remove(&mut self, key: TimerKey) {
+        match self {
+            Timers::Fd(fd) => fd.remove(key),
+            Timers::Portable { wheel, .. } => wheel.remove(key),
+        };
+    }
+
+    /// The timeout for `Poll::poll`: none with the timerfd (it wakes the loop itself).
+    fn poll_timeout(&self) -> Option<Duration> {
+        match self {
+            Timers::Fd(_) => None,
+            Timers::Portable { wheel, scale } => scale.poll_timeout(wheel, Instant::now()),
+        }
+    }
+
+    /// The connections whose timer is due now.
+    fn expired(&mut self) -> Vec<Token> {
+        match self {
+            Timers::Fd(fd) => fd.drain(fd.now_tick()).map(|(_, t)| t).collect(),
+            Timers::Portable { wheel, scale } => {
+                let now = scale.tick_at(Instant::now());
+                wheel.drain_expired(now).map(|(_, t)| t).collect()
+            }
+        }
+    }
+}
+
 struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
@@ -144,7 +214,7 @@ struct Conn {
 pub struct Server {
     poll: Poll,
     listener: TcpListener,
-    timers: TimerFd<Token>,
+    timers: Timers,
     conns: HashMap<Token, Conn>,
     next_token: usize,
     idle: Duration,
@@ -158,11 +228,20 @@ impl Server {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(config.listen)?;
         rustix::net::listen(&listener, BACKLOG)?; // on Linux, listening again resizes the queue
-        let timers = TimerFd::new(config.tick)?;
         let registry = poll.registry();
         registry.register(&mut listener, LISTENER, Interest::READABLE)?;
-        let timer_fd = timers.as_raw_fd();
-        registry.register(&mut SourceFd(&timer_fd), TIMERS, Interest::READABLE)?;
+        let timers = if config.portable {
+            let scale = TickScale::new(config.tick);
+            Timers::Portable {
+                wheel: Wheel::new(),
+                scale,
+            }
+        } else {
+            let timers = TimerFd::new(config.tick)?;
+            let fd = timers.as_raw_fd();
+            registry.register(&mut SourceFd(&fd), TIMERS, Interest::READABLE)?;
+            Timers::Fd(timers)
+        };
         let waker = Arc::new(Waker::new(registry, WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
         Ok(Server {
@@ -191,12 +270,12 @@ impl Server {
     pub fn run(mut self, mut on_event: impl FnMut(Event)) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         loop {
-            // No timeout: the timerfd wakes the loop when the earliest timer is due.
-            match self.poll.poll(&mut events, None) {
+            // With the timerfd, no timeout: it wakes the loop when the earliest timer is due.
+            match self.poll.poll(&mut events, self.timers.poll_timeout()) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 other => other?,
             }
-            let mut timers_due = false;
+            let mut timers_due = matches!(self.timers, Timers::Portable { .. });
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(&mut on_event),
@@ -235,7 +314,9 @@ impl Server {
         self.poll
             .registry()
             .register(&mut stream, token, interest)?;
-        let timer = self.timers.insert_after(self.idle, token);
+        let timer = self
+            .timers
+            .insert(self.timers.deadline_after(self.idle), token);
         let last_byte = Instant::now();
         let pending = Vec::new();
         let conn = Conn {
@@ -272,7 +353,8 @@ impl Server {
                 Ok(n) => {
                     conn.pending.extend_from_slice(&self.buf[..n]);
                     conn.last_byte = Instant::now();
-                    self.timers.reset_after(conn.timer, self.idle);
+                    let deadline = self.timers.deadline_after(self.idle);
+                    self.timers.reset(conn.timer, deadline);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return flush(conn),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -282,9 +364,7 @@ impl Server {
     }
 
     fn expire(&mut self, on_event: &mut impl FnMut(Event)) {
-        let now = self.timers.now_tick();
-        let due: Vec<Token> = self.timers.drain(now).map(|(_, token)| token).collect();
-        for token in due {
+        for token in self.timers.expired() {
             self.close(token, CloseReason::Idle, on_event);
         }
     }
@@ -327,7 +407,7 @@ fn main() {
         Ok(config) => config,
         Err(e) => {
             eprintln!(
-                "error: {e}\nusage: idle_timeouts [--listen ADDR] [--idle-ms N] [--tick-ms N]"
+                "error: {e}\nusage: idle_timeouts [--listen ADDR] [--idle-ms N] [--tick-ms N] [--portable]"
             );
             std::process::exit(2);
         }

@@ -1,4 +1,5 @@
-//! End to end: the `idle_timeouts` example's server against 200 real TCP clients on 127.0.0.1.
+//! End to end: the `idle_timeouts` example's server against 200 real TCP clients on 127.0.0.1,
+//! once with its timers in a `TimerFd` and once on the portable poll-timeout path.
 //!
 //! Half the clients send a byte every 100 ms for 1.5 s (three idle periods); the other half
 //! send a few bytes and go silent. With `--idle-ms 500` (1 ms tick):
@@ -248,12 +249,13 @@ fn check_server_events(events: &mpsc::Receiver<Event>, clients: &[Client]) {
     );
 }
 
-#[test]
-fn silent_connections_close_on_time_active_ones_stay_and_no_fd_leaks() {
+/// One run of the scenario against a server using the timerfd or the portable path.
+fn scenario(portable: bool) {
     let fds_before = open_fds();
     let config = Config {
         idle: IDLE,
         tick: Duration::from_millis(1),
+        portable,
         ..Config::default()
     };
     let server = Server::bind(&config).unwrap();
@@ -279,4 +281,14 @@ fn silent_connections_close_on_time_active_ones_stay_and_no_fd_leaks() {
     drop(poll);
     drop(stopper);
     assert_eq!(open_fds(), fds_before, "file descriptors leaked");
+}
+
+/// Both integration patterns, one after the other (one test: the fd count must not see
+/// another test's descriptors).
+#[test]
+fn silent_connections_close_on_time_active_ones_stay_and_no_fd_leaks() {
+    eprintln!("timerfd:");
+    scenario(false);
+    eprintln!("portable poll timeout:");
+    scenario(true);
 }
