@@ -210,7 +210,8 @@ struct Conn {
     pending: Vec<u8>,
 }
 
-/// The echo server: one `mio::Poll` with the listener, the connections and the [`TimerFd`].
+/// The echo server: one `mio::Poll` with the listener, the connections and (unless
+/// `portable`) the [`TimerFd`].
 pub struct Server {
     poll: Poll,
     listener: TcpListener,
@@ -266,7 +267,7 @@ impl Server {
         self.stopper.clone()
     }
 
-    /// Serves until stopped, reporting each close to `on_event`; then closes everything.
+    /// Serves until stopped, reporting accepts and closes to `on_event`; then closes everything.
     pub fn run(mut self, mut on_event: impl FnMut(Event)) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         loop {
