@@ -16,13 +16,17 @@
 //! nothing is decremented). Timers inserted with an effective deadline equal to `now()` go to
 //! the ready list directly.
 //!
-//! A big time jump would visit `jump / slots` revolutions of slots; instead, when a whole
-//! revolution passes without a timer firing, the wheel computes the minimum deadline over all
-//! pending timers (O(n)) and jumps there, so `poll_expired(2^60)` returns promptly.
+//! A big time jump would visit `jump / slots` revolutions of slots; instead, when the cursor
+//! is about to pass a whole revolution without a timer firing, the wheel computes the minimum
+//! deadline over all pending timers (O(n)) and jumps there, so `poll_expired(2^60)` returns
+//! promptly. The minimum is kept as `floor`, a lower bound on every slotted deadline (inserts
+//! lower it), so a later poll or [`next_expiration`](TimerQueue::next_expiration) skips the
+//! empty stretch before it too.
 //!
 //! # Invariants
 //!
-//! * every timer in a slot has deadline `> now`, and `deadline mod slots` is that slot;
+//! * every timer in a slot has deadline `> now` and `>= floor`, and `deadline mod slots` is
+//!   that slot;
 //! * every timer in the ready list has deadline `== now`; lists are in insertion order among
 //!   timers of equal deadline;
 //! * a slot's bit is set in the bitmap exactly when its list is non-empty.
@@ -35,10 +39,11 @@
 //!   the usual timeout span (Netty's default is 512 slots of 100 ms).
 //! * **Far timers.** A revolution without a fire costs an O(n) minimum search before the jump;
 //!   the hierarchical wheel finds its next expiry from its bitmaps in O(levels).
-//! * **`next_expiration`** is a lower bound: the next tick whose slot is occupied, which may
-//!   hold only timers rounds away. A driver that sleeps until then may wake early and find
-//!   nothing due (it then gets a later answer). The hierarchical wheel is closer (the start of
-//!   the slot that holds the earliest timer).
+//! * **`next_expiration`** is a lower bound: the later of `floor` and the next tick whose slot
+//!   is occupied, and that slot may hold only timers rounds away. A driver that sleeps until
+//!   then may wake early and find nothing due (it then gets a later answer; within one
+//!   revolution of idle wake-ups the minimum search makes the answer exact). The hierarchical
+//!   wheel is closer (the start of the slot that holds the earliest timer).
 //! * **Simplicity and memory.** One array of list heads and one bitmap, no cascading: insert,
 //!   remove and reset are a list append or unlink, and a timer never moves until it fires.
 
@@ -131,6 +136,12 @@ pub struct HashedWheel<T> {
     /// `slots.len() - 1`; the slot count is a power of two.
     mask: u64,
     now: u64,
+    /// A lower bound on every slotted deadline: lowered by inserts, made exact by a minimum
+    /// search. Ticks before it need no visit.
+    floor: u64,
+    /// The tick since which no timer has fired (or, after a minimum search, the tick before
+    /// the minimum found); visiting a tick a revolution past it triggers a minimum search.
+    idle_since: u64,
 }
 
 impl<T> HashedWheel<T> {
@@ -175,6 +186,8 @@ impl<T> HashedWheel<T> {
             ready: List::EMPTY,
             mask: slots as u64 - 1,
             now: start,
+            floor: u64::MAX,
+            idle_since: start,
         }
     }
 
@@ -262,14 +275,17 @@ impl<T> HashedWheel<T> {
         })
     }
 
-    /// The next tick after `now` whose slot is occupied; `None` if no slot is.
+    /// The first tick after `now` and not before `floor` whose slot is occupied; `None` if
+    /// no slot is.
     ///
-    /// Never later than the earliest slotted deadline, so it cannot overflow.
+    /// Never later than the earliest slotted deadline (which is `> now` and `>= floor`), so
+    /// it cannot overflow.
     fn next_occupied_tick(&self) -> Option<u64> {
-        let from = self.slot_of(self.now.wrapping_add(1));
+        let start = self.now.saturating_add(1).max(self.floor);
+        let from = self.slot_of(start);
         let slot = self.next_occupied(from)?;
         let distance = (slot as u64).wrapping_sub(from as u64) & self.mask;
-        Some(self.now.saturating_add(1).saturating_add(distance))
+        Some(start.saturating_add(distance))
     }
 
     /// Sets the clock to `tick` and moves the timers of its slot that are due at it to the
@@ -284,6 +300,7 @@ impl<T> HashedWheel<T> {
             if deadline == tick {
                 self.unlink(cursor, Place::Slot(slot));
                 self.push_back(cursor, Place::Ready);
+                self.idle_since = tick;
             }
             cursor = next;
         }
@@ -306,18 +323,23 @@ impl<T> HashedWheel<T> {
     /// Advances the clock towards `target` (> now, ready list empty) until some timer is due
     /// or `target` is reached.
     fn advance(&mut self, target: u64) {
-        let start = self.now;
         while self.ready.head == NIL {
             let next = match self.next_occupied_tick() {
                 Some(tick) if tick <= target => tick,
                 _ => break,
             };
-            if next - start > self.mask {
-                // A whole revolution passed without a fire: jump to the earliest deadline.
-                match self.min_deadline() {
-                    Some(min) if min <= target => self.visit(min),
-                    _ => break,
+            if next.saturating_sub(self.idle_since) > self.mask {
+                // A whole revolution without a fire: find the earliest deadline and go there,
+                // now or (through `floor`) at a later poll, without another search.
+                let Some(min) = self.min_deadline() else {
+                    break;
+                };
+                self.floor = min;
+                self.idle_since = min.saturating_sub(1).max(self.now);
+                if min > target {
+                    break;
                 }
+                self.visit(min);
             } else {
                 self.visit(next);
             }
@@ -348,6 +370,7 @@ impl<T> TimerQueue<T> for HashedWheel<T> {
         };
         let (index, key) = self.slab.insert(link, value);
         self.push_back(index, self.place_of(deadline));
+        self.floor = self.floor.min(deadline);
         key
     }
 
@@ -365,6 +388,7 @@ impl<T> TimerQueue<T> for HashedWheel<T> {
         let deadline = deadline.max(self.now);
         self.slab.link_mut(index).deadline = deadline;
         self.push_back(index, self.place_of(deadline));
+        self.floor = self.floor.min(deadline);
         true
     }
 
