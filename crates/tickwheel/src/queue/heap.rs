@@ -11,13 +11,31 @@ impl<T> Heap<T> {
     }
 }
 impl<T> TimerQueue<T> for Heap<T> {
-    fn insert(&mut self, _: u64, _: T) -> TimerKey { todo!() }
-    fn remove(&mut self, _: TimerKey) -> Option<T> { todo!() }
-    fn reset(&mut self, _: TimerKey, _: u64) -> bool { todo!() }
-    fn deadline(&self, _: TimerKey) -> Option<u64> { todo!() }
-    fn len(&self) -> usize { todo!() }
-    fn now(&self) -> u64 { todo!() }
-    fn next_expiration(&self) -> Option<u64> { todo!() }
-    fn poll_expired(&mut self, _: u64) -> Option<(TimerKey, T)> { todo!() }
-    fn shrink_to_fit(&mut self) { todo!() }
+    fn insert(&mut self, _: u64, _: T) -> TimerKey {
+        todo!()
+    }
+    fn remove(&mut self, _: TimerKey) -> Option<T> {
+        todo!()
+    }
+    fn reset(&mut self, _: TimerKey, _: u64) -> bool {
+        todo!()
+    }
+    fn deadline(&self, _: TimerKey) -> Option<u64> {
+        todo!()
+    }
+    fn len(&self) -> usize {
+        todo!()
+    }
+    fn now(&self) -> u64 {
+        todo!()
+    }
+    fn next_expiration(&self) -> Option<u64> {
+        todo!()
+    }
+    fn poll_expired(&mut self, _: u64) -> Option<(TimerKey, T)> {
+        todo!()
+    }
+    fn shrink_to_fit(&mut self) {
+        todo!()
+    }
 }

@@ -161,10 +161,7 @@ impl<L: Link, T> Slab<L, T> {
             .map(|e| e.generation)
             .max()
             .unwrap_or(0);
-        self.fresh_generation = self
-            .fresh_generation
-            .max(dropped_max.saturating_add(1))
-            .min(MAX_GENERATION);
+        self.fresh_generation = self.fresh_generation.max(dropped_max.saturating_add(1));
         self.entries.truncate(keep);
         self.entries.shrink_to_fit();
         // Rebuild the free list over what is left, lowest index first.
@@ -233,7 +230,10 @@ mod tests {
         assert_eq!(slab.find(keys[0].1), Some(0));
         for _ in 0..3 {
             let (i, k) = slab.insert(Next(0), 9);
-            assert!(keys.iter().all(|&(_, old)| old != k), "index {i} reissued a stale key");
+            assert!(
+                keys.iter().all(|&(_, old)| old != k),
+                "index {i} reissued a stale key"
+            );
         }
         for &(_, old) in &keys[1..] {
             assert_eq!(slab.find(old), None);
