@@ -47,12 +47,6 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
     }
     let sample = w4::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish();
-    let Some(sample) = sample else {
-        return Err(format!(
-            "{} is not available in this build (hook: w4::service_driver); try --entrant tokio-sleep",
-            s.entrant
-        ));
-    };
     print_summary(&sample);
     Ok(())
 }

@@ -118,7 +118,12 @@ fn parse_count(text: &str) -> Result<usize, String> {
                 .parse()
                 .map_err(|_| format!("`{text}` is not a count"))?;
             // Overflow is "too big", not "not a number".
-            Some(10u64.checked_pow(e).and_then(|p| p.checked_mul(m)).unwrap_or(u64::MAX))
+            Some(
+                10u64
+                    .checked_pow(e)
+                    .and_then(|p| p.checked_mul(m))
+                    .unwrap_or(u64::MAX),
+            )
         }
         None => clean.parse::<u64>().ok(),
     };

@@ -22,8 +22,6 @@ use std::time::{Duration, Instant};
 
 mod drivers;
 
-pub use drivers::service_driver;
-
 /// How long after the last deadline a missing task counts as lost.
 pub const GRACE: Duration = Duration::from_secs(30);
 
@@ -149,15 +147,14 @@ impl W4Sample {
     }
 }
 
-/// Builds the driver of a real-time entrant; `Ok(None)` when it is not available in this
-/// build (the caller notes that and skips it).
-pub fn driver(entrant: Entrant) -> Result<Option<Box<dyn Driver>>, String> {
-    match entrant {
-        Entrant::TokioSleep => drivers::TokioSleep::new().map(|d| Some(Box::new(d) as _)),
-        Entrant::HeapThread => Ok(Some(Box::new(drivers::HeapThread::new()))),
-        Entrant::Service => service_driver(),
-        other => Err(format!("{other} is not a real-time entrant")),
-    }
+/// Builds the driver of a real-time entrant.
+pub fn driver(entrant: Entrant) -> Result<Box<dyn Driver>, String> {
+    Ok(match entrant {
+        Entrant::Service => Box::new(drivers::Service::new()?),
+        Entrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
+        Entrant::HeapThread => Box::new(drivers::HeapThread::new()?),
+        other => return Err(format!("{other} is not a real-time entrant")),
+    })
 }
 
 /// Runs W4 with `delays` (ms) on `entrant`; `progress` shows tasks fired.
@@ -165,10 +162,8 @@ pub fn run(
     entrant: Entrant,
     delays: &[u64],
     progress: Option<&ProgressBar>,
-) -> Result<Option<W4Sample>, String> {
-    let Some(driver) = driver(entrant)? else {
-        return Ok(None);
-    };
+) -> Result<W4Sample, String> {
+    let driver = driver(entrant)?;
     let n = delays.len();
     let log = Arc::new(Log::new(n));
     let mut deadlines = vec![0u64; n];
@@ -202,7 +197,7 @@ pub fn run(
     sample.schedule = schedule;
     sample.cpu = cpu;
     sample.peak_rss = peak_rss;
-    Ok(Some(sample))
+    Ok(sample)
 }
 
 fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Result<(), String> {
@@ -330,8 +325,8 @@ mod tests {
     #[test]
     fn peers_run_a_tiny_w4_exactly_once_never_early() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
-        for entrant in [Entrant::TokioSleep, Entrant::HeapThread] {
-            let sample = run(entrant, &delays, None).unwrap().unwrap();
+        for entrant in [Entrant::Service, Entrant::TokioSleep, Entrant::HeapThread] {
+            let sample = run(entrant, &delays, None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);
         }

@@ -136,7 +136,10 @@ fn bad_arguments_get_a_clear_message_and_nonzero_exit() {
     assert_rejected(&["bench", "--workloads", "w9"], "invalid value 'w9'");
     assert_rejected(&["bench", "--repeat", "0"], "--repeat");
     assert_rejected(&["bench", "--w4-max-delay-ms=-1"], "--w4-max-delay-ms");
-    assert_rejected(&["bench", "--w4-max-delay-ms", "999999"], "not in 0..=60000");
+    assert_rejected(
+        &["bench", "--w4-max-delay-ms", "999999"],
+        "not in 0..=60000",
+    );
     assert_rejected(&["frobnicate"], "unrecognized subcommand");
     assert_rejected(
         &["demo", "--entrant", "btreemap", "--n", "10"],

@@ -1,5 +1,5 @@
-//! W4's real-time entrants: tokio `sleep` tasks, a `BinaryHeap`-plus-thread baseline, and
-//! the hook for tickwheel's `TimerService`.
+//! W4's real-time entrants: tickwheel's `TimerService`, tokio `sleep` tasks, and a
+//! `BinaryHeap`-plus-thread baseline.
 
 use super::{Driver, Log};
 use std::cmp::Ordering as CmpOrdering;
@@ -7,13 +7,32 @@ use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tickwheel::TimerService;
 
-/// tickwheel's `TimerService` as a W4 entrant.
-///
-/// HOOK: the service is being built on another branch. Until it lands here this returns
-/// `Ok(None)`, and `tickwheel bench` says that the entrant was skipped.
-pub fn service_driver() -> Result<Option<Box<dyn Driver>>, String> {
-    Ok(None)
+/// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
+/// wheels): each task is a callback scheduled with `schedule(delay, f)`.
+pub struct Service {
+    service: TimerService,
+}
+
+impl Service {
+    /// Starts a service with the defaults.
+    pub fn new() -> Result<Service, String> {
+        let service = TimerService::new().map_err(|e| format!("TimerService: {e}"))?;
+        Ok(Service { service })
+    }
+}
+
+impl Driver for Service {
+    fn schedule(&self, id: u32, delay: Duration, _deadline: Instant, log: &Arc<Log>) {
+        let log = Arc::clone(log);
+        // The handle is not needed: W4 never cancels (dropping it does not cancel).
+        let _handle = self.service.schedule(delay, move || log.fire(id));
+    }
+
+    fn shutdown(self: Box<Self>) {
+        self.service.shutdown();
+    }
 }
 
 /// One tokio task per timer: `sleep_until(deadline).await`, then the callback, on a
@@ -103,14 +122,17 @@ pub struct HeapThread {
 
 impl HeapThread {
     /// Starts the timer thread.
-    pub fn new() -> HeapThread {
+    pub fn new() -> Result<HeapThread, String> {
         let shared = Arc::new(Shared::default());
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("heap-timer".into())
             .spawn(move || timer_thread(&worker))
-            .ok();
-        HeapThread { shared, thread }
+            .map_err(|e| format!("cannot start the heap timer thread: {e}"))?;
+        Ok(HeapThread {
+            shared,
+            thread: Some(thread),
+        })
     }
 }
 
