@@ -65,7 +65,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         seed: settings.seed,
         samples: Vec::new(),
         w4: Vec::new(),
-        notes: Vec::new(),
+        notes: caveats(&settings),
     };
     let planned = plan(&settings);
     if planned.is_empty() && !wants_w4(&settings) {
@@ -76,6 +76,38 @@ pub fn run(settings: Settings) -> Result<(), String> {
         run_w4(&settings, &mut report)?;
     }
     finish(&settings, &report)
+}
+
+/// How each peer was driven, where that matters for reading its numbers.
+fn caveats(s: &Settings) -> Vec<String> {
+    let has = |e: Entrant| s.entrants.contains(&e);
+    let mut notes = Vec::new();
+    if has(Entrant::BinaryHeap) {
+        notes.push(
+            "std-binaryheap cancels and resets lazily (a generation per id): W1/W3 leave stale \
+             entries in the heap, whose cost is paid in memory and at expiry, not in the timed \
+             region"
+                .to_owned(),
+        );
+    }
+    if has(Entrant::Hhwt) {
+        notes.push("hhwt has no reset: W3 resets are cancel + insert under the same id".to_owned());
+    }
+    if has(Entrant::DelayQueue) {
+        notes.push(
+            "tokio-delayqueue runs on a paused current-thread runtime; W2 ticks include \
+             tokio::time::advance and one poll_expired drain per tick"
+                .to_owned(),
+        );
+    }
+    if s.workloads.contains(&Workload::W4) {
+        notes.push(
+            "W4 lateness counts from Instant::now() just before scheduling plus the delay; on a \
+             busy machine it includes time a due callback waited for a CPU"
+                .to_owned(),
+        );
+    }
+    notes
 }
 
 fn wants_w4(s: &Settings) -> bool {

@@ -10,10 +10,18 @@ use std::path::{Path, PathBuf};
 
 const SIZE: (u32, u32) = (960, 600);
 
+/// A fixed, print-friendly color per entrant (tickwheel in warm colors, peers in cool ones),
+/// so the same entrant has the same color in every plot.
 fn color(entrant: Entrant) -> RGBColor {
-    let i = Entrant::ALL.iter().position(|&e| e == entrant).unwrap_or(0);
-    let c = Palette99::pick(i).to_rgba();
-    RGBColor(c.0, c.1, c.2)
+    match entrant {
+        Entrant::Wheel | Entrant::Service => RGBColor(214, 39, 40),
+        Entrant::HashedWheel => RGBColor(255, 127, 14),
+        Entrant::Heap => RGBColor(148, 103, 189),
+        Entrant::BinaryHeap | Entrant::TokioSleep => RGBColor(31, 119, 180),
+        Entrant::BTreeMap | Entrant::HeapThread => RGBColor(44, 160, 44),
+        Entrant::DelayQueue => RGBColor(140, 86, 75),
+        Entrant::Hhwt => RGBColor(90, 90, 90),
+    }
 }
 
 /// Writes every plot the report has data for; returns the files written.
@@ -85,20 +93,22 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
             });
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
     }
-    legend(&mut chart)?;
+    // Costs grow with N, so the upper left is where the lines are not.
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
 ) -> PlotResult
 where
     DB::ErrorType: 'static,
 {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
@@ -137,7 +147,8 @@ fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
             .label(sample.entrant.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    legend(&mut chart)?;
+    // CDFs rise to the upper left, so the lower right is free.
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
