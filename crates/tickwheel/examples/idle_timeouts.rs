@@ -11,8 +11,8 @@
 //! earlier than `--idle-ms` after its last byte. The timerfd sits in the same `mio::Poll` as
 //! the sockets, armed at the earliest expiry: the loop blocks with no timeout and wakes only
 //! for I/O or a due timer. With `--portable` the same server keeps its timers in a plain
-//! [`Wheel`] and passes [`TickScale::poll_timeout`] to `Poll::poll` instead (the libco style,
-//! for any OS).
+//! [`Wheel`] and passes [`sys::poll_timeout`] to `Poll::poll` instead (the libco style, for
+//! any OS), converting instants with the same [`Ticks`] the timerfd uses.
 //!
 //! The server is a library-style [`Server`] so the integration test
 //! (`tests/idle_timeouts.rs`) runs the same code on a thread and stops it with a
@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use tickwheel::{TickScale, TimerFd, TimerKey, TimerQueue, Wheel};
+use tickwheel::sys;
+use tickwheel::time::Ticks;
+use tickwheel::{TimerFd, TimerKey, TimerQueue, Wheel};
 
 const LISTENER: Token = Token(0);
 const TIMERS: Token = Token(1);
@@ -50,7 +52,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Close a connection after this long without a byte from it (`--idle-ms`, default 30 s).
     pub idle: Duration,
-    /// Timer resolution (`--tick-ms`, default 1 ms); deadlines round up to it.
+    /// Timer resolution (`--tick-ms`, default 1 ms, at most 1 s); deadlines round up to it.
     pub tick: Duration,
     /// Use the portable poll-timeout path instead of the timerfd (`--portable`).
     pub portable: bool,
@@ -147,17 +149,14 @@ enum Timers {
     /// A [`TimerFd`] registered in the poll: the kernel wakes the loop (Linux).
     Fd(TimerFd<Token>),
     /// A plain wheel; the loop blocks at most until its next expiry (any OS).
-    Portable {
-        wheel: Wheel<Token>,
-        scale: TickScale,
-    },
+    Portable { wheel: Wheel<Token>, ticks: Ticks },
 }
 
 impl Timers {
     fn deadline_after(&self, delay: Duration) -> u64 {
         match self {
             Timers::Fd(fd) => fd.deadline_after(delay),
-            Timers::Portable { scale, .. } => scale.deadline_after(Instant::now(), delay),
+            Timers::Portable { ticks, .. } => ticks.delay_tick(Instant::now(), delay),
         }
     }
 
@@ -186,7 +185,7 @@ impl Timers {
     fn poll_timeout(&self) -> Option<Duration> {
         match self {
             Timers::Fd(_) => None,
-            Timers::Portable { wheel, scale } => scale.poll_timeout(wheel, Instant::now()),
+            Timers::Portable { wheel, ticks } => sys::poll_timeout(ticks, wheel, Instant::now()),
         }
     }
 
@@ -194,8 +193,8 @@ impl Timers {
     fn expired(&mut self) -> Vec<Token> {
         match self {
             Timers::Fd(fd) => fd.drain(fd.now_tick()).map(|(_, t)| t).collect(),
-            Timers::Portable { wheel, scale } => {
-                let now = scale.tick_at(Instant::now());
+            Timers::Portable { wheel, ticks } => {
+                let now = ticks.now_tick(Instant::now());
                 wheel.drain_expired(now).map(|(_, t)| t).collect()
             }
         }
@@ -232,10 +231,10 @@ impl Server {
         let registry = poll.registry();
         registry.register(&mut listener, LISTENER, Interest::READABLE)?;
         let timers = if config.portable {
-            let scale = TickScale::new(config.tick);
+            let ticks = Ticks::new(Instant::now(), config.tick);
             Timers::Portable {
                 wheel: Wheel::new(),
-                scale,
+                ticks,
             }
         } else {
             let timers = TimerFd::new(config.tick)?;
