@@ -26,7 +26,7 @@ fn callbacks_fire_on_the_real_clock_never_early() {
         service.schedule(delay, move || tx.send((i, Instant::now())).unwrap());
     }
     drop(tx);
-    let mut seen = vec![false; 200];
+    let mut seen = [false; 200];
     for (i, at) in rx.iter().take(200) {
         assert!(at >= deadlines[i as usize], "timer {i} fired early");
         assert!(

@@ -24,8 +24,11 @@ use std::sync::Arc as StdArc;
 use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
 use crate::queue::TimerKey;
-use crate::sync::{lock, wait, Arc, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{lock, wait, Arc, AtomicU64, Condvar, Mutex, Ordering};
 use crate::time::NEVER;
+
+/// Timers a drain takes out per lock hold.
+const DRAIN_CHUNK: usize = 128;
 
 /// A boxed callback, run once on a worker.
 pub(crate) type Callback = Box<dyn FnOnce() + Send + 'static>;
@@ -118,8 +121,6 @@ pub(crate) struct Shard {
     state: Mutex<ShardState>,
     /// Lower bound of the earliest pending deadline tick, [`NEVER`] when empty.
     earliest: AtomicU64,
-    /// Pending timers, published for cheap reads (exact under the lock).
-    len: AtomicUsize,
     pub(crate) core: Arc<Core>,
 }
 
@@ -135,7 +136,6 @@ impl Shard {
                 high_water: 0,
             }),
             earliest: AtomicU64::new(NEVER),
-            len: AtomicUsize::new(0),
             core,
         }
     }
@@ -149,9 +149,7 @@ impl Shard {
         }
         let key = st.queue.insert(tick, payload);
         st.scheduled += 1;
-        let len = st.queue.len();
-        st.high_water = st.high_water.max(len);
-        self.len.store(len, Ordering::Relaxed);
+        st.high_water = st.high_water.max(st.queue.len());
         let lowered = tick < self.earliest.load(Ordering::Relaxed);
         if lowered {
             self.earliest.store(tick, Ordering::SeqCst);
@@ -168,8 +166,9 @@ impl Shard {
         let mut st = lock(&self.state);
         let payload = st.queue.remove(key)?;
         st.cancelled += 1;
-        self.len.store(st.queue.len(), Ordering::Relaxed);
-        complete_waiter(&mut st.waiters, key);
+        if !st.waiters.is_empty() {
+            complete_waiter(&mut st.waiters, key);
+        }
         drop(st);
         self.core.release(1);
         Some(payload)
@@ -213,11 +212,33 @@ impl Shard {
     }
 
     /// Takes every timer due at `now` out of the queue, in firing order; returns how many.
+    ///
+    /// The lock is taken once per [`DRAIN_CHUNK`] timers, not for the whole drain, so a
+    /// producer on this shard waits at most one chunk.
     pub(crate) fn drain(&self, now: u64, out: &mut Drained) -> usize {
+        let mut total = 0;
+        loop {
+            let (n, more) = self.drain_chunk(now, out);
+            total += n;
+            if !more {
+                break;
+            }
+        }
+        self.core.release(total);
+        total
+    }
+
+    /// One lock's worth of [`drain`](Self::drain): `(taken, maybe more due)`.
+    fn drain_chunk(&self, now: u64, out: &mut Drained) -> (usize, bool) {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let mut n = 0;
-        while let Some((key, payload)) = st.queue.poll_expired(now) {
+        while n < DRAIN_CHUNK {
+            let Some((key, payload)) = st.queue.poll_expired(now) else {
+                let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
+                self.earliest.store(next, Ordering::SeqCst);
+                return (n, false);
+            };
             n += 1;
             if !st.waiters.is_empty() {
                 complete_waiter(&mut st.waiters, key);
@@ -230,11 +251,7 @@ impl Shard {
                 Payload::Notify(target) => out.notifies.push(target),
             }
         }
-        let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
-        self.earliest.store(next, Ordering::SeqCst);
-        self.len.store(st.queue.len(), Ordering::Relaxed);
-        self.core.release(n);
-        n
+        (n, true)
     }
 
     /// Closes the shard (inserts are refused from now on) and takes out every pending timer,
@@ -250,7 +267,6 @@ impl Shard {
             slot.complete();
         }
         self.earliest.store(NEVER, Ordering::SeqCst);
-        self.len.store(0, Ordering::Relaxed);
         drop(st);
         self.core.release(all.len());
         all
@@ -264,12 +280,6 @@ impl Shard {
             scheduled: st.scheduled,
             cancelled: st.cancelled,
         }
-    }
-
-    /// Pending timers, without the lock (may lag concurrent operations).
-    #[inline]
-    pub(crate) fn len_hint(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
     }
 }
 
@@ -289,7 +299,6 @@ impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shard")
             .field("earliest", &self.earliest.load(Ordering::Relaxed))
-            .field("len", &self.len_hint())
             .finish_non_exhaustive()
     }
 }
@@ -300,7 +309,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::sync::{model, spawn};
+    use crate::sync::{model, spawn, AtomicUsize};
     use crate::time::{ManualClock, Ticks};
 
     fn shard() -> Arc<Shard> {
