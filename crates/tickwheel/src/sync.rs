@@ -18,12 +18,12 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 
@@ -41,6 +41,23 @@ pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexG
     condvar
         .wait(guard)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One step of a short wait for another thread: a spin hint for the first `spins` rounds,
+/// then a yield of the time slice (under loom: always a loom yield, so models terminate).
+#[inline]
+pub(crate) fn backoff(round: u32) {
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    if round < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 /// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).
