@@ -201,15 +201,8 @@ fn run_virtual(s: &Settings, planned: &Plan, report: &mut Report) -> Result<(), 
 }
 
 fn run_w4(s: &Settings, report: &mut Report) -> Result<(), String> {
-    let delays = workload::w4(s.seed, s.w4_n, s.w4_max_delay_ms);
     for &entrant in s.entrants.iter().filter(|e| e.is_realtime()) {
-        let bar = progress_bar(
-            s.w4_n as u64,
-            "{elapsed_precise} [{bar:30}] {pos}/{len} fired  {msg}",
-        );
-        bar.set_message(format!("W4 {entrant}"));
-        let sample = w4::run(entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
-        bar.finish_and_clear();
+        let sample = w4::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms)?;
         report.w4.push(sample);
     }
     Ok(())
