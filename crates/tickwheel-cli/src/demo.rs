@@ -97,15 +97,15 @@ fn print_summary(s: &w4::W4Sample) {
         l.p999 as f64 / 1e6,
         l.max as f64 / 1e6
     );
-    let widest = s
-        .histogram
-        .iter()
-        .map(|(_, c)| *c)
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    print_histogram(&s.histogram);
+}
+
+/// The lateness histogram as text bars, 50 characters for the fullest bucket.
+fn print_histogram(histogram: &[(f64, usize)]) {
+    println!("lateness histogram:");
+    let widest = histogram.iter().map(|(_, c)| *c).max().unwrap_or(1).max(1);
     let mut lower = 0.0;
-    for &(upper, count) in &s.histogram {
+    for &(upper, count) in histogram {
         let label = if upper.is_finite() {
             format!("{lower:>6} – {upper:<6} ms")
         } else {

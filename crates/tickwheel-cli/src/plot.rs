@@ -3,7 +3,7 @@
 //! font library is needed to build or run.
 
 use crate::entrants::Entrant;
-use crate::report::{describe, Report};
+use crate::report::{describe, Report, VirtualSample};
 use crate::Workload;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -74,15 +74,10 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
         .x_label_formatter(&|v| format!("{v:.0e}"))
         .draw()?;
     for entrant in Entrant::ALL {
-        let mut points: Vec<(f64, f64)> = samples
-            .iter()
-            .filter(|s| s.entrant == entrant)
-            .map(|s| (s.n as f64, s.ns_per_timer()))
-            .collect();
+        let points = series(&samples, entrant);
         if points.is_empty() {
             continue;
         }
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
         let c = color(entrant);
         let width = if entrant.is_tickwheel() { 3 } else { 1 };
         chart
@@ -97,6 +92,17 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
+}
+
+/// `(N, ns per timer)` of one entrant, by N.
+fn series(samples: &[&VirtualSample], entrant: Entrant) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.entrant == entrant)
+        .map(|s| (s.n as f64, s.ns_per_timer()))
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
