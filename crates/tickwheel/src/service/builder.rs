@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::flavor::QueueFlavor;
 use super::TimerService;
-use crate::sync::Arc;
 use crate::time::{Clock, MonotonicClock, MAX_RESOLUTION, MIN_RESOLUTION};
+use std::sync::Arc;
 
 /// Configures and starts a [`TimerService`].
 ///
@@ -18,7 +18,7 @@ use crate::time::{Clock, MonotonicClock, MAX_RESOLUTION, MIN_RESOLUTION};
 ///
 /// let service = TimerService::builder()
 ///     .resolution(Duration::from_micros(100))
-///     .queue(QueueFlavor::Heap)
+///     .queue(QueueFlavor::Wheel)
 ///     .worker_threads(2)
 ///     .max_pending(1_000_000)
 ///     .build()

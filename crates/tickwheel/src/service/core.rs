@@ -12,10 +12,12 @@
 //! Inserts that do not lower their shard's earliest, and all inserts while the timer thread
 //! is awake, cost no wake-up at all.
 
+// The clock is a trait object in std's `Arc` (loom's cannot coerce to `dyn`).
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
 use crate::time::{Clock, Ticks};
 
 /// `sleeping_until` while the timer thread is awake: no insert needs to wake it.

@@ -15,16 +15,16 @@
 //!
 //! # Architecture
 //!
-//! * **Shards** ([`shard`](self::shard)): a power of two of `Mutex<queue>`s (default twice the
+//! * **Shards** (`shard.rs`): a power of two of `Mutex<queue>`s (default twice the
 //!   cores). Each thread schedules into one shard picked by a thread-local index, so producers
 //!   on different shards never touch the same lock or cache line; a [`TimerHandle`] remembers
 //!   its shard, so cancel and reset lock only that one. Each shard publishes a lower bound of
 //!   its earliest deadline tick in an atomic.
-//! * **The timer thread** ([`driver`](self::driver)) sleeps until the earliest published tick
+//! * **The timer thread** (`driver.rs`) sleeps until the earliest published tick
 //!   and is woken early only when an insert lowers it (no tick loop: an idle service sleeps
 //!   with no timeout). It drains due timers from every shard, merges them by deadline and
 //!   hands them to the workers in batches.
-//! * **Workers** ([`worker`](self::worker)) run callbacks under `catch_unwind`: a slow or
+//! * **Workers** (`worker.rs`) run callbacks under `catch_unwind`: a slow or
 //!   panicking callback never delays the timer thread; panics are counted in [`Stats`].
 //!
 //! # Costs of `schedule`
@@ -275,7 +275,11 @@ impl TimerService {
     /// futures layer's hook: waking a `Waker` costs no worker hand-off). At shutdown a pending
     /// entry gets `expire(Discarded)`. Ignores the cap.
     #[allow(dead_code)] // Used by the futures layer.
-    pub(crate) fn schedule_notify(&self, tick: u64, target: Arc<dyn Expire>) -> TimerHandle {
+    pub(crate) fn schedule_notify(
+        &self,
+        tick: u64,
+        target: std::sync::Arc<dyn Expire>,
+    ) -> TimerHandle {
         match self.schedule_payload(tick, Payload::Notify(target), false) {
             Ok(handle) => handle,
             Err(_) => self.inert_handle(),
@@ -337,14 +341,14 @@ impl TimerService {
 
     /// The service's clock.
     #[allow(dead_code)] // Used by the futures layer.
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+    pub(crate) fn clock(&self) -> &std::sync::Arc<dyn Clock> {
         &self.shared.core.clock
     }
 
     /// Returns once every timer due at the clock's current time has fired **and its callback
     /// has finished** — also timers scheduled by those callbacks that are already due. With a
     /// [`ManualClock`](crate::time::ManualClock): move the clock, then `settle()`, then
-    /// observe. Callbacks are started in deadline order (see [`driver`](self::driver)); with
+    /// observe. Callbacks are started in deadline order (see the `driver.rs` docs: ordered by deadline tick, then shard, then insertion); with
     /// one worker they also run in that order.
     ///
     /// Called from one of this service's callbacks, it drains what is due but does not wait

@@ -18,6 +18,8 @@
 //!   look the table up only when it is non-empty, so timers nobody waits for pay nothing.
 
 use std::fmt;
+// Trait objects use std's `Arc` (loom's cannot coerce to `dyn`); they are not modelled.
+use std::sync::Arc as StdArc;
 
 use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
@@ -50,7 +52,7 @@ pub(crate) enum Payload {
     /// A user callback, handed to the workers.
     Callback(Callback),
     /// A notification run on the timer thread.
-    Notify(Arc<dyn Expire>),
+    Notify(StdArc<dyn Expire>),
 }
 
 /// A due callback on its way to a worker, with the tick it was due at.
@@ -63,7 +65,7 @@ pub(crate) struct Job {
 #[derive(Default)]
 pub(crate) struct Drained {
     pub(crate) jobs: Vec<Job>,
-    pub(crate) notifies: Vec<Arc<dyn Expire>>,
+    pub(crate) notifies: Vec<StdArc<dyn Expire>>,
 }
 
 /// Blocks `wait()` callers until their timer left the queue.
@@ -289,5 +291,123 @@ impl fmt::Debug for Shard {
             .field("earliest", &self.earliest.load(Ordering::Relaxed))
             .field("len", &self.len_hint())
             .finish_non_exhaustive()
+    }
+}
+
+/// The races that decide a timer's fate, under loom with `--cfg loom` (see [`crate::sync`]).
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sync::{model, spawn};
+    use crate::time::{ManualClock, Ticks};
+
+    fn shard() -> Arc<Shard> {
+        let clock = ManualClock::new();
+        let ticks = Ticks::new(clock.now(), Duration::from_millis(1));
+        let core = Arc::new(Core::new(StdArc::new(clock), ticks, Some(8)));
+        Arc::new(Shard::new(core, QueueFlavor::Wheel))
+    }
+
+    /// Inserts a callback at `tick` that counts its runs in `ran`.
+    fn counting(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> TimerKey {
+        let ran = ran.clone();
+        let callback: Callback = Box::new(move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+        });
+        shard
+            .insert(tick, Payload::Callback(callback))
+            .unwrap_or_else(|_| panic!("shard closed"))
+    }
+
+    /// Drains at `now` and runs what came out, as the timer thread and a worker would.
+    fn fire(shard: &Shard, now: u64) -> usize {
+        let mut out = Drained::default();
+        let n = shard.drain(now, &mut out);
+        for job in out.jobs {
+            (job.callback)();
+        }
+        n
+    }
+
+    #[test]
+    fn loom_cancel_vs_fire_decides_exactly_once() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let key = counting(&shard, 1, &ran);
+            let firer = {
+                let shard = shard.clone();
+                spawn(move || fire(&shard, 1))
+            };
+            let cancelled = shard.cancel(key).is_some();
+            let drained = firer.join().unwrap();
+            // true exactly when the callback never ran and never will.
+            assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
+            assert_eq!(drained, usize::from(!cancelled));
+            assert!(shard.cancel(key).is_none(), "a key is decided once");
+            assert_eq!(fire(&shard, 100), 0);
+        });
+    }
+
+    #[test]
+    fn loom_reset_vs_fire_runs_once() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let key = counting(&shard, 1, &ran);
+            let firer = {
+                let shard = shard.clone();
+                spawn(move || fire(&shard, 1))
+            };
+            let moved = shard.reset(key, 5);
+            firer.join().unwrap();
+            // Reset won: nothing ran at tick 1. Fire won: the reset did nothing.
+            assert_eq!(ran.load(Ordering::SeqCst), usize::from(!moved));
+            assert_eq!(shard.earliest() <= 5, moved);
+            fire(&shard, 5);
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    #[test]
+    fn loom_wait_is_released_by_fire_or_cancel() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let key = counting(&shard, 1, &ran);
+            let waiter = {
+                let shard = shard.clone();
+                spawn(move || {
+                    if let Some(slot) = shard.register_waiter(key) {
+                        slot.block();
+                    }
+                    // Released only once the timer left the queue.
+                    assert!(shard.deadline(key).is_none());
+                })
+            };
+            let canceller = {
+                let shard = shard.clone();
+                spawn(move || shard.cancel(key).is_some())
+            };
+            fire(&shard, 1);
+            let cancelled = canceller.join().unwrap();
+            waiter.join().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
+        });
+    }
+
+    #[test]
+    fn close_discards_everything_and_refuses_inserts() {
+        let shard = shard();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let key = counting(&shard, 1, &ran);
+        counting(&shard, NEVER, &ran);
+        assert_eq!(shard.close().len(), 2);
+        assert!(shard.cancel(key).is_none());
+        let refused = shard.insert(1, Payload::Callback(Box::new(|| {})));
+        assert!(refused.is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 }

@@ -26,13 +26,13 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use super::core::Core;
 use super::shard::Job;
 use super::stats::Histogram;
-use crate::sync::{lock, wait, Arc, Condvar, Mutex};
+use crate::sync::{lock, wait, Condvar, Mutex};
 
 /// The largest batch handed to one worker at once.
 pub(crate) const MAX_BATCH: usize = 256;
 
 /// A user-supplied panic handler.
-pub(crate) type PanicHandler = Arc<dyn Fn(&(dyn Any + Send)) + Send + Sync>;
+pub(crate) type PanicHandler = std::sync::Arc<dyn Fn(&(dyn Any + Send)) + Send + Sync>;
 
 struct Queue {
     batches: VecDeque<Vec<Job>>,

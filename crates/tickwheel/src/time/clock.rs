@@ -125,6 +125,17 @@ impl ManualClock {
         self.notify();
     }
 
+    /// The current virtual instant (also [`Clock::now`], here without importing the trait).
+    #[inline]
+    pub fn now(&self) -> Instant {
+        let offset = self.inner.offset_ns.load(Ordering::Acquire);
+        // `offset <= max_offset_ns`, which was checked to be representable.
+        self.inner
+            .base
+            .checked_add(Duration::from_nanos(offset))
+            .unwrap_or(self.inner.base)
+    }
+
     /// Virtual time elapsed since the clock was created.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.inner.offset_ns.load(Ordering::Acquire))
@@ -165,12 +176,7 @@ impl Default for ManualClock {
 impl Clock for ManualClock {
     #[inline]
     fn now(&self) -> Instant {
-        let offset = self.inner.offset_ns.load(Ordering::Acquire);
-        // `offset <= max_offset_ns`, which was checked to be representable.
-        self.inner
-            .base
-            .checked_add(Duration::from_nanos(offset))
-            .unwrap_or(self.inner.base)
+        ManualClock::now(self)
     }
 
     fn subscribe(&self, listener: Weak<dyn Fn() + Send + Sync>) -> bool {
