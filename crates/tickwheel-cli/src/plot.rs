@@ -121,18 +121,21 @@ where
     Ok(())
 }
 
+/// Lateness below this (ms) is drawn at it, so the log axis can show zero lateness.
+const CDF_FLOOR_MS: f64 = 0.01;
+
 fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
     let x_max = report
         .w4
         .iter()
         .filter_map(|s| s.cdf.iter().map(|p| p.0).reduce(f64::max))
-        .fold(0.1, f64::max)
-        * 1.05;
+        .fold(1.0, f64::max)
+        * 1.5;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let n = report.w4.first().map_or(0, |s| s.n);
+    let (n, max_delay) = report.w4.first().map_or((0, 0), |s| (s.n, s.max_delay_ms));
     let caption = format!(
-        "W4 lateness CDF, {} tasks, delays 0..=1000 ms, real clock",
+        "W4 lateness CDF: {} tasks, delays 0..={max_delay} ms, real clock",
         crate::report::pretty_n(n)
     );
     let mut chart = ChartBuilder::on(&root)
@@ -140,20 +143,25 @@ fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..x_max, 0.0..1.0)?;
+        .build_cartesian_2d((CDF_FLOOR_MS..x_max).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
-        .x_desc("lateness (ms past deadline)")
-        .y_desc("fraction of tasks")
+        .x_desc(format!(
+            "lateness, ms past deadline (log; below {CDF_FLOOR_MS} drawn at {CDF_FLOOR_MS})"
+        ))
+        .y_desc("fraction of tasks at most this late")
         .draw()?;
     for sample in &report.w4 {
         let c = color(sample.entrant);
         chart
-            .draw_series(LineSeries::new(sample.cdf.clone(), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                sample.cdf.iter().map(|&(ms, q)| (ms.max(CDF_FLOOR_MS), q)),
+                c.stroke_width(2),
+            ))?
             .label(sample.entrant.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    // CDFs rise to the upper left, so the lower right is free.
+    // CDFs rise to the upper left, so the lower right is usually free.
     legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
