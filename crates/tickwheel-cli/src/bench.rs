@@ -159,57 +159,71 @@ fn run_virtual(s: &Settings, planned: &Plan, report: &mut Report) -> Result<(), 
         "{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}",
     );
     for (v, w, n, entrants) in planned {
-        bar.set_message(format!(
-            "{w:?} N={}: generating input",
-            report::pretty_n(*n)
-        ));
-        let input = match v {
-            Virtual::W1 => workload::w1(s.seed, *n),
-            Virtual::W2 => workload::w2(s.seed, *n),
-            Virtual::W3 => workload::w3(s.seed, *n),
+        let group = Group {
+            virt: *v,
+            workload: *w,
+            n: *n,
+            repeats: repeats(*n),
         };
-        let mut samples: Vec<VirtualSample> = entrants
-            .iter()
-            .map(|&entrant| VirtualSample {
-                workload: *w,
-                entrant,
-                n: *n,
-                runs_ns: Vec::new(),
-                max_late_ticks: None,
-            })
-            .collect();
-        for r in 0..repeats(*n) {
-            for sample in &mut samples {
-                bar.set_message(format!(
-                    "{w:?} N={} {} (run {}/{})",
-                    report::pretty_n(*n),
-                    sample.entrant,
-                    r + 1,
-                    repeats(*n)
-                ));
-                let outcome = runner::run(sample.entrant, *v, &input, r == 0)
-                    .inspect_err(|_| bar.abandon())?;
-                sample.runs_ns.push(outcome.elapsed.as_nanos() as u64);
-                sample.max_late_ticks = sample.max_late_ticks.max(outcome.max_late_ticks);
-                bar.inc(1);
-            }
-        }
+        let samples = run_group(s.seed, &group, entrants, &bar).inspect_err(|_| bar.abandon())?;
         report.samples.extend(samples);
     }
     bar.finish_and_clear();
     Ok(())
 }
 
+/// One (workload, N) with its repeat count.
+struct Group {
+    virt: Virtual,
+    workload: Workload,
+    n: usize,
+    repeats: u32,
+}
+
+/// Generates one group's input, then runs every repeat on every entrant, interleaved.
+fn run_group(
+    seed: u64,
+    g: &Group,
+    entrants: &[Entrant],
+    bar: &ProgressBar,
+) -> Result<Vec<VirtualSample>, String> {
+    let label = format!("{:?} N={}", g.workload, report::pretty_n(g.n));
+    bar.set_message(format!("{label}: generating input"));
+    let input = match g.virt {
+        Virtual::W1 => workload::w1(seed, g.n),
+        Virtual::W2 => workload::w2(seed, g.n),
+        Virtual::W3 => workload::w3(seed, g.n),
+    };
+    let mut samples: Vec<VirtualSample> = entrants
+        .iter()
+        .map(|&entrant| VirtualSample {
+            workload: g.workload,
+            entrant,
+            n: g.n,
+            runs_ns: Vec::new(),
+            max_late_ticks: None,
+        })
+        .collect();
+    for r in 0..g.repeats {
+        for sample in &mut samples {
+            bar.set_message(format!(
+                "{label} {} (run {}/{})",
+                sample.entrant,
+                r + 1,
+                g.repeats
+            ));
+            let outcome = runner::run(sample.entrant, g.virt, &input, r == 0)?;
+            sample.runs_ns.push(outcome.elapsed.as_nanos() as u64);
+            sample.max_late_ticks = sample.max_late_ticks.max(outcome.max_late_ticks);
+            bar.inc(1);
+        }
+    }
+    Ok(samples)
+}
+
 fn run_w4(s: &Settings, report: &mut Report) -> Result<(), String> {
-    let delays = workload::w4(s.seed, s.w4_n, s.w4_max_delay_ms);
     for &entrant in s.entrants.iter().filter(|e| e.is_realtime()) {
-        let bar = progress_bar(
-            s.w4_n as u64,
-            "{elapsed_precise} [{bar:30}] {pos}/{len} fired  {msg}",
-        );
-        bar.set_message(format!("W4 {entrant}"));
-        let sample = w4::run(entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
-        bar.finish_and_clear();
+        let sample = w4::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms)?;
         report.w4.push(sample);
     }
     Ok(())

@@ -51,6 +51,26 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
     Ok(())
 }
 
+/// The hidden `w4-worker` subcommand: one W4 run, progress on stderr, the sample as JSON on
+/// stdout (see `w4::run_isolated`).
+pub fn worker(s: &DemoSettings) -> Result<(), String> {
+    if !s.entrant.is_realtime() {
+        return Err(format!("{} is not a real-time entrant", s.entrant));
+    }
+    let delays = workload::w4(s.seed, s.n, s.max_delay_ms);
+    let bar = ProgressBar::new(s.n as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} fired  {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(format!("W4 {}", s.entrant));
+    let sample = w4::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
+    bar.finish_and_clear();
+    println!("{}", sample.to_json());
+    Ok(())
+}
+
 fn print_summary(s: &w4::W4Sample) {
     println!("every task ran exactly once, none early");
     println!(
@@ -77,15 +97,15 @@ fn print_summary(s: &w4::W4Sample) {
         l.p999 as f64 / 1e6,
         l.max as f64 / 1e6
     );
-    let widest = s
-        .histogram
-        .iter()
-        .map(|(_, c)| *c)
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    print_histogram(&s.histogram);
+}
+
+/// The lateness histogram as text bars, 50 characters for the fullest bucket.
+fn print_histogram(histogram: &[(f64, usize)]) {
+    println!("lateness histogram:");
+    let widest = histogram.iter().map(|(_, c)| *c).max().unwrap_or(1).max(1);
     let mut lower = 0.0;
-    for &(upper, count) in &s.histogram {
+    for &(upper, count) in histogram {
         let label = if upper.is_finite() {
             format!("{lower:>6} – {upper:<6} ms")
         } else {

@@ -39,6 +39,10 @@ enum Command {
     Bench(BenchArgs),
     /// Schedule millions of delayed tasks on a real clock and report lateness, CPU and memory.
     Demo(DemoArgs),
+    /// Internal: runs one W4 entrant and prints its sample as JSON (`bench` runs each W4
+    /// entrant in a fresh process this way, so memory and CPU figures are its own).
+    #[command(hide = true)]
+    W4Worker(DemoArgs),
 }
 
 /// A workload of DESIGN.md ("What fast means here").
@@ -146,6 +150,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),
         Command::Demo(args) => demo::run(&demo::DemoSettings {
+            n: args.n,
+            max_delay_ms: args.max_delay_ms,
+            seed: args.seed,
+            entrant: args.entrant,
+        }),
+        Command::W4Worker(args) => demo::worker(&demo::DemoSettings {
             n: args.n,
             max_delay_ms: args.max_delay_ms,
             seed: args.seed,

@@ -3,7 +3,7 @@
 //! font library is needed to build or run.
 
 use crate::entrants::Entrant;
-use crate::report::{describe, Report};
+use crate::report::{describe, Report, VirtualSample};
 use crate::Workload;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -74,15 +74,10 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
         .x_label_formatter(&|v| format!("{v:.0e}"))
         .draw()?;
     for entrant in Entrant::ALL {
-        let mut points: Vec<(f64, f64)> = samples
-            .iter()
-            .filter(|s| s.entrant == entrant)
-            .map(|s| (s.n as f64, s.ns_per_timer()))
-            .collect();
+        let points = series(&samples, entrant);
         if points.is_empty() {
             continue;
         }
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
         let c = color(entrant);
         let width = if entrant.is_tickwheel() { 3 } else { 1 };
         chart
@@ -97,6 +92,17 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
+}
+
+/// `(N, ns per timer)` of one entrant, by N.
+fn series(samples: &[&VirtualSample], entrant: Entrant) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.entrant == entrant)
+        .map(|s| (s.n as f64, s.ns_per_timer()))
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
@@ -115,18 +121,21 @@ where
     Ok(())
 }
 
+/// Lateness below this (ms) is drawn at it, so the log axis can show zero lateness.
+const CDF_FLOOR_MS: f64 = 0.01;
+
 fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
     let x_max = report
         .w4
         .iter()
         .filter_map(|s| s.cdf.iter().map(|p| p.0).reduce(f64::max))
-        .fold(0.1, f64::max)
-        * 1.05;
+        .fold(1.0, f64::max)
+        * 1.5;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let n = report.w4.first().map_or(0, |s| s.n);
+    let (n, max_delay) = report.w4.first().map_or((0, 0), |s| (s.n, s.max_delay_ms));
     let caption = format!(
-        "W4 lateness CDF, {} tasks, delays 0..=1000 ms, real clock",
+        "W4 lateness CDF: {} tasks, delays 0..={max_delay} ms, real clock",
         crate::report::pretty_n(n)
     );
     let mut chart = ChartBuilder::on(&root)
@@ -134,20 +143,25 @@ fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..x_max, 0.0..1.0)?;
+        .build_cartesian_2d((CDF_FLOOR_MS..x_max).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
-        .x_desc("lateness (ms past deadline)")
-        .y_desc("fraction of tasks")
+        .x_desc(format!(
+            "lateness, ms past deadline (log; below {CDF_FLOOR_MS} drawn at {CDF_FLOOR_MS})"
+        ))
+        .y_desc("fraction of tasks at most this late")
         .draw()?;
     for sample in &report.w4 {
         let c = color(sample.entrant);
         chart
-            .draw_series(LineSeries::new(sample.cdf.clone(), c.stroke_width(2)))?
+            .draw_series(LineSeries::new(
+                sample.cdf.iter().map(|&(ms, q)| (ms.max(CDF_FLOOR_MS), q)),
+                c.stroke_width(2),
+            ))?
             .label(sample.entrant.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    // CDFs rise to the upper left, so the lower right is free.
+    // CDFs rise to the upper left, so the lower right is usually free.
     legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())

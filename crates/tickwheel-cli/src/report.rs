@@ -127,28 +127,34 @@ pub fn virtual_table(report: &Report, workload: Workload) -> String {
     }
     out.push('\n');
     for entrant in Entrant::ALL {
-        let row: Vec<&VirtualSample> = ns
-            .iter()
-            .filter_map(|&n| {
-                report
-                    .samples
-                    .iter()
-                    .find(|s| s.workload == workload && s.entrant == entrant && s.n == n)
-            })
-            .collect();
-        if row.is_empty() {
-            continue;
-        }
-        let mark = if entrant.is_tickwheel() { "*" } else { " " };
-        let _ = write!(out, "{mark}{:<19}", entrant.name());
-        for s in row {
-            let ratio = report
-                .ratio(s)
-                .map_or(String::new(), |r| format!(" ({r:.2}×)"));
-            let _ = write!(out, "{:>20}", format!("{:.1}{ratio}", s.ns_per_timer()));
-        }
-        out.push('\n');
+        out.push_str(&table_row(report, workload, entrant, &ns));
     }
+    out
+}
+
+/// One entrant's row of [`virtual_table`]; empty if it did not run `workload`.
+fn table_row(report: &Report, workload: Workload, entrant: Entrant, ns: &[usize]) -> String {
+    let row: Vec<&VirtualSample> = ns
+        .iter()
+        .filter_map(|&n| {
+            report
+                .samples
+                .iter()
+                .find(|s| s.workload == workload && s.entrant == entrant && s.n == n)
+        })
+        .collect();
+    if row.is_empty() {
+        return String::new();
+    }
+    let mark = if entrant.is_tickwheel() { "*" } else { " " };
+    let mut out = format!("{mark}{:<19}", entrant.name());
+    for s in row {
+        let ratio = report
+            .ratio(s)
+            .map_or(String::new(), |r| format!(" ({r:.2}×)"));
+        let _ = write!(out, "{:>20}", format!("{:.1}{ratio}", s.ns_per_timer()));
+    }
+    out.push('\n');
     out
 }
 
@@ -211,25 +217,32 @@ pub fn w4_table(report: &Report) -> String {
         "max ms"
     );
     for s in &report.w4 {
-        let mark = if s.entrant.is_tickwheel() { "*" } else { " " };
-        let _ = writeln!(
-            out,
-            "{mark}{:<19}{:>10}{:>14.0}{:>10.2}{:>10}{:>10}{:>10.3}{:>10.3}{:>10.3}{:>10.3}",
-            s.entrant.name(),
-            pretty_n(s.n),
-            s.schedule_rate(),
-            s.wall.as_secs_f64(),
-            s.cpu
-                .map_or("?".to_owned(), |c| format!("{:.2}", c.as_secs_f64())),
-            s.peak_rss
-                .map_or("?".to_owned(), |b| format!("{:.0}", b as f64 / 1048576.0)),
-            ms(s.lateness.p50),
-            ms(s.lateness.p99),
-            ms(s.lateness.p999),
-            ms(s.lateness.max),
-        );
+        out.push_str(&w4_row(s));
     }
     out
+}
+
+fn w4_row(s: &W4Sample) -> String {
+    let mark = if s.entrant.is_tickwheel() { "*" } else { " " };
+    let cpu = s
+        .cpu
+        .map_or("?".to_owned(), |c| format!("{:.2}", c.as_secs_f64()));
+    let rss = s
+        .peak_rss
+        .map_or("?".to_owned(), |b| format!("{:.0}", b as f64 / 1048576.0));
+    format!(
+        "{mark}{:<19}{:>10}{:>14.0}{:>10.2}{:>10}{:>10}{:>10.3}{:>10.3}{:>10.3}{:>10.3}\n",
+        s.entrant.name(),
+        pretty_n(s.n),
+        s.schedule_rate(),
+        s.wall.as_secs_f64(),
+        cpu,
+        rss,
+        ms(s.lateness.p50),
+        ms(s.lateness.p99),
+        ms(s.lateness.p999),
+        ms(s.lateness.max),
+    )
 }
 
 fn ms(ns: u64) -> f64 {
@@ -258,6 +271,13 @@ pub fn write_csv(report: &Report, path: &Path) -> Result<(), String> {
             s.max_late_ticks.map_or(String::new(), |t| t.to_string()),
         );
     }
+    csv.push_str(&w4_csv_rows(report));
+    std::fs::write(path, csv).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The W4 rows of `results.csv` (same columns as the W1–W3 rows).
+fn w4_csv_rows(report: &Report) -> String {
+    let mut csv = String::new();
     for s in &report.w4 {
         let _ = writeln!(
             csv,
@@ -278,7 +298,7 @@ pub fn write_csv(report: &Report, path: &Path) -> Result<(), String> {
             s.lateness.max,
         );
     }
-    std::fs::write(path, csv).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    csv
 }
 
 /// Writes `results.json`: machine, command line, seed, notes and every sample.

@@ -261,4 +261,66 @@ mod tests {
             }
         }
     }
+
+    /// A queue that breaks the contract in a chosen way, to prove the checks bite.
+    struct Broken {
+        fault: &'static str,
+        pending: Vec<(u32, u64)>,
+    }
+
+    impl VirtualQueue for Broken {
+        type Handle = u32;
+        fn insert(&mut self, id: u32, deadline: u64) -> u32 {
+            self.pending.push((id, deadline));
+            id
+        }
+        fn cancel(&mut self, id: u32) -> bool {
+            self.fault != "cancel" && self.pending.iter().any(|p| p.0 == id)
+        }
+        fn reset(&mut self, id: u32, _: u32, deadline: u64) -> u32 {
+            self.pending.retain(|p| p.0 != id);
+            self.insert(id, deadline)
+        }
+        fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+            let (due, rest): (Vec<_>, Vec<_>) = self
+                .pending
+                .iter()
+                .partition(|p| p.1 <= now || self.fault == "early");
+            self.pending = rest;
+            for (id, _) in due {
+                if !(self.fault == "lose" && id == 0) {
+                    fired.push((id, now));
+                }
+                if self.fault == "double" && id == 0 {
+                    self.pending.push((id, now + 5));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_queue_that_breaks_the_contract_fails_the_run() {
+        let broken = |fault| Broken {
+            fault,
+            pending: Vec::new(),
+        };
+        let w2 = crate::workload::w2(5, 50);
+        for (fault, expect) in [
+            ("early", "early"),
+            ("double", "twice"),
+            ("lose", "never fired"),
+        ] {
+            let err = on(broken(fault), Virtual::W2, &w2, true).unwrap_err();
+            assert!(err.contains(expect), "{fault}: {err}");
+        }
+        let w3 = crate::workload::w3(5, 50);
+        assert!(on(broken("early"), Virtual::W3, &w3, true)
+            .unwrap_err()
+            .contains("early"));
+        let w1 = crate::workload::w1(5, 50);
+        assert!(on(broken("cancel"), Virtual::W1, &w1, true)
+            .unwrap_err()
+            .contains("cancels"));
+        assert!(on(broken("none"), Virtual::W2, &w2, true).is_ok());
+    }
 }

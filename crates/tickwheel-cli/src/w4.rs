@@ -11,6 +11,8 @@
 //!   [`GRACE`] after the last deadline fails the run.
 //! * Lateness = firing stamp − deadline. Peak memory is `VmHWM` after a reset of the
 //!   kernel's mark, minus the RSS before scheduling; CPU is the whole process's user+system.
+//!   `tickwheel bench` runs each entrant in its own process ([`run_isolated`]) so these are
+//!   the entrant's own.
 
 use crate::entrants::Entrant;
 use crate::machine;
@@ -20,7 +22,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod child;
 mod drivers;
+
+pub use child::run_isolated;
 
 /// How long after the last deadline a missing task counts as lost.
 pub const GRACE: Duration = Duration::from_secs(30);

@@ -3,7 +3,8 @@
 //! The queue lives on a current-thread runtime started paused, so tokio's clock is virtual
 //! and moves only when we call `tokio::time::advance`. Each [`VirtualQueue::advance`] moves
 //! the clock one millisecond (DelayQueue's own resolution) and drains every expired entry,
-//! which is how a task awaiting `poll_expired` would see them. Inserts use `insert_at` with
+//! which is how a task awaiting `poll_expired` would see them (outside tokio's coop budget;
+//! see the comment in `advance`). Inserts use `insert_at` with
 //! `start + deadline` so deadlines are absolute, exactly as for the other entrants.
 
 use super::VirtualQueue;
@@ -75,12 +76,15 @@ impl VirtualQueue for TokioDelayQueue {
         self.runtime.block_on(async {
             let behind = target.saturating_duration_since(Instant::now());
             tokio::time::advance(behind).await;
-            poll_fn(|cx| {
+            // `unconstrained`: tokio's coop budget would make the inner `Sleep` return
+            // `Pending` after 128 polls, and a task would be re-polled at once, at the same
+            // instant; here the clock would move first and the rest would look a tick late.
+            tokio::task::unconstrained(poll_fn(|cx| {
                 while let Poll::Ready(Some(expired)) = queue.poll_expired(cx) {
                     fired.push((expired.into_inner(), now));
                 }
                 Poll::Ready(())
-            })
+            }))
             .await;
         });
     }

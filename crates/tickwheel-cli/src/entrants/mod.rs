@@ -67,12 +67,12 @@ pub enum Entrant {
     DelayQueue,
     /// `hierarchical_hash_wheel_timer`'s cancellable four-level wheel.
     Hhwt,
+    /// W4: tickwheel's `TimerService` with callbacks.
+    Service,
     /// W4: tokio `sleep` tasks on a multi-thread runtime.
     TokioSleep,
     /// W4: a `BinaryHeap` behind a mutex plus one timer thread.
     HeapThread,
-    /// W4: tickwheel's `TimerService` with callbacks.
-    Service,
 }
 
 impl Entrant {
