@@ -139,8 +139,8 @@ pub struct HashedWheel<T> {
     /// A lower bound on every slotted deadline: lowered by inserts, made exact by a minimum
     /// search. Ticks before it need no visit.
     floor: u64,
-    /// The tick since which no timer has fired (or, after a minimum search, the tick before
-    /// the minimum found); visiting a tick a revolution past it triggers a minimum search.
+    /// The tick since which no timer has fired or minimum was searched (`<= now`); visiting a
+    /// tick a revolution past it, other than `floor` itself, triggers a minimum search.
     idle_since: u64,
 }
 
@@ -328,14 +328,14 @@ impl<T> HashedWheel<T> {
                 Some(tick) if tick <= target => tick,
                 _ => break,
             };
-            if next.saturating_sub(self.idle_since) > self.mask {
+            if next != self.floor && next - self.idle_since > self.mask {
                 // A whole revolution without a fire: find the earliest deadline and go there,
                 // now or (through `floor`) at a later poll, without another search.
                 let Some(min) = self.min_deadline() else {
                     break;
                 };
                 self.floor = min;
-                self.idle_since = min.saturating_sub(1).max(self.now);
+                self.idle_since = self.now;
                 if min > target {
                     break;
                 }
