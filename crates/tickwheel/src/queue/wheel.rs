@@ -8,52 +8,78 @@
 //!
 //! # Invariants
 //!
-//! * Every timer in a slot has an effective deadline `d > now`, and sits at level
-//!   [`level_for(now, d)`](level_for) — the level of the highest bit where `d` and `now`
-//!   differ — in slot [`slot_for(d, level)`](slot_for). So a timer's place is a function of its
-//!   deadline and `now`: nothing but the deadline is stored to find it again.
-//! * Every timer on the *ready* list has effective deadline `== now`, in firing order.
-//! * At level `L` every occupied slot lies strictly after `now`'s own slot, inside `now`'s
-//!   level-`L+1` block; so the lowest set bit of the lowest non-empty level's bitmap is the
-//!   earliest slot of all, found with one `trailing_zeros` a level.
+//! * Every timer in a slot has an effective deadline `d >= now`, and sits at level
+//!   `level_for(now, d)` — the level of the highest bit where `d` and `now`
+//!   differ — in slot `slot_for(d, level)`.
+//! * The level-0 slot of `now` itself holds exactly the timers due at `now` (the *ready*
+//!   slot), in firing order after a consumed prefix (`cursor`).
+//! * At level `L` every other occupied slot lies strictly after `now`'s own slot, inside
+//!   `now`'s level-`L+1` block; so the lowest set bit of the lowest non-empty level's bitmap
+//!   is the earliest slot of all, found with one `trailing_zeros` a level.
+//!
+//! # Storage: vectors of items, tombstones
+//!
+//! A slot is a vector of items in insertion order, an item being just the timer's
+//! [`TimerKey`] (8 bytes); the timer's slab entry records its deadline and which slot and
+//! position its *current* item is at. An item is valid only if its key is live and the entry
+//! points back at exactly that slot and position, so an item left behind by a removal or a
+//! reset is recognised as stale wherever it sits — it is never written to again. The
+//! hot operations then touch memory the way the hardware likes:
+//!
+//! * **remove** touches the entry and nothing else at random (the slot's live count is in
+//!   the small, cache-resident slot table); a linked list must also visit both neighbours.
+//! * **expire and cascade** read a slot's items front to back; the entries they touch are
+//!   known up front, so their cache misses overlap instead of forming a pointer chase.
+//!
+//! Stale items are bounded: a slot whose stale items outnumber its live ones by more than
+//! `COMPACT_SLACK` (32) is compacted in place (stable, so order is kept), amortized O(1) a
+//! removal; an emptied slot is cleared at once. A removed timer's slab entry and value are
+//! freed immediately. Slot vectors keep their capacity (no allocation in steady state) until
+//! [`shrink_to_fit`](TimerQueue::shrink_to_fit).
 //!
 //! # Expiry
 //!
-//! `poll_expired(t)` pops the ready list; when it is empty it finds the earliest slot. If the
+//! `poll_expired(t)` pops the ready slot; when it is empty it finds the earliest slot. If that
 //! slot starts after `t`, time jumps to `t` (O([`LEVELS`]) however large the gap). Otherwise
-//! time moves to the slot's start and the slot is emptied: at level 0 its timers are all due
-//! and the list becomes the ready list whole; at a higher level they *cascade* — each is
-//! re-linked by the rule above, which puts it on a lower level (or the ready list). Re-linking
-//! walks the list in order and appends, and the slots it lands in were empty, so insertion
-//! order within a deadline survives every cascade. A timer cascades at most once a level.
+//! time moves to the slot's start: a level-0 slot thereby becomes the ready slot; a
+//! higher slot *cascades* — each timer is re-linked by the rule above, onto a lower level or
+//! the ready slot. Re-linking walks the items in order and appends, and the slots it lands in
+//! were empty, so insertion order within a deadline survives every cascade. A timer cascades
+//! at most once a level.
 //!
 //! # Costs
 //!
-//! Insert, remove and reset are O(1): a few index writes in the slab and a bit in a bitmap.
-//! Memory a pending timer: its slab entry (deadline, two `u32` links, generation, value);
-//! the wheel itself is `LEVELS * SLOTS` list heads (5.6 KiB), allocated once.
+//! Insert, remove and reset are O(1) (amortized, for compaction). Memory a pending timer:
+//! an 8-byte item plus a slab entry of 20 bytes (deadline, slot, position, generation) and
+//! the value as `Option<T>`: 28 bytes, plus `T`'s tag where `T` has no niche, plus at most
+//! as much again in stale items awaiting compaction. The wheel itself is `LEVELS * SLOTS`
+//! slot headers (22 KiB), allocated once.
 
 use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::fmt;
 
 use super::slab::{Link, Slab, NIL};
 use super::{TimerKey, TimerQueue};
 
 /// Bits of the deadline resolved by one level.
-pub(crate) const LEVEL_BITS: u32 = 6;
+pub const LEVEL_BITS: u32 = 6;
 /// Slots a level: one per value of its [`LEVEL_BITS`] bits.
-pub(crate) const SLOTS: usize = 1 << LEVEL_BITS;
-/// Levels needed to cover all 64 bits of a tick.
-pub(crate) const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
+pub const SLOTS: usize = 1 << LEVEL_BITS;
+/// Levels needed to cover all 64 bits of a tick: `ceil(64 / LEVEL_BITS)`.
+pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
 /// Mask of a slot number.
 const SLOT_MASK: u64 = SLOTS as u64 - 1;
+/// Stale items a slot may hold beyond its live ones before it is compacted.
+const COMPACT_SLACK: usize = 32;
 
-/// The link of a wheel timer: its effective deadline and its neighbours in its list.
+/// A timer's entry link: its effective deadline and where its current item is — slot
+/// number (`level * SLOTS + slot`) and position in that slot.
 #[derive(Clone, Copy)]
 struct Node {
     deadline: u64,
-    next: u32,
-    prev: u32,
+    slot: u32,
+    pos: u32,
 }
 
 impl Link for Node {
@@ -61,71 +87,23 @@ impl Link for Node {
     fn vacant(next_free: u32) -> Node {
         Node {
             deadline: 0,
-            next: next_free,
-            prev: NIL,
+            slot: NIL,
+            pos: next_free,
         }
     }
 
     #[inline]
     fn next_free(&self) -> u32 {
-        self.next
+        self.pos
     }
 }
 
-/// A doubly linked list of slab entries, by index.
-#[derive(Clone, Copy)]
-struct List {
-    head: u32,
-    tail: u32,
-}
-
-impl List {
-    const EMPTY: List = List {
-        head: NIL,
-        tail: NIL,
-    };
-
-    #[inline]
-    fn push_back<T>(&mut self, slab: &mut Slab<Node, T>, index: u32) {
-        let node = slab.link_mut(index);
-        node.next = NIL;
-        node.prev = self.tail;
-        if self.tail == NIL {
-            self.head = index;
-        } else {
-            slab.link_mut(self.tail).next = index;
-        }
-        self.tail = index;
-    }
-
-    #[inline]
-    fn unlink<T>(&mut self, slab: &mut Slab<Node, T>, index: u32) {
-        let Node { next, prev, .. } = *slab.link(index);
-        if prev == NIL {
-            self.head = next;
-        } else {
-            slab.link_mut(prev).next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            slab.link_mut(next).prev = prev;
-        }
-    }
-}
-
-/// One level: a list per slot and a bitmap of the non-empty ones.
-#[derive(Clone, Copy)]
-struct Level {
-    occupied: u64,
-    slots: [List; SLOTS],
-}
-
-impl Level {
-    const EMPTY: Level = Level {
-        occupied: 0,
-        slots: [List::EMPTY; SLOTS],
-    };
+/// One slot: items in insertion order, some of them stale.
+#[derive(Default)]
+struct Slot {
+    items: Vec<TimerKey>,
+    /// Valid items (in the ready slot: valid and not yet consumed).
+    live: usize,
 }
 
 /// The level a timer due at `deadline` belongs on while the wheel is at `now`: the level
@@ -175,9 +153,12 @@ pub(crate) fn slot_start(now: u64, level: usize, slot: usize) -> u64 {
 /// ```
 pub struct Wheel<T> {
     slab: Slab<Node, T>,
-    levels: Box<[Level; LEVELS]>,
-    /// Timers due at `now`, in firing order.
-    ready: List,
+    /// `LEVELS * SLOTS` slots, level by level.
+    slots: Box<[Slot]>,
+    /// A bitmap of the occupied slots of each level.
+    occupied: [u64; LEVELS],
+    /// Items of the ready slot already consumed.
+    cursor: usize,
     now: u64,
 }
 
@@ -191,13 +172,14 @@ impl<T> Wheel<T> {
     pub fn with_start(tick: u64) -> Wheel<T> {
         Wheel {
             slab: Slab::new(),
-            levels: Box::new([Level::EMPTY; LEVELS]),
-            ready: List::EMPTY,
+            slots: (0..LEVELS * SLOTS).map(|_| Slot::default()).collect(),
+            occupied: [0; LEVELS],
+            cursor: 0,
             now: tick,
         }
     }
 
-    /// An empty wheel at tick 0 with room for `capacity` timers before it allocates.
+    /// An empty wheel at tick 0 with room for `capacity` timers before its slab allocates.
     pub fn with_capacity(capacity: usize) -> Wheel<T> {
         Wheel {
             slab: Slab::with_capacity(capacity),
@@ -205,101 +187,140 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// How many timers the wheel holds room for without allocating.
+    /// How many timers the slab holds room for without allocating.
     pub fn capacity(&self) -> usize {
         self.slab.capacity()
     }
 
-    /// Puts the timer at `index` where its deadline says (see the invariants).
+    /// The slot number of the ready slot (level 0, `now`'s slot).
     #[inline]
-    fn link(&mut self, index: u32) {
-        let deadline = self.slab.link(index).deadline;
-        if deadline <= self.now {
-            self.ready.push_back(&mut self.slab, index);
-            return;
-        }
-        let level = level_for(self.now, deadline);
-        let slot = slot_for(deadline, level);
-        let level = &mut self.levels[level];
-        level.slots[slot].push_back(&mut self.slab, index);
-        level.occupied |= 1 << slot;
+    fn ready_slot(&self) -> usize {
+        (self.now & SLOT_MASK) as usize
     }
 
-    /// Takes the timer at `index` out of its list.
+    /// Appends the timer `key` (at `index`) to the slot its effective deadline says.
+    #[inline]
+    fn link(&mut self, key: TimerKey, deadline: u64) {
+        let level = level_for(self.now, deadline);
+        let slot = slot_for(deadline, level);
+        let number = level * SLOTS + slot;
+        let target = &mut self.slots[number];
+        let pos = target.items.len();
+        target.items.push(key);
+        target.live += 1;
+        self.occupied[level] |= 1 << slot;
+        *self.slab.link_mut(key.index()) = Node {
+            deadline,
+            slot: number as u32,
+            pos: pos as u32,
+        };
+    }
+
+    /// Whether the item at `pos` of slot `number` is the current item of a live timer;
+    /// its slab index if so.
+    #[inline]
+    fn valid(&self, key: TimerKey, number: usize, pos: usize) -> Option<u32> {
+        let index = self.slab.find(key)?;
+        let node = self.slab.link(index);
+        (node.slot as usize == number && node.pos as usize == pos).then_some(index)
+    }
+
+    /// Detaches the timer at `index` from its slot; its item goes stale where it is.
     #[inline]
     fn unlink(&mut self, index: u32) {
-        let deadline = self.slab.link(index).deadline;
-        if deadline <= self.now {
-            self.ready.unlink(&mut self.slab, index);
-            return;
-        }
-        let level = level_for(self.now, deadline);
-        let slot = slot_for(deadline, level);
-        let level = &mut self.levels[level];
-        let list = &mut level.slots[slot];
-        list.unlink(&mut self.slab, index);
-        if list.head == NIL {
-            level.occupied &= !(1 << slot);
+        let number = self.slab.link(index).slot as usize;
+        let target = &mut self.slots[number];
+        target.live -= 1;
+        if target.live == 0 {
+            self.clear_slot(number);
+        } else if target.items.len() > 2 * target.live + COMPACT_SLACK {
+            // Counts the ready slot's consumed prefix as garbage too: compaction drops it.
+            self.compact(number);
         }
     }
 
-    /// The earliest non-empty (level, slot), if any.
+    /// Empties a slot that holds no live timer (keeping its capacity).
+    #[inline]
+    fn clear_slot(&mut self, number: usize) {
+        self.slots[number].items.clear();
+        self.slots[number].live = 0;
+        self.occupied[number / SLOTS] &= !(1 << (number % SLOTS));
+        if number == self.ready_slot() {
+            self.cursor = 0;
+        }
+    }
+
+    /// Drops a slot's stale items (and, for the ready slot, its consumed prefix), keeping
+    /// the order of the rest.
+    fn compact(&mut self, number: usize) {
+        let start = if number == self.ready_slot() {
+            core::mem::take(&mut self.cursor)
+        } else {
+            0
+        };
+        let mut items = core::mem::take(&mut self.slots[number].items);
+        let mut kept = 0;
+        for read in start..items.len() {
+            let key = items[read];
+            if let Some(index) = self.valid(key, number, read) {
+                items[kept] = key;
+                self.slab.link_mut(index).pos = kept as u32;
+                kept += 1;
+            }
+        }
+        items.truncate(kept);
+        self.slots[number].items = items;
+    }
+
+    /// The earliest occupied (level, slot), if any.
     #[inline]
     fn next_occupied(&self) -> Option<(usize, usize)> {
-        self.levels
-            .iter()
-            .position(|level| level.occupied != 0)
-            .map(|l| (l, self.levels[l].occupied.trailing_zeros() as usize))
+        let level = self.occupied.iter().position(|&bits| bits != 0)?;
+        Some((level, self.occupied[level].trailing_zeros() as usize))
     }
 
-    /// Empties a slot that `now` has just reached: level 0 becomes the ready list, a higher
-    /// level cascades its timers to lower levels, in order.
-    fn expire_slot(&mut self, level: usize, slot: usize) {
-        debug_assert!(self.ready.head == NIL);
-        let lvl = &mut self.levels[level];
-        let list = core::mem::replace(&mut lvl.slots[slot], List::EMPTY);
-        lvl.occupied &= !(1 << slot);
-        if level == 0 {
-            self.ready = list;
-            return;
+    /// Moves the timers of a higher-level slot that `now` has just reached down the wheel.
+    fn cascade(&mut self, number: usize) {
+        let mut items = core::mem::take(&mut self.slots[number].items);
+        self.slots[number].live = 0;
+        self.occupied[number / SLOTS] &= !(1 << (number % SLOTS));
+        for (pos, &key) in items.iter().enumerate() {
+            if let Some(index) = self.valid(key, number, pos) {
+                let deadline = self.slab.link(index).deadline;
+                self.link(key, deadline);
+            }
         }
-        let mut index = list.head;
-        while index != NIL {
-            let next = self.slab.link(index).next;
-            self.link(index);
-            index = next;
-        }
+        // Hand the emptied vector back so its capacity is reused.
+        items.clear();
+        self.slots[number].items = items;
     }
 
-    /// Removes and returns the first ready timer.
+    /// Removes and returns the next timer of the ready slot.
     #[inline]
     fn pop_ready(&mut self) -> Option<(TimerKey, T)> {
-        let index = self.ready.head;
-        if index == NIL {
-            return None;
+        let number = self.ready_slot();
+        while let Some(&key) = self.slots[number].items.get(self.cursor) {
+            let pos = self.cursor;
+            self.cursor += 1;
+            let Some(index) = self.valid(key, number, pos) else {
+                continue;
+            };
+            let ready = &mut self.slots[number];
+            ready.live -= 1;
+            if ready.live == 0 {
+                self.clear_slot(number);
+            }
+            return Some((key, self.slab.remove(index)));
         }
-        let next = self.slab.link(index).next;
-        self.ready.head = next;
-        if next == NIL {
-            self.ready.tail = NIL;
-        } else {
-            self.slab.link_mut(next).prev = NIL;
-        }
-        let key = self.slab.key(index);
-        Some((key, self.slab.remove(index)))
+        None
     }
 }
 
 impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let node = Node {
-            deadline: deadline.max(self.now),
-            next: NIL,
-            prev: NIL,
-        };
-        let (index, key) = self.slab.insert(node, value);
-        self.link(index);
+        let (_, key) = self.slab.insert(Node::vacant(NIL), value);
+        self.link(key, deadline.max(self.now));
         key
     }
 
@@ -316,14 +337,15 @@ impl<T> TimerQueue<T> for Wheel<T> {
             return false;
         };
         self.unlink(index);
-        self.slab.link_mut(index).deadline = deadline.max(self.now);
-        self.link(index);
+        self.link(key, deadline.max(self.now));
         true
     }
 
     #[inline]
     fn deadline(&self, key: TimerKey) -> Option<u64> {
-        self.slab.find(key).map(|i| self.slab.link(i).deadline)
+        self.slab
+            .find(key)
+            .map(|index| self.slab.link(index).deadline)
     }
 
     #[inline]
@@ -337,9 +359,6 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     fn next_expiration(&self) -> Option<u64> {
-        if self.ready.head != NIL {
-            return Some(self.now);
-        }
         self.next_occupied()
             .map(|(level, slot)| slot_start(self.now, level, slot))
     }
@@ -365,12 +384,20 @@ impl<T> TimerQueue<T> for Wheel<T> {
                 return None;
             }
             self.now = start;
-            self.expire_slot(level, slot);
+            if level > 0 {
+                self.cascade(level * SLOTS + slot);
+            }
         }
     }
 
     fn shrink_to_fit(&mut self) {
         self.slab.shrink_to_fit();
+        for number in 0..self.slots.len() {
+            if self.slots[number].live > 0 {
+                self.compact(number);
+            }
+            self.slots[number].items.shrink_to_fit();
+        }
     }
 }
 

@@ -1,0 +1,149 @@
+//! [`Builder`]: the knobs of a [`TimerService`].
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use super::flavor::QueueFlavor;
+use super::TimerService;
+use crate::time::{Clock, MonotonicClock, MAX_RESOLUTION, MIN_RESOLUTION};
+use std::sync::Arc;
+
+/// Configures and starts a [`TimerService`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tickwheel::service::{QueueFlavor, TimerService};
+///
+/// let service = TimerService::builder()
+///     .resolution(Duration::from_micros(100))
+///     .queue(QueueFlavor::Wheel)
+///     .worker_threads(2)
+///     .max_pending(1_000_000)
+///     .build()
+///     .unwrap();
+/// assert_eq!(service.resolution(), Duration::from_micros(100));
+/// ```
+pub struct Builder {
+    pub(crate) resolution: Duration,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) flavor: QueueFlavor,
+    pub(crate) workers: Option<usize>,
+    pub(crate) shards: Option<usize>,
+    pub(crate) cap: Option<usize>,
+    pub(crate) on_panic: Option<super::worker::PanicHandler>,
+    pub(crate) name: String,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            resolution: Duration::from_millis(1),
+            clock: Arc::new(MonotonicClock),
+            flavor: QueueFlavor::Wheel,
+            workers: None,
+            shards: None,
+            cap: None,
+            on_panic: None,
+            name: "tickwheel".into(),
+        }
+    }
+}
+
+impl Builder {
+    /// The length of a tick, from 1 µs to 1 s (default 1 ms). Deadlines round up to it.
+    /// `build` fails with `InvalidInput` outside that range.
+    pub fn resolution(mut self, resolution: Duration) -> Self {
+        self.resolution = resolution;
+        self
+    }
+
+    /// The clock (default [`MonotonicClock`]). With a virtual clock such as
+    /// [`ManualClock`](crate::time::ManualClock) the service fires timers only when the clock
+    /// moves.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The queue each shard keeps its timers in (default [`QueueFlavor::Wheel`]).
+    pub fn queue(mut self, flavor: QueueFlavor) -> Self {
+        self.flavor = flavor;
+        self
+    }
+
+    /// Threads that run callbacks (default: available cores). `build` fails with
+    /// `InvalidInput` for 0.
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// Queue shards (rounded up to a power of two; default: twice the available cores). Each
+    /// thread schedules into one shard, so producers on different shards never share a lock.
+    /// `build` fails with `InvalidInput` for 0.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// A cap on pending timers: [`try_schedule`](TimerService::try_schedule) fails with
+    /// [`ScheduleError::Full`](super::ScheduleError::Full) at the cap. The count is one atomic
+    /// shared by all producers, so a cap costs some multi-thread throughput.
+    pub fn max_pending(mut self, cap: usize) -> Self {
+        self.cap = Some(cap);
+        self
+    }
+
+    /// Called on the worker with the payload of every panicking callback, after it has been
+    /// caught and counted (the standard panic hook has already printed it). A panic in the
+    /// handler itself is caught and ignored.
+    pub fn on_panic(mut self, handler: impl Fn(&(dyn Any + Send)) + Send + Sync + 'static) -> Self {
+        self.on_panic = Some(Arc::new(handler));
+        self
+    }
+
+    /// The prefix of the service's thread names (default `tickwheel`).
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Starts the timer thread and the workers.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a resolution outside 1 µs..=1 s or zero workers or shards; the OS
+    /// error if a thread cannot be spawned (threads already started are stopped again).
+    pub fn build(self) -> io::Result<TimerService> {
+        let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+        if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&self.resolution) {
+            return Err(invalid("tickwheel: resolution must be within 1 µs..=1 s"));
+        }
+        if self.workers == Some(0) || self.shards == Some(0) {
+            return Err(invalid(
+                "tickwheel: worker_threads and shards must be at least 1",
+            ));
+        }
+        TimerService::start(self)
+    }
+}
+
+/// The default for worker threads: the available cores.
+pub(crate) fn default_parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("resolution", &self.resolution)
+            .field("clock", &self.clock)
+            .field("flavor", &self.flavor)
+            .field("workers", &self.workers)
+            .field("shards", &self.shards)
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}

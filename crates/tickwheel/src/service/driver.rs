@@ -1,0 +1,137 @@
+//! [`Shared`]: the state of one service, and the timer thread's loop.
+//!
+//! # The timer thread
+//!
+//! It drains every shard whose published earliest tick is due, hands the callbacks to the
+//! workers and runs internal notifications, then sleeps until the earliest tick over all
+//! shards — `park_timeout` to that tick's start instant on a real clock, `park` with no timeout
+//! on a virtual one (the clock's listener unparks it on every move). It is unparked early only
+//! by an insert that lowers a shard's earliest tick below its sleep target (see
+//! [`core`](super::core)), by a virtual clock moving, and by shutdown. Nothing pending means
+//! `park()` forever: an idle service uses no CPU.
+//!
+//! # Deadline order across shards
+//!
+//! Drains are serialised by the `drain` lock (the timer thread and `settle` callers both
+//! drain). One drain collects every due timer of every shard at one `now`, each shard's in
+//! (deadline, insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort
+//! merges those sorted runs in O(n log shards)). Callbacks are therefore handed out ordered by
+//! (deadline tick, shard index, insertion order within the shard). A thread always schedules
+//! into the same shard, so one thread's timers keep their schedule order at equal deadlines;
+//! timers of *different* threads at the same tick have no defined order between them (there is
+//! no global sequence counter — it would be one contended cache line on the hot path).
+
+use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::thread;
+
+use super::core::{Core, AWAKE};
+use super::shard::{Drained, Expiry, Shard};
+use super::worker::{Dispatch, PanicHandler, WorkerStats};
+use crate::sync::{lock, Arc, Mutex};
+
+pub(crate) struct Shared {
+    pub(crate) core: Arc<Core>,
+    /// A power of two of shards; a thread uses `shards[thread_index & mask]`.
+    pub(crate) shards: Box<[Arc<Shard>]>,
+    pub(crate) dispatch: Dispatch,
+    /// Serialises drains; holds their scratch buffers.
+    drain: Mutex<Drained>,
+    pub(crate) worker_stats: Box<[WorkerStats]>,
+    pub(crate) on_panic: Option<PanicHandler>,
+    /// Internal notifications run on the timer thread.
+    pub(crate) notified: StdAtomicU64,
+    pub(crate) discarded: StdAtomicU64,
+    pub(crate) stopping: AtomicBool,
+    /// The clock moves only by jumps (it told us so when we subscribed).
+    pub(crate) virtual_clock: bool,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        shards: Box<[Arc<Shard>]>,
+        workers: usize,
+        on_panic: Option<PanicHandler>,
+        virtual_clock: bool,
+    ) -> Shared {
+        Shared {
+            core,
+            shards,
+            dispatch: Dispatch::new(workers),
+            drain: Mutex::new(Drained::default()),
+            worker_stats: (0..workers).map(|_| WorkerStats::default()).collect(),
+            on_panic,
+            notified: StdAtomicU64::new(0),
+            discarded: StdAtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            virtual_clock,
+        }
+    }
+
+    /// The earliest published tick over all shards.
+    pub(crate) fn earliest(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.earliest())
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Takes every timer due at `now` out of every shard and hands it on; returns how many.
+    pub(crate) fn drain_due(&self, now: u64) -> usize {
+        let mut scratch = lock(&self.drain);
+        let mut n = 0;
+        for shard in self.shards.iter() {
+            if shard.earliest() <= now {
+                n += shard.drain(now, &mut scratch);
+            }
+        }
+        if n == 0 {
+            return 0;
+        }
+        // Each shard's run is sorted; a stable sort merges the runs.
+        scratch.jobs.sort_by_key(|job| job.deadline);
+        let notifies = scratch.notifies.len();
+        for target in scratch.notifies.drain(..) {
+            target.expire(Expiry::Fired);
+        }
+        self.notified
+            .fetch_add(notifies as u64, StdOrdering::Relaxed);
+        self.dispatch.push(&mut scratch.jobs);
+        n
+    }
+
+    /// The timer thread's loop; returns at shutdown.
+    pub(crate) fn run_driver(&self) {
+        self.core.set_driver(thread::current());
+        while !self.stopping.load(StdOrdering::Acquire) {
+            let now = self.core.now_tick();
+            self.drain_due(now);
+            let next = self.earliest();
+            if next <= now {
+                continue;
+            }
+            self.core.set_sleeping_until(next);
+            // Re-read after publishing the target: an insert that missed it is seen here.
+            if self.earliest() >= next && !self.stopping.load(StdOrdering::Acquire) {
+                self.sleep_towards(next);
+            }
+            self.core.set_sleeping_until(AWAKE);
+        }
+    }
+
+    fn sleep_towards(&self, tick: u64) {
+        if self.virtual_clock {
+            return thread::park();
+        }
+        match self.core.ticks.instant_of(tick) {
+            None => thread::park(),
+            Some(at) => {
+                let now = self.core.clock.now();
+                if at > now {
+                    thread::park_timeout(at - now);
+                }
+            }
+        }
+    }
+}

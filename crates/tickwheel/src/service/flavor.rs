@@ -1,0 +1,86 @@
+//! [`QueueFlavor`] and [`AnyQueue`]: the queue behind each shard, chosen at build time.
+//!
+//! An enum rather than `Box<dyn TimerQueue>`: the match is a predictable branch the compiler
+//! can inline through, where a virtual call on the schedule hot path is not.
+
+use crate::queue::{HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
+
+/// Which [`TimerQueue`] implementation a service keeps its timers in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QueueFlavor {
+    /// The hierarchical [`Wheel`]: O(1) everything, exact firing ticks. The default.
+    #[default]
+    Wheel,
+    /// The indexed 4-ary [`Heap`]: O(log n), compact.
+    Heap,
+    /// The single-level [`HashedWheel`].
+    HashedWheel,
+}
+
+/// One queue of whichever flavor.
+pub(crate) enum AnyQueue<T> {
+    Wheel(Wheel<T>),
+    Heap(Heap<T>),
+    Hashed(HashedWheel<T>),
+}
+
+macro_rules! each {
+    ($self:expr, $q:ident => $body:expr) => {
+        match $self {
+            AnyQueue::Wheel($q) => $body,
+            AnyQueue::Heap($q) => $body,
+            AnyQueue::Hashed($q) => $body,
+        }
+    };
+}
+
+impl<T> AnyQueue<T> {
+    pub(crate) fn new(flavor: QueueFlavor) -> AnyQueue<T> {
+        match flavor {
+            QueueFlavor::Wheel => AnyQueue::Wheel(Wheel::new()),
+            QueueFlavor::Heap => AnyQueue::Heap(Heap::new()),
+            QueueFlavor::HashedWheel => AnyQueue::Hashed(HashedWheel::new()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
+        each!(self, q => q.insert(deadline, value))
+    }
+
+    #[inline]
+    pub(crate) fn remove(&mut self, key: TimerKey) -> Option<T> {
+        each!(self, q => q.remove(key))
+    }
+
+    #[inline]
+    pub(crate) fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
+        each!(self, q => q.reset(key, deadline))
+    }
+
+    #[inline]
+    pub(crate) fn deadline(&self, key: TimerKey) -> Option<u64> {
+        each!(self, q => q.deadline(key))
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        each!(self, q => q.len())
+    }
+
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        each!(self, q => q.now())
+    }
+
+    #[inline]
+    pub(crate) fn next_expiration(&self) -> Option<u64> {
+        each!(self, q => q.next_expiration())
+    }
+
+    #[inline]
+    pub(crate) fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
+        each!(self, q => q.poll_expired(now))
+    }
+}

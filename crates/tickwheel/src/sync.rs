@@ -1,0 +1,79 @@
+//! The synchronisation primitives of the `std` layers, from `std` or from [loom].
+//!
+//! Every lock, condition variable and atomic that the service (and the futures built on it)
+//! shares between threads is imported from here, never from `std::sync` directly, so that
+//! building with `RUSTFLAGS="--cfg loom"` swaps them all for loom's model-checked versions.
+//! [`model`] runs a test body once under plain `std`, or under every interleaving loom
+//! explores with `--cfg loom`:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p tickwheel --release --lib loom
+//! ```
+//!
+//! Locks here never poison: [`lock`] and [`wait`] recover the guard of a lock whose holder
+//! panicked. No code of ours panics while holding a lock, and user callbacks never run under
+//! one, so the data behind a recovered guard is consistent.
+//!
+//! [loom]: https://docs.rs/loom
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{
+    atomic::{AtomicU64, AtomicUsize, Ordering},
+    Arc, Condvar, Mutex, MutexGuard,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{
+    atomic::{AtomicU64, AtomicUsize, Ordering},
+    Arc, Condvar, Mutex, MutexGuard,
+};
+
+/// Locks `mutex`, recovering the guard if a previous holder panicked.
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits on `condvar`, recovering the guard if a previous holder panicked.
+#[inline]
+pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).
+///
+/// Tests of concurrent code call this instead of running their body directly, so one test
+/// serves both builds; spawn threads with [`spawn`] inside it.
+#[cfg(test)]
+pub(crate) fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    #[cfg(loom)]
+    loom::model(f);
+    #[cfg(not(loom))]
+    f();
+}
+
+/// Spawns a thread: a loom thread under `--cfg loom`, a std thread otherwise.
+#[cfg(test)]
+pub(crate) fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    #[cfg(loom)]
+    return loom::thread::spawn(f);
+    #[cfg(not(loom))]
+    return std::thread::spawn(f);
+}
+
+/// The join handle [`spawn`] returns.
+#[cfg(all(test, loom))]
+pub(crate) type JoinHandle<T> = loom::thread::JoinHandle<T>;
+/// The join handle [`spawn`] returns.
+#[cfg(all(test, not(loom)))]
+pub(crate) type JoinHandle<T> = std::thread::JoinHandle<T>;

@@ -1,0 +1,443 @@
+//! Deterministic service tests on a `ManualClock`: move the clock, `settle()`, observe.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tickwheel::service::{QueueFlavor, TimerHandle, TimerService};
+use tickwheel::time::ManualClock;
+
+/// SplitMix64: a small seeded generator, so every run sees the same timers.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const TIMERS: usize = 100_000;
+const PRODUCERS: usize = 4;
+/// Delays are uniform in [0, MAX_DELAY_US] µs; the resolution is 1 ms.
+const MAX_DELAY_US: u64 = 2_000_000;
+
+/// What one timer must do, and what it did.
+struct Plan {
+    delay: Vec<Duration>,
+    producer: Vec<u8>,
+    fired: Vec<AtomicU32>,
+    early: AtomicUsize,
+    /// Ids in the order their callbacks ran.
+    order: Mutex<Vec<u32>>,
+}
+
+fn plan(seed: u64) -> Arc<Plan> {
+    let mut rng = Rng(seed);
+    Arc::new(Plan {
+        delay: (0..TIMERS)
+            .map(|_| Duration::from_micros(rng.below(MAX_DELAY_US + 1)))
+            .collect(),
+        producer: (0..TIMERS).map(|i| (i % PRODUCERS) as u8).collect(),
+        fired: (0..TIMERS).map(|_| AtomicU32::new(0)).collect(),
+        early: AtomicUsize::new(0),
+        order: Mutex::new(Vec::with_capacity(TIMERS)),
+    })
+}
+
+/// Schedules every timer of `plan` from `PRODUCERS` threads; returns the handles by id.
+fn schedule_all(
+    service: &Arc<TimerService>,
+    clock: &ManualClock,
+    plan: &Arc<Plan>,
+) -> Vec<TimerHandle> {
+    let start = clock.now();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (service, clock, plan) = (service.clone(), clock.clone(), plan.clone());
+            thread::spawn(move || {
+                let mut handles = Vec::new();
+                for id in (p..TIMERS).step_by(PRODUCERS) {
+                    let due = start + plan.delay[id];
+                    let (plan2, clock2) = (plan.clone(), clock.clone());
+                    let h = service.schedule(plan.delay[id], move || {
+                        if clock2.now() < due {
+                            plan2.early.fetch_add(1, Ordering::SeqCst);
+                        }
+                        plan2.fired[id].fetch_add(1, Ordering::SeqCst);
+                        plan2.order.lock().unwrap().push(id as u32);
+                    });
+                    handles.push((id, h));
+                }
+                handles
+            })
+        })
+        .collect();
+    let mut all: Vec<_> = producers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
+    all.sort_by_key(|(id, _)| *id);
+    all.into_iter().map(|(_, h)| h).collect()
+}
+
+/// The tick (1 ms) a delay rounds up to when scheduled at the service's origin.
+fn tick_of(delay: Duration) -> u64 {
+    (delay.as_micros() as u64).div_ceil(1_000)
+}
+
+fn run_random_deadlines(workers: usize, flavor: QueueFlavor, seed: u64) {
+    let clock = ManualClock::new();
+    let service = Arc::new(
+        TimerService::builder()
+            .clock(clock.clone())
+            .queue(flavor)
+            .worker_threads(workers)
+            .build()
+            .unwrap(),
+    );
+    let plan = plan(seed);
+    let handles = schedule_all(&service, &clock, &plan);
+    assert_eq!(service.stats().pending, TIMERS);
+
+    let mut rng = Rng(seed ^ 0xdead);
+    let mut cancel_result = vec![None; TIMERS];
+    let start = clock.now();
+    while clock.elapsed() <= Duration::from_micros(MAX_DELAY_US + 1_000) {
+        // Cancel a few random timers between moves; some have fired already.
+        for _ in 0..100 {
+            let id = rng.below(TIMERS as u64) as usize;
+            if cancel_result[id].is_none() {
+                cancel_result[id] = Some(handles[id].cancel());
+            }
+        }
+        clock.advance(Duration::from_micros(rng.below(20_000)));
+        service.settle();
+        // Exactly the timers due by now and not cancelled have run, once.
+        let now = clock.now() - start;
+        for (id, fired) in plan.fired.iter().enumerate() {
+            let fired = fired.load(Ordering::SeqCst);
+            let due = plan.delay[id] <= now;
+            let cancelled = cancel_result[id] == Some(true);
+            let expected = u32::from(due && !cancelled);
+            // A timer due mid-tick fires at the tick's end: allow "due" by the tick.
+            let due_by_tick = tick_of(plan.delay[id]) <= (now.as_micros() as u64) / 1_000;
+            if due_by_tick == due {
+                assert_eq!(fired, expected, "timer {id} at {now:?}");
+            } else {
+                assert_eq!(fired, 0, "timer {id} fired before its tick");
+            }
+        }
+    }
+    assert_eq!(plan.early.load(Ordering::SeqCst), 0, "a callback ran early");
+    // cancel() returned true exactly for the callbacks that never ran.
+    for (id, result) in cancel_result.iter().enumerate() {
+        let fired = plan.fired[id].load(Ordering::SeqCst);
+        match result {
+            Some(true) => assert_eq!(fired, 0, "cancelled timer {id} ran"),
+            Some(false) | None => assert_eq!(fired, 1, "timer {id} lost or doubled"),
+        }
+    }
+    let order = plan.order.lock().unwrap();
+    if workers == 1 {
+        check_order(&plan, &order);
+    }
+    let stats = service.stats();
+    let cancelled = cancel_result.iter().filter(|r| **r == Some(true)).count();
+    assert_eq!(stats.pending, 0);
+    assert_eq!(stats.cancelled as usize, cancelled);
+    assert_eq!(stats.fired as usize, TIMERS - cancelled);
+    assert_eq!(stats.scheduled as usize, TIMERS);
+    assert_eq!(stats.lateness.count() as usize, TIMERS - cancelled);
+}
+
+/// Ids ran in deadline-tick order; at equal ticks, one producer's in schedule order.
+fn check_order(plan: &Plan, order: &[u32]) {
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0] as usize, pair[1] as usize);
+        let (ta, tb) = (tick_of(plan.delay[a]), tick_of(plan.delay[b]));
+        assert!(ta <= tb, "timer {a} (tick {ta}) ran before {b} (tick {tb})");
+        if ta == tb && plan.producer[a] == plan.producer[b] {
+            assert!(a < b, "same tick, same producer: {a} scheduled after {b}");
+        }
+    }
+}
+
+#[test]
+fn hundred_thousand_timers_from_four_threads_fire_once_in_order_never_early() {
+    run_random_deadlines(1, QueueFlavor::Wheel, 1);
+}
+
+#[test]
+fn hundred_thousand_timers_with_four_workers_fire_once_never_early() {
+    run_random_deadlines(4, QueueFlavor::Wheel, 2);
+}
+
+#[test]
+fn duration_max_and_far_future_never_fire_and_never_overflow() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .resolution(Duration::from_micros(1))
+        .build()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f = |fired: &Arc<AtomicUsize>| {
+        let fired = fired.clone();
+        move || {
+            fired.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let never = service.schedule(Duration::MAX, f(&fired));
+    // 2^64 µs (585 000 years) is past the tick range at 1 µs: "never".
+    let beyond = clock
+        .now()
+        .checked_add(Duration::from_secs(600_000 * 365 * 86_400));
+    let beyond = beyond.map(|at| service.schedule_at(at, f(&fired)));
+    // 100 years is in range: it must fire once the clock gets there.
+    let century = service.schedule(Duration::from_secs(100 * 365 * 86_400), f(&fired));
+    assert_eq!(never.deadline(), None);
+    assert!(century.deadline().is_some());
+    for _ in 0..3 {
+        clock.advance(Duration::MAX);
+        service.settle();
+    }
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        1,
+        "only the century timer fires"
+    );
+    assert!(!century.is_pending());
+    assert!(never.is_pending());
+    assert!(never.cancel());
+    if let Some(beyond) = beyond {
+        assert!(beyond.is_pending());
+        assert!(beyond.cancel());
+    }
+    // A past instant fires at once.
+    service.schedule_at(clock.now() - Duration::from_secs(1), f(&fired));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn sub_tick_delay_waits_one_tick() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f2 = fired.clone();
+    let h = service.schedule(Duration::from_nanos(1), move || {
+        f2.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_eq!(
+        h.deadline(),
+        Some(service.ticks().origin() + Duration::from_millis(1))
+    );
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    clock.advance(Duration::from_micros(999));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    clock.advance(Duration::from_micros(1));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn reset_moves_a_pending_timer_and_fails_after_it_fired() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f2 = fired.clone();
+    let h = service.schedule(Duration::from_millis(10), move || {
+        f2.fetch_add(1, Ordering::SeqCst);
+    });
+    assert!(h.reset(Duration::from_millis(20)));
+    clock.advance(Duration::from_millis(15));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 0);
+    assert!(h.reset_at(clock.now() + Duration::from_millis(1)));
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+    assert!(
+        !h.reset(Duration::from_millis(1)),
+        "a fired timer is not re-armed"
+    );
+    assert!(!h.cancel());
+    clock.advance(Duration::from_secs(1));
+    service.settle();
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn wait_returns_when_fired_or_cancelled() {
+    let clock = ManualClock::new();
+    let service = Arc::new(
+        TimerService::builder()
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let a = Arc::new(service.schedule(Duration::from_millis(5), || {}));
+    let b = Arc::new(service.schedule(Duration::from_millis(5), || {}));
+    let waiters: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|h| thread::spawn(move || h.wait()))
+        .collect();
+    // Let the waiters register (not required for correctness: wait on a
+    // no-longer-pending timer returns at once).
+    thread::yield_now();
+    assert!(b.cancel());
+    clock.advance(Duration::from_millis(5));
+    service.settle();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert!(!a.is_pending() && !b.is_pending());
+}
+
+#[test]
+fn try_schedule_respects_the_cap() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .max_pending(3)
+        .build()
+        .unwrap();
+    let hs: Vec<_> = (0..3)
+        .map(|i| {
+            service
+                .try_schedule(Duration::from_millis(i + 1), || {})
+                .unwrap()
+        })
+        .collect();
+    let err = service
+        .try_schedule(Duration::from_millis(1), || {})
+        .unwrap_err();
+    assert_eq!(err, tickwheel::service::ScheduleError::Full);
+    assert!(hs[2].cancel());
+    assert!(service
+        .try_schedule(Duration::from_millis(9), || {})
+        .is_ok());
+    assert!(service
+        .try_schedule(Duration::from_millis(9), || {})
+        .is_err());
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    assert!(service
+        .try_schedule(Duration::from_millis(9), || {})
+        .is_ok());
+}
+
+struct DropFlag(Arc<AtomicUsize>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn shutdown_discards_pending_timers_and_joins() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..10)
+        .map(|i| {
+            let (flag, ran) = (DropFlag(dropped.clone()), ran.clone());
+            service.schedule(Duration::from_millis(i), move || {
+                let _keep = flag;
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    service.settle(); // the 0 ms timer runs
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    service.shutdown();
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        10,
+        "every closure dropped, none leaked"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert!(handles.iter().all(|h| !h.is_pending() && !h.cancel()));
+    handles[5].wait();
+    assert_eq!(service.stats().discarded, 9);
+    let late = service.schedule(Duration::ZERO, || unreachable!());
+    assert!(!late.is_pending());
+    let err = service.try_schedule(Duration::ZERO, || {}).unwrap_err();
+    assert_eq!(err, tickwheel::service::ScheduleError::ShutDown);
+    service.shutdown(); // idempotent
+}
+
+#[test]
+fn callbacks_can_schedule_and_settle_waits_for_them() {
+    let clock = ManualClock::new();
+    let service = Arc::new(
+        TimerService::builder()
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (s2, h2) = (Arc::downgrade(&service), hits.clone());
+    service.schedule(Duration::from_millis(1), move || {
+        let h3 = h2.clone();
+        if let Some(s) = s2.upgrade() {
+            s.schedule(Duration::ZERO, move || {
+                h3.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        h2.fetch_add(1, Ordering::SeqCst);
+    });
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn stats_count_and_high_water() {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let hs: Vec<_> = (0..100)
+        .map(|i| service.schedule(Duration::from_millis(i % 10 + 1), || {}))
+        .collect();
+    assert_eq!(service.stats().pending, 100);
+    for h in &hs[..10] {
+        assert!(h.cancel());
+    }
+    clock.advance(Duration::from_millis(10));
+    service.settle();
+    let stats = service.stats();
+    assert_eq!((stats.pending, stats.high_water), (0, 100));
+    assert_eq!(
+        (stats.scheduled, stats.cancelled, stats.fired),
+        (100, 10, 90)
+    );
+    // On a manual clock advanced past every deadline at once, lateness is what the clock says.
+    assert_eq!(stats.lateness.count(), 90);
+    assert!(stats.lateness.max() <= Duration::from_millis(9));
+    let _ = Instant::now();
+}
