@@ -214,6 +214,19 @@ fn huge_jumps_return_promptly<F: Flavor>() {
     assert_eq!(drain(&mut q, u64::MAX), (0..64).collect::<Vec<_>>());
 }
 
+fn far_timer_after_a_cancelled_near_one<F: Flavor>() {
+    // Regression (HashedWheel): a minimum search, then a near timer that lowers the floor and
+    // is cancelled, must not leave the wheel visiting one slot per revolution up to 2^60.
+    let mut q = F::make();
+    q.insert(1 << 60, "far");
+    q.insert(10, "first");
+    assert_eq!(drain(&mut q, 5_000), ["first"]);
+    let near = q.insert(5_005, "near");
+    assert_eq!(q.remove(near), Some("near"));
+    assert_eq!(poll(&mut q, (1 << 60) - 1), None);
+    assert_eq!(poll(&mut q, 1 << 60), Some("far"));
+}
+
 fn inserting_from_inside_a_drain<F: Flavor>() {
     let mut q = F::make();
     q.insert(10, "a");
@@ -400,6 +413,7 @@ macro_rules! suite {
                 keys_are_never_reissued,
                 poll_behind_now_changes_nothing,
                 huge_jumps_return_promptly,
+                far_timer_after_a_cancelled_near_one,
                 inserting_from_inside_a_drain,
                 dropping_a_drain_early_keeps_the_rest,
                 next_expiration_is_a_lower_bound,

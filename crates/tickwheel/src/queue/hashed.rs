@@ -54,12 +54,6 @@ use super::{TimerKey, TimerQueue};
 use alloc::vec;
 use alloc::vec::Vec;
 
-/// Slots of [`HashedWheel::new`] (Netty's default `ticksPerWheel`).
-pub const DEFAULT_SLOTS: usize = 512;
-
-/// The most slots a wheel may have (2^24: 128 MiB of list heads); larger requests are clamped.
-pub const MAX_SLOTS: usize = 1 << 24;
-
 /// Bits in one bitmap word.
 const WORD_BITS: usize = u64::BITS as usize;
 
@@ -112,8 +106,20 @@ enum Place {
 /// A hashed timing wheel: one level of `slots` lists, O(1) insert, remove and reset.
 ///
 /// Keeps the [`TimerQueue`] contract exactly (same firing order as [`Wheel`](super::Wheel) and
-/// [`Heap`](super::Heap)); see the [module docs](self) for how it works and when to prefer the
-/// hierarchical wheel.
+/// [`Heap`](super::Heap)). A timer with deadline `d` waits in slot `d mod slots`; each tick
+/// walks one slot and fires the timers due at it, leaving those that are whole revolutions away
+/// (Varghese & Lauck scheme 6, Netty's `HashedWheelTimer`).
+///
+/// # Trade-offs against [`Wheel`](super::Wheel)
+///
+/// * Expiry walks a whole slot, timers rounds away included: about `n / slots` entries a tick
+///   when timers span more than one revolution. Size `slots` to the usual timeout span; the
+///   hierarchical wheel touches a timer at most once a level whatever the span.
+/// * A revolution that fires nothing costs an O(n) search for the earliest deadline (so huge
+///   time jumps stay prompt); the hierarchical wheel finds it in O(levels).
+/// * [`next_expiration`](TimerQueue::next_expiration) is a lower bound that may name a tick at
+///   which nothing is due (the next occupied slot); it becomes exact after such a search.
+/// * In exchange it is simpler: no cascading, a timer never moves until it fires.
 ///
 /// ```
 /// use tickwheel::{HashedWheel, TimerQueue};
@@ -139,19 +145,26 @@ pub struct HashedWheel<T> {
     /// A lower bound on every slotted deadline: lowered by inserts, made exact by a minimum
     /// search. Ticks before it need no visit.
     floor: u64,
-    /// The tick since which no timer has fired (or, after a minimum search, the tick before
-    /// the minimum found); visiting a tick a revolution past it triggers a minimum search.
+    /// The tick since which no timer has fired or minimum was searched (`<= now`); visiting a
+    /// tick a revolution past it, other than `floor` itself, triggers a minimum search.
     idle_since: u64,
 }
 
 impl<T> HashedWheel<T> {
-    /// An empty wheel of [`DEFAULT_SLOTS`] slots at tick 0.
+    /// Slots of [`HashedWheel::new`] (Netty's default `ticksPerWheel`).
+    pub const DEFAULT_SLOTS: usize = 512;
+
+    /// The most slots a wheel may have (2^24: 128 MiB of list heads); larger requests are
+    /// clamped.
+    pub const MAX_SLOTS: usize = 1 << 24;
+
+    /// An empty wheel of [`DEFAULT_SLOTS`](Self::DEFAULT_SLOTS) slots at tick 0.
     pub fn new() -> Self {
-        HashedWheel::with_slots_and_start(DEFAULT_SLOTS, 0)
+        HashedWheel::with_slots_and_start(Self::DEFAULT_SLOTS, 0)
     }
 
     /// An empty wheel at tick 0 with `slots` rounded up to a power of two, at least 1 and at
-    /// most [`MAX_SLOTS`].
+    /// most [`MAX_SLOTS`](Self::MAX_SLOTS).
     ///
     /// ```
     /// use tickwheel::HashedWheel;
@@ -163,7 +176,8 @@ impl<T> HashedWheel<T> {
         HashedWheel::with_slots_and_start(slots, 0)
     }
 
-    /// An empty wheel of [`DEFAULT_SLOTS`] slots whose clock starts at tick `start`.
+    /// An empty wheel of [`DEFAULT_SLOTS`](Self::DEFAULT_SLOTS) slots whose clock starts at
+    /// tick `start`.
     ///
     /// ```
     /// use tickwheel::{HashedWheel, TimerQueue};
@@ -172,13 +186,13 @@ impl<T> HashedWheel<T> {
     /// assert_eq!(wheel.now(), 1 << 40);
     /// ```
     pub fn with_start(start: u64) -> Self {
-        HashedWheel::with_slots_and_start(DEFAULT_SLOTS, start)
+        HashedWheel::with_slots_and_start(Self::DEFAULT_SLOTS, start)
     }
 
     /// An empty wheel with `slots` slots (as in [`with_slots`](HashedWheel::with_slots))
     /// whose clock starts at tick `start`.
     pub fn with_slots_and_start(slots: usize, start: u64) -> Self {
-        let slots = slots.clamp(1, MAX_SLOTS).next_power_of_two();
+        let slots = Self::slot_count(slots);
         HashedWheel {
             slab: Slab::new(),
             slots: vec![List::EMPTY; slots],
@@ -189,6 +203,11 @@ impl<T> HashedWheel<T> {
             floor: u64::MAX,
             idle_since: start,
         }
+    }
+
+    /// `asked` rounded up to a power of two within `1..=MAX_SLOTS`.
+    fn slot_count(asked: usize) -> usize {
+        asked.clamp(1, Self::MAX_SLOTS).next_power_of_two()
     }
 
     /// The number of slots (a power of two).
@@ -328,14 +347,14 @@ impl<T> HashedWheel<T> {
                 Some(tick) if tick <= target => tick,
                 _ => break,
             };
-            if next.saturating_sub(self.idle_since) > self.mask {
+            if next != self.floor && next - self.idle_since > self.mask {
                 // A whole revolution without a fire: find the earliest deadline and go there,
                 // now or (through `floor`) at a later poll, without another search.
                 let Some(min) = self.min_deadline() else {
                     break;
                 };
                 self.floor = min;
-                self.idle_since = min.saturating_sub(1).max(self.now);
+                self.idle_since = self.now;
                 if min > target {
                     break;
                 }
@@ -456,7 +475,10 @@ mod tests {
         for (asked, got) in [(0, 1), (1, 1), (2, 2), (3, 4), (512, 512), (513, 1024)] {
             assert_eq!(HashedWheel::<()>::with_slots(asked).slots(), got);
         }
-        assert_eq!(HashedWheel::<()>::with_slots(usize::MAX).slots(), MAX_SLOTS);
+        let max = HashedWheel::<()>::MAX_SLOTS;
+        assert!(max.is_power_of_two());
+        assert_eq!(HashedWheel::<()>::slot_count(max - 1), max);
+        assert_eq!(HashedWheel::<()>::slot_count(usize::MAX), max);
     }
 
     #[test]

@@ -1,0 +1,289 @@
+//! Model-based property tests: every queue flavor against a `BTreeMap` reference model of the
+//! `TimerQueue` contract, operation by operation, with equal outputs demanded after each one.
+//!
+//! The model orders pending timers by `(effective deadline, insertion seq)`; a reset takes a
+//! new seq. Deadlines and poll targets are generated *relative to the queue's clock* at the
+//! time of the operation, so sequences keep hitting the interesting places: the past, the
+//! next few ticks, wheel level boundaries (multiples of 64^k, ±1), powers of two far ahead,
+//! `u64::MAX`, and time jumps of up to the whole range. Keys are picked from every key ever
+//! issued, so stale keys are exercised as often as live ones.
+//!
+//! 256 cases a flavor by default; set `PROPTEST_CASES` for more.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
+use proptest::prelude::*;
+use tickwheel::{TimerKey, TimerQueue};
+
+/// A tick chosen relative to the clock when the operation runs.
+#[derive(Clone, Copy, Debug)]
+enum Tick {
+    /// `now - n` (saturating): in the past.
+    Past(u64),
+    /// `now + n`, `n < 130`: the next couple of first-level revolutions.
+    Near(u64),
+    /// The next multiple of `64^k` after now, plus `delta` (-1, 0 or 1): a level boundary.
+    Boundary(u32, i8),
+    /// `now + 2^k`.
+    Far(u32),
+    /// `u64::MAX`.
+    Max,
+}
+
+impl Tick {
+    fn at(self, now: u64) -> u64 {
+        match self {
+            Tick::Past(n) => now.saturating_sub(n),
+            Tick::Near(n) => now.saturating_add(n),
+            Tick::Boundary(k, delta) => {
+                let shift = 6 * k;
+                let base = ((now >> shift).saturating_add(1)).checked_shl(shift);
+                let base = base
+                    .filter(|&b| b >> shift > now >> shift)
+                    .unwrap_or(u64::MAX);
+                base.saturating_add_signed(i64::from(delta))
+            }
+            Tick::Far(k) => now.saturating_add(1 << k),
+            Tick::Max => u64::MAX,
+        }
+    }
+}
+
+fn deadline() -> impl Strategy<Value = Tick> {
+    prop_oneof![
+        2 => (1..2_000u64).prop_map(Tick::Past),
+        6 => (0..130u64).prop_map(Tick::Near),
+        3 => (1..=10u32, -1..=1i8).prop_map(|(k, d)| Tick::Boundary(k, d)),
+        2 => (0..64u32).prop_map(Tick::Far),
+        1 => Just(Tick::Max),
+    ]
+}
+
+/// Poll targets. Jumps to the far end of time are rare on purpose: after one, every later
+/// deadline is `u64::MAX`, so a sequence that jumps early tests little else.
+fn target() -> impl Strategy<Value = Tick> {
+    prop_oneof![
+        8 => (1..100u64).prop_map(Tick::Past),
+        8 => Just(Tick::Near(0)),
+        50 => (0..130u64).prop_map(Tick::Near),
+        16 => (1..=10u32, -1..=1i8).prop_map(|(k, d)| Tick::Boundary(k, d)),
+        12 => (0..40u32).prop_map(Tick::Far),
+        3 => (40..64u32).prop_map(Tick::Far),
+        1 => Just(Tick::Max),
+    ]
+}
+
+/// One operation on a queue; `usize` fields pick a key among all keys issued so far.
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Tick),
+    Remove(usize),
+    Reset(usize, Tick),
+    Deadline(usize),
+    Poll(Tick),
+    Drain(Tick),
+    NextExpiration,
+    Len,
+    Shrink,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => deadline().prop_map(Op::Insert),
+        2 => any::<usize>().prop_map(Op::Remove),
+        3 => (any::<usize>(), deadline()).prop_map(|(k, d)| Op::Reset(k, d)),
+        1 => any::<usize>().prop_map(Op::Deadline),
+        3 => target().prop_map(Op::Poll),
+        2 => target().prop_map(Op::Drain),
+        1 => Just(Op::NextExpiration),
+        1 => Just(Op::Len),
+        1 => Just(Op::Shrink),
+    ]
+}
+
+/// The reference: the contract written as plainly as possible.
+#[derive(Default)]
+struct Model {
+    now: u64,
+    seq: u64,
+    /// Pending timers in firing order.
+    order: BTreeMap<(u64, u64), TimerKey>,
+    /// key -> (effective deadline, seq, value)
+    timers: HashMap<TimerKey, (u64, u64, u32)>,
+}
+
+impl Model {
+    fn insert(&mut self, key: TimerKey, deadline: u64, value: u32) {
+        let eff = deadline.max(self.now);
+        self.seq += 1;
+        self.order.insert((eff, self.seq), key);
+        self.timers.insert(key, (eff, self.seq, value));
+    }
+
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        let (eff, seq, value) = self.timers.remove(&key)?;
+        self.order.remove(&(eff, seq));
+        Some(value)
+    }
+
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
+        self.remove(key)
+            .map(|v| self.insert(key, deadline, v))
+            .is_some()
+    }
+
+    fn poll(&mut self, t: u64) -> Option<(TimerKey, u32)> {
+        if t < self.now {
+            return None;
+        }
+        match self.order.first_key_value() {
+            Some((&(eff, _), &key)) if eff <= t => {
+                self.now = eff;
+                Some((key, self.remove(key)?))
+            }
+            _ => {
+                self.now = t;
+                None
+            }
+        }
+    }
+}
+
+/// Runs `ops` on a fresh queue of flavor `F` and on the model, comparing after each step.
+fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut q = F::make::<u32>();
+    let mut model = Model::default();
+    let mut keys: Vec<TimerKey> = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        let value = step as u32;
+        apply(&mut q, &mut model, &mut keys, op, value)?;
+        prop_assert_eq!(q.len(), model.timers.len(), "len after {:?}", op);
+        prop_assert_eq!(q.now(), model.now, "now after {:?}", op);
+    }
+    // Whatever is left fires, in model order.
+    let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+    let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
+    prop_assert_eq!(rest, expected);
+    Ok(())
+}
+
+fn apply<Q: TimerQueue<u32>>(
+    q: &mut Q,
+    model: &mut Model,
+    keys: &mut Vec<TimerKey>,
+    op: &Op,
+    value: u32,
+) -> Result<(), TestCaseError> {
+    let pick = |i: usize| (!keys.is_empty()).then(|| keys[i % keys.len()]);
+    match *op {
+        Op::Insert(tick) => {
+            let deadline = tick.at(q.now());
+            let key = q.insert(deadline, value);
+            prop_assert!(!keys.contains(&key), "key {:?} issued twice", key);
+            model.insert(key, deadline, value);
+            keys.push(key);
+        }
+        Op::Remove(i) => {
+            if let Some(key) = pick(i) {
+                prop_assert_eq!(q.remove(key), model.remove(key));
+            }
+        }
+        Op::Reset(i, tick) => {
+            if let Some(key) = pick(i) {
+                let deadline = tick.at(q.now());
+                prop_assert_eq!(q.reset(key, deadline), model.reset(key, deadline));
+            }
+        }
+        Op::Deadline(i) => {
+            if let Some(key) = pick(i) {
+                let expected = model.timers.get(&key).map(|t| t.0);
+                prop_assert_eq!(q.deadline(key), expected);
+            }
+        }
+        Op::Poll(tick) => {
+            let t = tick.at(q.now());
+            prop_assert_eq!(q.poll_expired(t), model.poll(t), "poll_expired({})", t);
+        }
+        Op::Drain(tick) => {
+            let t = tick.at(q.now());
+            let got: Vec<_> = q.drain_expired(t).collect();
+            let expected: Vec<_> = std::iter::from_fn(|| model.poll(t)).collect();
+            prop_assert_eq!(got, expected, "drain_expired({})", t);
+        }
+        Op::NextExpiration => check_next_expiration(q, model)?,
+        Op::Len => prop_assert_eq!(q.is_empty(), model.timers.is_empty()),
+        Op::Shrink => q.shrink_to_fit(),
+    }
+    Ok(())
+}
+
+/// `next_expiration` is `Some` iff non-empty and never after the earliest deadline; wheels
+/// may answer earlier, so this checks bounds, not equality.
+fn check_next_expiration<Q: TimerQueue<u32>>(q: &Q, model: &Model) -> Result<(), TestCaseError> {
+    let earliest = model.order.keys().next().map(|&(eff, _)| eff);
+    let next = q.next_expiration();
+    prop_assert_eq!(next.is_some(), earliest.is_some());
+    if let (Some(next), Some(earliest)) = (next, earliest) {
+        prop_assert!(next <= earliest, "next_expiration {} > {}", next, earliest);
+    }
+    Ok(())
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..300)
+}
+
+/// Proptest's defaults (256 cases, `PROPTEST_CASES` honoured) with the XorShift generator:
+/// ChaCha costs most of a debug-build run and cryptographic randomness buys nothing here.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        rng_algorithm: prop::test_runner::RngAlgorithm::XorShift,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn wheel_matches_model(ops in ops()) {
+        check::<WheelFlavor>(&ops)?;
+    }
+
+    #[test]
+    fn heap_matches_model(ops in ops()) {
+        check::<HeapFlavor>(&ops)?;
+    }
+
+    #[test]
+    fn hashed_wheel_matches_model(ops in ops()) {
+        check::<Hashed512>(&ops)?;
+    }
+
+    #[test]
+    fn hashed_wheel_8_slots_matches_model(ops in ops()) {
+        check::<Hashed8>(&ops)?;
+    }
+
+    #[test]
+    fn hashed_wheel_1_slot_matches_model(ops in ops()) {
+        check::<Hashed1>(&ops)?;
+    }
+}
+
+/// The generators reach what they claim to: boundaries, far ticks and `u64::MAX`.
+#[test]
+fn ticks_land_where_intended() {
+    assert_eq!(Tick::Boundary(1, 0).at(0), 64);
+    assert_eq!(Tick::Boundary(1, -1).at(64), 127);
+    assert_eq!(Tick::Boundary(2, 1).at(5_000), 8_193);
+    assert_eq!(Tick::Boundary(10, 0).at(3), 1 << 60);
+    assert_eq!(Tick::Boundary(10, 1).at(u64::MAX - 5), u64::MAX);
+    assert_eq!(Tick::Boundary(10, -1).at(15 << 60), u64::MAX - 1);
+    assert_eq!(Tick::Far(63).at(1 << 63), u64::MAX);
+    assert_eq!(Tick::Past(10).at(4), 0);
+    assert_eq!(Tick::Near(129).at(u64::MAX), u64::MAX);
+}
