@@ -27,6 +27,8 @@
 extern crate alloc;
 
 #[cfg(feature = "std")]
+pub mod deadlines;
+#[cfg(feature = "std")]
 pub mod future;
 pub mod queue;
 #[cfg(feature = "std")]
@@ -38,6 +40,8 @@ pub mod sys;
 #[cfg(feature = "std")]
 pub mod time;
 
+#[cfg(feature = "std")]
+pub use deadlines::{Deadlines, Expired};
 #[cfg(feature = "std")]
 pub use future::{
     interval, interval_at, sleep, sleep_until, timeout, timeout_at, Elapsed, FutureExt, Interval,
