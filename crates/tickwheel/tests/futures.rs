@@ -85,16 +85,37 @@ fn sleep_completes_at_its_tick_never_early() {
     assert_eq!(service.stats().fired, 1);
 }
 
+/// The timer thread wakes at the deadline's tick, rounded up; a poll completes as soon as the
+/// clock reads at or after the deadline instant. Neither is ever early.
 #[test]
-fn sub_tick_sleep_rounds_up_to_the_next_tick() {
+fn sub_tick_sleep_wakes_at_the_next_tick_and_is_never_early() {
     let (clock, service) = manual();
     clock.advance(Duration::from_micros(500)); // mid-tick 0
     let (count, waker) = counter();
     let mut sleep = service.sleep(Duration::from_micros(100)); // due at 0.6 ms: tick 1
     assert!(poll(&mut sleep, &waker).is_pending());
-    advance(&clock, &service, Duration::from_micros(499)); // 0.999 ms
+    advance(&clock, &service, Duration::from_micros(99)); // 0.599 ms
+    assert!(!sleep.is_elapsed());
     assert!(poll(&mut sleep, &waker).is_pending());
-    advance(&clock, &service, Duration::from_micros(1));
+    advance(&clock, &service, Duration::from_micros(1)); // 0.6 ms: the deadline
+    assert!(sleep.is_elapsed());
+    assert_eq!(count.get(), 0, "the wake-up waits for the tick boundary");
+    advance(&clock, &service, Duration::from_micros(400)); // 1 ms: tick 1
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_ready());
+}
+
+/// `sleep(d)`'s first poll does not read the clock: polled after its deadline it registers a
+/// past-due timer, which the timer thread fires at once.
+#[test]
+fn late_first_poll_is_woken_at_once() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(10 * MS);
+    clock.advance(20 * MS);
+    assert!(sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending());
+    service.settle();
     assert_eq!(count.get(), 1);
     assert!(poll(&mut sleep, &waker).is_ready());
 }

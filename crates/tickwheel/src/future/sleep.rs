@@ -17,10 +17,11 @@
 //! * **Drop cancels.** Dropping a registered, unfired `Sleep` cancels its timer (one shard
 //!   lock); the entry and the state are freed by whichever side drops the last `Arc`, once.
 //!   The service decides cancel-vs-fire exactly once (loom-tested in `service/shard.rs`).
-//! * **Never early.** A poll completes once the timer fired or the service's clock has reached
-//!   the deadline tick (deadlines round *up* to a tick). A deadline that never fires
-//!   (`Duration::MAX`, an instant past the tick range) sits at tick [`NEVER`], which the clock
-//!   never reaches, so it stays pending without any arithmetic overflow.
+//! * **Never early.** A poll completes once the timer fired or the service's clock reads at
+//!   or after the deadline. The timer fires at the deadline's tick, rounded *up*, so it implies
+//!   the latter. The tick is computed only when a timer is registered (a 128-bit division kept
+//!   off the create/drop path). `Duration::MAX` has no deadline instant and is registered at
+//!   tick [`NEVER`], which the clock never reaches: it stays pending, nothing overflows.
 //! * **Shutdown.** If the service shuts down, a pending timer is discarded: the task is woken
 //!   once and the `Sleep` then never completes (the callback layer's rule: a discarded timer
 //!   never runs). The default service never shuts down.
@@ -139,19 +140,21 @@ pub struct Sleep {
     service: ServiceRef,
     /// `None` when `now + delay` overflowed `Instant` (`Duration::MAX`): never.
     deadline: Option<Instant>,
-    /// The deadline rounded up to the service's tick, [`NEVER`] for never.
-    tick: u64,
+    /// The first poll reads the clock to complete at once when the deadline has passed. Off
+    /// for `sleep(delay)` with `delay` of a tick or more: polled right after creation it cannot
+    /// be due, and polled late it is registered at a past tick, which the timer thread fires at
+    /// once (a `Pending`, then a prompt wake-up — never early).
+    check_first_poll: bool,
     registration: Option<Registration>,
 }
 
 impl Sleep {
     /// A sleep until `deadline` (`None`: never) on `service`.
     pub(crate) fn until(service: ServiceRef, deadline: Option<Instant>) -> Sleep {
-        let tick = deadline.map_or(NEVER, |d| service.ticks().deadline_tick(d));
         Sleep {
             service,
             deadline,
-            tick,
+            check_first_poll: true,
             registration: None,
         }
     }
@@ -159,7 +162,9 @@ impl Sleep {
     /// A sleep of `delay` from now on `service` (`Duration::MAX`: never).
     pub(crate) fn after(service: ServiceRef, delay: Duration) -> Sleep {
         let deadline = service.now().checked_add(delay);
-        Sleep::until(service, deadline)
+        let mut sleep = Sleep::until(service, deadline);
+        sleep.check_first_poll = delay < sleep.resolution();
+        sleep
     }
 
     /// The current time of the service's clock.
@@ -179,17 +184,24 @@ impl Sleep {
         self.deadline
     }
 
-    /// Whether the deadline has passed: the timer fired, or the service's clock has reached
-    /// the deadline's tick. When `true`, the next poll returns `Ready`.
+    /// Whether the deadline has passed: the timer fired, or the service's clock reads at or
+    /// after the deadline. A registered sleep then completes at its next poll; a `sleep(d)`
+    /// first polled after its deadline registers a past-due timer and is woken at once by the
+    /// timer thread (that first poll returns `Pending`: it does not read the clock).
     pub fn is_elapsed(&self) -> bool {
         let fired = self.registration.as_ref().is_some_and(|r| r.state.fired());
         fired || self.clock_reached()
     }
 
-    /// Whether the service's clock has reached the deadline tick (never for [`NEVER`]: the
-    /// current tick stops one short of it).
+    /// Whether the service's clock reads at or after the deadline (never without one).
     fn clock_reached(&self) -> bool {
-        self.tick <= self.service.ticks().now_tick(self.service.now())
+        self.deadline.is_some_and(|d| self.service.now() >= d)
+    }
+
+    /// The deadline rounded up to the service's tick, [`NEVER`] without one.
+    fn tick(&self) -> u64 {
+        self.deadline
+            .map_or(NEVER, |d| self.service.ticks().deadline_tick(d))
     }
 
     /// Moves the deadline to `deadline`, whether or not the sleep has completed (a completed
@@ -206,11 +218,15 @@ impl Sleep {
     /// [`reset`](Self::reset) to a deadline that may be never (`None`).
     pub(crate) fn reset_to(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
-        self.tick = deadline.map_or(NEVER, |d| self.service.ticks().deadline_tick(d));
-        let Some(reg) = self.registration.as_mut() else {
+        self.check_first_poll = true;
+        if self.registration.is_none() {
             return; // Registered at the first poll.
+        }
+        let tick = self.tick();
+        let Some(reg) = self.registration.as_mut() else {
+            return;
         };
-        if reg.state.outcome() == WAITING && reg.handle.reset_tick(self.tick) {
+        if reg.state.outcome() == WAITING && reg.handle.reset_tick(tick) {
             return; // Still queued, so not fired: moved in place.
         }
         // The timer left the queue; its `expire` may still be on its way to the old state.
@@ -219,13 +235,13 @@ impl Sleep {
             Some(state) => *state = SleepState::new(waker),
             None => reg.state = StdArc::new(SleepState::new(waker)),
         }
-        reg.handle = self.service.schedule_notify(self.tick, reg.state.clone());
+        reg.handle = self.service.schedule_notify(tick, reg.state.clone());
     }
 
     /// Registers the timer with `cx`'s waker already in place, so no wake-up can be missed.
     fn register(&mut self, cx: &mut Context<'_>) {
         let state = StdArc::new(SleepState::new(Some(cx.waker().clone())));
-        let handle = self.service.schedule_notify(self.tick, state.clone());
+        let handle = self.service.schedule_notify(self.tick(), state.clone());
         self.registration = Some(Registration { handle, state });
     }
 }
@@ -242,7 +258,7 @@ impl Future for Sleep {
                 }
             }
             None => {
-                if this.clock_reached() {
+                if this.check_first_poll && this.clock_reached() {
                     return Poll::Ready(()); // Due already: no timer at all.
                 }
                 this.register(cx);
@@ -267,7 +283,6 @@ impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
-            .field("tick", &self.tick)
             .field("registered", &self.registration.is_some())
             .finish_non_exhaustive()
     }
