@@ -26,6 +26,10 @@
 
 extern crate alloc;
 
+#[cfg(feature = "std")]
+pub mod deadlines;
+#[cfg(feature = "std")]
+pub mod future;
 pub mod queue;
 #[cfg(feature = "std")]
 pub mod service;
@@ -36,6 +40,13 @@ pub mod sys;
 #[cfg(feature = "std")]
 pub mod time;
 
+#[cfg(feature = "std")]
+pub use deadlines::{Deadlines, Expired};
+#[cfg(feature = "std")]
+pub use future::{
+    interval, interval_at, sleep, sleep_until, timeout, timeout_at, Elapsed, FutureExt, Interval,
+    MissedTickBehavior, Sleep, Timeout,
+};
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
 #[cfg(feature = "std")]
 pub use service::{TimerHandle, TimerService};

@@ -293,35 +293,11 @@ impl TimerService {
         payload: Payload,
         enforce_cap: bool,
     ) -> Result<TimerHandle, ScheduleError> {
-        if !self.shared.core.reserve(enforce_cap) {
-            return Err(ScheduleError::Full);
-        }
-        let shard = self.local_shard();
-        match shard.insert(tick, payload) {
-            Ok(key) => Ok(TimerHandle {
-                shard: shard.clone(),
-                key: Some(key),
-            }),
-            Err(payload) => {
-                self.shared.core.release(1);
-                discard(payload);
-                Err(ScheduleError::ShutDown)
-            }
-        }
-    }
-
-    #[inline]
-    fn local_shard(&self) -> &Arc<Shard> {
-        let mask = self.shared.shards.len() - 1;
-        let index = THREAD_INDEX.with(|i| *i) & mask;
-        &self.shared.shards[index]
+        self.shared.schedule_payload(tick, payload, enforce_cap)
     }
 
     fn inert_handle(&self) -> TimerHandle {
-        TimerHandle {
-            shard: self.local_shard().clone(),
-            key: None,
-        }
+        self.shared.inert_handle()
     }
 
     /// The service's tick conversion (origin and resolution).
@@ -423,6 +399,110 @@ impl TimerService {
                 let _ = t.join();
             }
         }
+    }
+}
+
+impl Shared {
+    #[inline]
+    fn schedule_payload(
+        &self,
+        tick: u64,
+        payload: Payload,
+        enforce_cap: bool,
+    ) -> Result<TimerHandle, ScheduleError> {
+        if !self.core.reserve(enforce_cap) {
+            return Err(ScheduleError::Full);
+        }
+        let shard = self.local_shard();
+        match shard.insert(tick, payload) {
+            Ok(key) => Ok(TimerHandle {
+                shard: shard.clone(),
+                key: Some(key),
+            }),
+            Err(payload) => {
+                self.core.release(1);
+                discard(payload);
+                Err(ScheduleError::ShutDown)
+            }
+        }
+    }
+
+    #[inline]
+    fn local_shard(&self) -> &Arc<Shard> {
+        let mask = self.shards.len() - 1;
+        let index = THREAD_INDEX.with(|i| *i) & mask;
+        &self.shards[index]
+    }
+
+    fn inert_handle(&self) -> TimerHandle {
+        TimerHandle {
+            shard: self.local_shard().clone(),
+            key: None,
+        }
+    }
+}
+
+/// How the futures layer reaches a service after the `&TimerService` a future was made from
+/// is gone (a `Sleep` schedules at its first poll): the default service by `'static`
+/// reference (no reference count touched), any other by a clone of its shared state. It keeps
+/// the queues alive, not the threads: after shutdown it schedules nothing.
+#[derive(Clone)]
+#[allow(dead_code)] // Used by the futures layer.
+pub(crate) enum ServiceRef {
+    /// A service that lives forever (the default one).
+    Static(&'static Shared),
+    /// Any other service.
+    Owned(Arc<Shared>),
+}
+
+#[allow(dead_code)] // Used by the futures layer.
+impl TimerService {
+    /// A `'static` reference to this service's state, for the futures layer.
+    pub(crate) fn service_ref(&self) -> ServiceRef {
+        ServiceRef::Owned(self.shared.clone())
+    }
+
+    /// Like [`service_ref`](Self::service_ref), without a reference count, for a service
+    /// that lives forever.
+    pub(crate) fn static_ref(&'static self) -> ServiceRef {
+        ServiceRef::Static(&self.shared)
+    }
+}
+
+#[allow(dead_code)] // Used by the futures layer.
+impl ServiceRef {
+    #[inline]
+    fn shared(&self) -> &Shared {
+        match self {
+            ServiceRef::Static(shared) => shared,
+            ServiceRef::Owned(shared) => shared,
+        }
+    }
+
+    /// [`TimerService::schedule_notify`] on the referenced service.
+    #[inline]
+    pub(crate) fn schedule_notify(
+        &self,
+        tick: u64,
+        target: std::sync::Arc<dyn Expire>,
+    ) -> TimerHandle {
+        let shared = self.shared();
+        match shared.schedule_payload(tick, Payload::Notify(target), false) {
+            Ok(handle) => handle,
+            Err(_) => shared.inert_handle(),
+        }
+    }
+
+    /// The service's tick conversion.
+    #[inline]
+    pub(crate) fn ticks(&self) -> &Ticks {
+        &self.shared().core.ticks
+    }
+
+    /// The current time of the service's clock.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        self.shared().core.clock.now()
     }
 }
 

@@ -1,0 +1,101 @@
+//! The futures' hot paths beside tokio's equivalents in the same run:
+//!
+//! ```text
+//! cargo bench -p tickwheel --bench futures
+//! ```
+//!
+//! * `sleep_unpolled`: create a 10 s sleep and drop it without polling.
+//! * `sleep_poll_drop`: create a 10 s sleep, poll it once with a no-op waker (that registers
+//!   its timer), drop it (that cancels it).
+//! * `timeout_ready`: `timeout(10 s, std::future::ready(1))` polled once (completes).
+//!
+//! tickwheel uses the free functions (the lazily started default service, started before
+//! measuring); tokio runs inside `rt.enter()` of a current-thread runtime with its time driver
+//! enabled (nothing drives it during the benchmark; no timer is ever due).
+
+use std::future::{ready, Future};
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+
+const DELAY: Duration = Duration::from_secs(10);
+
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn sleep_unpolled(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sleep_unpolled");
+    tickwheel::TimerService::default_service();
+    g.bench_function("tickwheel", |b| {
+        b.iter(|| drop(black_box(tickwheel::sleep(black_box(DELAY)))))
+    });
+    let rt = tokio_runtime();
+    let _guard = rt.enter();
+    g.bench_function("tokio", |b| {
+        b.iter(|| drop(black_box(tokio::time::sleep(black_box(DELAY)))))
+    });
+    g.finish();
+}
+
+fn sleep_poll_drop(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sleep_poll_drop");
+    let mut cx = Context::from_waker(Waker::noop());
+    tickwheel::TimerService::default_service();
+    g.bench_function("tickwheel", |b| {
+        b.iter(|| {
+            let mut sleep = pin!(tickwheel::sleep(black_box(DELAY)));
+            let _ = black_box(sleep.as_mut().poll(&mut cx));
+        })
+    });
+    let rt = tokio_runtime();
+    let _guard = rt.enter();
+    g.bench_function("tokio", |b| {
+        b.iter(|| {
+            let mut sleep = pin!(tokio::time::sleep(black_box(DELAY)));
+            let _ = black_box(sleep.as_mut().poll(&mut cx));
+        })
+    });
+    g.finish();
+}
+
+fn timeout_ready(c: &mut Criterion) {
+    let mut g = c.benchmark_group("timeout_ready");
+    let mut cx = Context::from_waker(Waker::noop());
+    tickwheel::TimerService::default_service();
+    g.bench_function("tickwheel", |b| {
+        b.iter(|| {
+            let mut t = pin!(tickwheel::timeout(black_box(DELAY), ready(1u32)));
+            black_box(t.as_mut().poll(&mut cx))
+        })
+    });
+    let rt = tokio_runtime();
+    let _guard = rt.enter();
+    g.bench_function("tokio", |b| {
+        b.iter(|| {
+            let mut t = pin!(tokio::time::timeout(black_box(DELAY), ready(1u32)));
+            black_box(t.as_mut().poll(&mut cx))
+        })
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = sleep_unpolled, sleep_poll_drop, timeout_ready
+}
+criterion_main!(benches);

@@ -1,0 +1,154 @@
+//! Futures (layer 4): [`sleep`], [`timeout`], [`interval`] and their `_until`/`_at` forms,
+//! runtime-agnostic.
+//!
+//! They run under any executor — tokio, smol, `futures::executor`, a hand-written one — because
+//! they need no reactor of their own: the [`TimerService`]'s timer thread wakes their `Waker`
+//! at the deadline (on the timer thread itself, with no hand-off to a worker). The free
+//! functions use the lazily started [`TimerService::default_service`]; the methods of the same
+//! names on a [`TimerService`] use that service and its clock (a
+//! [`ManualClock`](crate::time::ManualClock) service makes futures deterministic in tests).
+//!
+//! # Guarantees
+//!
+//! * **Never early**: deadlines round up to the service's tick; a future completes only once
+//!   the service's clock has reached that tick.
+//! * **Lazy**: [`Sleep`], [`Timeout`] and [`Interval`] register their timer at their first
+//!   pending poll. Created and dropped unpolled, they take no lock and allocate nothing; a
+//!   [`Timeout`] whose future is ready at its first poll never registers a timer at all.
+//! * **One allocation** per registration (the state shared with the queue entry), one shard
+//!   lock to register, to move and to cancel.
+//! * **Drop cancels** the timer and frees its entry.
+//! * `Send + Sync + Unpin` (a [`Timeout`] is as `Send`/`Sync`/`Unpin` as its future).
+//! * **Never**: `Duration::MAX` and deadlines past the service's tick range never complete and
+//!   never overflow.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tickwheel::future::{sleep, FutureExt};
+//!
+//! futures::executor::block_on(async {
+//!     sleep(Duration::from_millis(1)).await;
+//!     let answer = async { 42 }.timeout(Duration::from_secs(1)).await;
+//!     assert_eq!(answer, Ok(42));
+//! });
+//! ```
+
+mod interval;
+mod sleep;
+mod timeout;
+
+use std::future::{Future, IntoFuture};
+use std::time::{Duration, Instant};
+
+pub use interval::{Interval, MissedTickBehavior};
+pub use sleep::Sleep;
+pub use timeout::{Elapsed, Timeout};
+
+use crate::service::{ServiceRef, TimerService};
+
+/// The default service, referenced without a reference count.
+#[inline]
+fn default_service() -> ServiceRef {
+    TimerService::default_service().static_ref()
+}
+
+/// A future that completes `duration` from now (rounded up to the next tick of the default
+/// service: never early). `Duration::MAX` never completes.
+pub fn sleep(duration: Duration) -> Sleep {
+    Sleep::after(default_service(), duration)
+}
+
+/// A future that completes at `deadline` (at once if it has passed).
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep::until(default_service(), Some(deadline))
+}
+
+/// Runs `future` with a deadline `duration` from now: its output, or [`Elapsed`] if the
+/// deadline passes first.
+pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+    Timeout::new(future.into_future(), sleep(duration))
+}
+
+/// Runs `future` with the deadline `deadline`: its output, or [`Elapsed`] if the deadline
+/// passes first.
+pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
+    Timeout::new(future.into_future(), sleep_until(deadline))
+}
+
+/// Ticks every `period`, the first tick at once. See [`Interval`].
+pub fn interval(period: Duration) -> Interval {
+    let service = default_service();
+    let start = service.now();
+    new_interval(service, start, period)
+}
+
+/// Ticks every `period`, the first tick at `start`. See [`Interval`].
+pub fn interval_at(start: Instant, period: Duration) -> Interval {
+    new_interval(default_service(), start, period)
+}
+
+fn new_interval(service: ServiceRef, start: Instant, period: Duration) -> Interval {
+    let sleep = Sleep::until(service, Some(start));
+    let resolution = sleep.resolution();
+    Interval::new(sleep, period, resolution)
+}
+
+/// The futures of this module, on this service (its clock, its timer thread).
+impl TimerService {
+    /// [`sleep`] on this service.
+    pub fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep::after(self.service_ref(), duration)
+    }
+
+    /// [`sleep_until`] on this service.
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Sleep::until(self.service_ref(), Some(deadline))
+    }
+
+    /// [`timeout`] on this service.
+    pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+        Timeout::new(future.into_future(), self.sleep(duration))
+    }
+
+    /// [`timeout_at`] on this service.
+    pub fn timeout_at<F: IntoFuture>(
+        &self,
+        deadline: Instant,
+        future: F,
+    ) -> Timeout<F::IntoFuture> {
+        Timeout::new(future.into_future(), self.sleep_until(deadline))
+    }
+
+    /// [`interval`] on this service.
+    pub fn interval(&self, period: Duration) -> Interval {
+        new_interval(self.service_ref(), self.now(), period)
+    }
+
+    /// [`interval_at`] on this service.
+    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+        new_interval(self.service_ref(), start, period)
+    }
+}
+
+/// Timeouts as methods of any future, on the default service.
+///
+/// ```
+/// use std::time::Duration;
+/// use tickwheel::future::FutureExt;
+///
+/// let out = futures::executor::block_on(std::future::pending::<()>().timeout(Duration::from_millis(1)));
+/// assert!(out.is_err());
+/// ```
+pub trait FutureExt: Future + Sized {
+    /// [`timeout`]`(duration, self)`.
+    fn timeout(self, duration: Duration) -> Timeout<Self> {
+        timeout(duration, self)
+    }
+
+    /// [`timeout_at`]`(deadline, self)`.
+    fn timeout_at(self, deadline: Instant) -> Timeout<Self> {
+        timeout_at(deadline, self)
+    }
+}
+
+impl<F: Future> FutureExt for F {}

@@ -1,0 +1,451 @@
+//! The futures on a `ManualClock` (move the clock, `settle()`, then poll), under three
+//! executors (futures::executor, tokio without its time driver, smol), and the edge cases:
+//! `Duration::MAX`, drop-cancels, reset, shutdown. Real time appears only in one smoke test per
+//! executor, which asserts ordering and never-early, never durations.
+
+use std::future::{pending, ready, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use tickwheel::future::{Elapsed, FutureExt, Interval, MissedTickBehavior, Sleep, Timeout};
+use tickwheel::{ManualClock, TimerService};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn manual() -> (ManualClock, TimerService) {
+    let clock = ManualClock::new();
+    let service = TimerService::builder()
+        .clock(clock.clone())
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    (clock, service)
+}
+
+/// Moves the clock by `d` and waits until every due timer has fired.
+fn advance(clock: &ManualClock, service: &TimerService, d: Duration) {
+    clock.advance(d);
+    service.settle();
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Count {
+    fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn counter() -> (Arc<Count>, Waker) {
+    let count = Arc::new(Count::default());
+    (count.clone(), Waker::from(count))
+}
+
+fn poll<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+#[test]
+fn futures_are_send_sync_unpin() {
+    fn check<T: Send + Sync + Unpin>() {}
+    check::<Sleep>();
+    check::<Interval>();
+    check::<Timeout<std::future::Ready<u8>>>();
+    check::<Elapsed>();
+}
+
+#[test]
+fn sleep_completes_at_its_tick_never_early() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(10 * MS);
+    assert_eq!(sleep.deadline(), Some(clock.now() + 10 * MS));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, 9 * MS);
+    assert_eq!(count.get(), 0, "woken early");
+    assert!(!sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, MS);
+    assert_eq!(count.get(), 1, "the timer thread wakes the task once");
+    assert!(sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_ready());
+    assert_eq!(service.stats().fired, 1);
+}
+
+/// The timer thread wakes at the deadline's tick, rounded up; a poll completes as soon as the
+/// clock reads at or after the deadline instant. Neither is ever early.
+#[test]
+fn sub_tick_sleep_wakes_at_the_next_tick_and_is_never_early() {
+    let (clock, service) = manual();
+    clock.advance(Duration::from_micros(500)); // mid-tick 0
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(Duration::from_micros(100)); // due at 0.6 ms: tick 1
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, Duration::from_micros(99)); // 0.599 ms
+    assert!(!sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, Duration::from_micros(1)); // 0.6 ms: the deadline
+    assert!(sleep.is_elapsed());
+    assert_eq!(count.get(), 0, "the wake-up waits for the tick boundary");
+    advance(&clock, &service, Duration::from_micros(400)); // 1 ms: tick 1
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_ready());
+}
+
+/// `sleep(d)`'s first poll does not read the clock: polled after its deadline it registers a
+/// past-due timer, which the timer thread fires at once.
+#[test]
+fn late_first_poll_is_woken_at_once() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(10 * MS);
+    clock.advance(20 * MS);
+    assert!(sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending());
+    service.settle();
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_ready());
+}
+
+#[test]
+fn past_deadline_is_ready_at_first_poll_without_a_timer() {
+    let (clock, service) = manual();
+    let (_, waker) = counter();
+    let mut sleep = service.sleep_until(clock.now());
+    assert!(poll(&mut sleep, &waker).is_ready());
+    let mut zero = service.sleep(Duration::ZERO);
+    assert!(poll(&mut zero, &waker).is_ready());
+    assert_eq!(service.stats().scheduled, 0);
+}
+
+#[test]
+fn duration_max_never_fires_and_never_overflows() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let mut never = service.sleep(Duration::MAX);
+    assert_eq!(never.deadline(), None);
+    // An instant far beyond the tick range (2^64 ms is ~584 million years; this is ~10k).
+    let far = clock.now() + Duration::from_secs(10_000 * 365 * 86_400);
+    let mut far_sleep = service.sleep_until(far);
+    assert!(poll(&mut never, &waker).is_pending());
+    assert!(poll(&mut far_sleep, &waker).is_pending());
+    advance(&clock, &service, Duration::from_secs(100 * 365 * 86_400));
+    advance(&clock, &service, Duration::MAX); // saturates, no overflow
+    assert_eq!(count.get(), 0);
+    assert!(!never.is_elapsed());
+    assert!(poll(&mut never, &waker).is_pending());
+    let mut t = service.timeout(Duration::MAX, pending::<()>());
+    assert!(poll(&mut t, &waker).is_pending());
+    assert_eq!(t.deadline(), None);
+    drop((never, t));
+    assert_eq!(service.stats().cancelled, 2);
+}
+
+#[test]
+fn drop_cancels_and_unpolled_drop_schedules_nothing() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    drop(service.sleep(5 * MS));
+    assert_eq!(service.stats().scheduled, 0, "unpolled: no timer");
+    let mut sleep = service.sleep(5 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    assert_eq!(service.stats().pending, 1);
+    drop(sleep);
+    let stats = service.stats();
+    assert_eq!((stats.pending, stats.cancelled), (0, 1));
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 0);
+    assert_eq!(service.stats().fired, 0);
+}
+
+#[test]
+fn reset_moves_a_pending_sleep_both_ways() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let start = clock.now();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    sleep.reset(start + 20 * MS);
+    assert_eq!(sleep.deadline(), Some(start + 20 * MS));
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 0);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    sleep.reset(start + 15 * MS);
+    advance(&clock, &service, 5 * MS);
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_ready());
+    assert_eq!(service.stats().pending, 0);
+}
+
+#[test]
+fn reset_after_firing_rearms() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let start = clock.now();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, 10 * MS);
+    assert!(poll(&mut sleep, &waker).is_ready());
+    sleep.reset(start + 30 * MS);
+    assert!(!sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending(), "pending again");
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 1, "the first firing only");
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 2);
+    assert!(poll(&mut sleep, &waker).is_ready());
+    assert_eq!(service.stats().fired, 2);
+}
+
+#[test]
+fn reset_keeps_the_waker_of_a_pending_poll() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let start = clock.now();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    sleep.reset(start + 20 * MS);
+    advance(&clock, &service, 20 * MS);
+    // Not polled since the reset: the waker of the earlier poll gets the new deadline.
+    assert_eq!(count.get(), 1);
+}
+
+#[test]
+fn timeout_on_a_ready_future_registers_nothing() {
+    let (_, service) = manual();
+    let (_, waker) = counter();
+    let mut t = service.timeout(10 * MS, ready(5));
+    assert_eq!(poll(&mut t, &waker), Poll::Ready(Ok(5)));
+    assert_eq!(service.stats().scheduled, 0);
+}
+
+#[test]
+fn timeout_elapses_at_its_deadline_and_cancels_when_done() {
+    let (clock, service) = manual();
+    let (_, waker) = counter();
+    let mut late = service.timeout(10 * MS, pending::<()>());
+    assert!(poll(&mut late, &waker).is_pending());
+    advance(&clock, &service, 9 * MS);
+    assert!(poll(&mut late, &waker).is_pending());
+    advance(&clock, &service, MS);
+    assert_eq!(poll(&mut late, &waker), Poll::Ready(Err(err())));
+
+    let (tx, rx) = futures::channel::oneshot::channel::<u8>();
+    let mut in_time = service.timeout(10 * MS, rx);
+    assert!(poll(&mut in_time, &waker).is_pending());
+    tx.send(3).unwrap();
+    assert!(matches!(poll(&mut in_time, &waker), Poll::Ready(Ok(Ok(3)))));
+    drop(in_time);
+    assert_eq!(service.stats().cancelled, 1);
+}
+
+/// An `Elapsed` from a real timeout (its constructor is private).
+fn err() -> Elapsed {
+    let (clock, service) = manual();
+    let (_, waker) = counter();
+    let mut t = service.timeout(MS, pending::<()>());
+    assert!(poll(&mut t, &waker).is_pending());
+    advance(&clock, &service, MS);
+    match poll(&mut t, &waker) {
+        Poll::Ready(Err(e)) => e,
+        other => panic!("not elapsed: {other:?}"),
+    }
+}
+
+#[test]
+fn elapsed_is_an_io_timed_out_error() {
+    let e = err();
+    assert_eq!(e.to_string(), "deadline has elapsed");
+    let io: std::io::Error = e.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+    let boxed: Box<dyn std::error::Error> = Box::new(e);
+    assert_eq!(boxed.to_string(), "deadline has elapsed");
+}
+
+#[test]
+fn future_ext_timeout_uses_the_default_service() {
+    let out = futures::executor::block_on(async { 9 }.timeout(Duration::from_secs(60)));
+    assert_eq!(out, Ok(9));
+}
+
+/// Ticks `interval` as long as ticks are ready now; returns their offsets from `start` in ms.
+fn ready_ticks(interval: &mut Interval, start: Instant, waker: &Waker) -> Vec<u64> {
+    let mut cx = Context::from_waker(waker);
+    let mut out = Vec::new();
+    while let Poll::Ready(at) = interval.poll_tick(&mut cx) {
+        out.push((at - start).as_millis() as u64);
+        assert!(out.len() < 100, "runaway interval");
+    }
+    out
+}
+
+/// Ticks at 0 and 10, then falls behind to 45 ms; returns the ticks seen at 45 and at 50..70.
+fn fall_behind(behavior: MissedTickBehavior) -> (Vec<u64>, Vec<u64>) {
+    let (clock, service) = manual();
+    let (_, waker) = counter();
+    let start = clock.now();
+    let mut interval = service.interval(10 * MS);
+    interval.set_missed_tick_behavior(behavior);
+    assert_eq!(ready_ticks(&mut interval, start, &waker), [0]);
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(ready_ticks(&mut interval, start, &waker), [10]);
+    advance(&clock, &service, 35 * MS);
+    let at_45 = ready_ticks(&mut interval, start, &waker);
+    let mut later = Vec::new();
+    for _ in 0..4 {
+        advance(&clock, &service, 5 * MS);
+        later.extend(ready_ticks(&mut interval, start, &waker));
+    }
+    (at_45, later)
+}
+
+#[test]
+fn interval_burst_catches_up_on_schedule() {
+    let (at_45, later) = fall_behind(MissedTickBehavior::Burst);
+    assert_eq!(at_45, [20, 30, 40]);
+    assert_eq!(later, [50, 60]);
+}
+
+#[test]
+fn interval_delay_restarts_from_the_late_tick() {
+    let (at_45, later) = fall_behind(MissedTickBehavior::Delay);
+    // Tick 20 is yielded at 45: the next is 55, then 65.
+    assert_eq!(at_45, [20]);
+    assert_eq!(later, [55, 65]);
+}
+
+#[test]
+fn interval_skip_jumps_to_the_next_multiple() {
+    let (at_45, later) = fall_behind(MissedTickBehavior::Skip);
+    assert_eq!(at_45, [20]);
+    assert_eq!(later, [50, 60]);
+}
+
+#[test]
+fn interval_edge_periods() {
+    let (clock, service) = manual();
+    let (_, waker) = counter();
+    let start = clock.now();
+    let mut zero = service.interval(Duration::ZERO);
+    assert_eq!(zero.period(), service.resolution());
+    assert_eq!(ready_ticks(&mut zero, start, &waker), [0]);
+    let mut later = service.interval_at(start + 5 * MS, 10 * MS);
+    assert_eq!(ready_ticks(&mut later, start, &waker), Vec::<u64>::new());
+    advance(&clock, &service, 5 * MS);
+    assert_eq!(ready_ticks(&mut later, start, &waker), [5]);
+    let mut huge = service.interval(Duration::MAX);
+    assert_eq!(ready_ticks(&mut huge, start, &waker), [5]);
+    advance(&clock, &service, Duration::from_secs(1_000_000));
+    assert_eq!(ready_ticks(&mut huge, start, &waker), Vec::<u64>::new());
+}
+
+#[test]
+fn shutdown_wakes_a_pending_sleep_which_then_never_completes() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    service.shutdown();
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    let mut after = service.sleep(10 * MS);
+    assert!(poll(&mut after, &waker).is_pending());
+    clock.advance(5 * MS);
+    drop((sleep, after)); // nothing left to cancel: no panic
+}
+
+/// Many tasks on one executor, each sleeping a seeded delay; the clock moves a tick at a time
+/// and every task must complete exactly at its tick.
+#[test]
+fn many_sleeps_on_a_local_pool_complete_exactly_at_their_tick() {
+    let (clock, service) = manual();
+    let start = clock.now();
+    let mut pool = LocalPool::new();
+    let done: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..500 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = seed % 200;
+        let sleep = service.sleep(Duration::from_millis(delay));
+        let done = done.clone();
+        let clock = clock.clone();
+        pool.spawner()
+            .spawn_local(async move {
+                sleep.await;
+                let at = (clock.now() - start).as_millis() as u64;
+                done.lock().unwrap().push((delay, at));
+            })
+            .unwrap();
+    }
+    pool.run_until_stalled();
+    for _ in 0..200 {
+        advance(&clock, &service, MS);
+        pool.run_until_stalled();
+    }
+    let done = done.lock().unwrap();
+    assert_eq!(done.len(), 500);
+    assert!(done.iter().all(|&(delay, at)| delay == at), "early or late");
+}
+
+/// Real clock, tokio *without* its time driver: our timer thread does the waking.
+#[test]
+fn smoke_tokio_without_tokio_time() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(ordering_and_never_early());
+}
+
+#[test]
+fn smoke_futures_executor() {
+    futures::executor::block_on(ordering_and_never_early());
+}
+
+#[test]
+fn smoke_smol() {
+    smol::block_on(ordering_and_never_early());
+}
+
+/// Three sleeps joined all complete, none before its deadline; a timeout elapses around a
+/// pending future and passes a ready one through; an interval ticks on schedule. (Completion
+/// *order* is not asserted: under load two deadlines can be woken by one drain, and `join`
+/// then polls them in argument order. Deadline order is asserted on the manual clock.)
+async fn ordering_and_never_early() {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let one = |ms: u64| {
+        let order = order.clone();
+        async move {
+            tickwheel::sleep(Duration::from_millis(ms)).await;
+            assert!(Instant::now() >= start + Duration::from_millis(ms), "early");
+            order.lock().unwrap().push(ms);
+        }
+    };
+    futures::join!(one(6), one(2), one(4));
+    let mut order = order.lock().unwrap().clone();
+    order.sort_unstable();
+    assert_eq!(order, [2, 4, 6]);
+    let late = tickwheel::timeout(2 * MS, pending::<()>()).await;
+    assert!(late.is_err());
+    assert_eq!(tickwheel::timeout(2 * MS, ready(1)).await, Ok(1));
+    let mut interval = tickwheel::interval(MS);
+    let first = interval.tick().await;
+    let second = interval.tick().await;
+    assert_eq!(second - first, MS);
+    assert!(Instant::now() >= second);
+}
