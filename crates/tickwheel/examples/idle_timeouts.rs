@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example idle_timeouts -- --listen 127.0.0.1:7000 --idle-ms 5000
+//! cargo run --example idle_timeouts -- --portable   # no timerfd: poll timeout instead
 //! ```
 //!
 //! Prints `listening on ADDR` first, then one line per closed connection. Every connection
@@ -9,7 +10,9 @@
 //! refresh on every packet), so a busy connection never expires and an idle one is closed no
 //! earlier than `--idle-ms` after its last byte. The timerfd sits in the same `mio::Poll` as
 //! the sockets, armed at the earliest expiry: the loop blocks with no timeout and wakes only
-//! for I/O or a due timer.
+//! for I/O or a due timer. With `--portable` the same server keeps its timers in a plain
+//! [`Wheel`] and passes [`sys::poll_timeout`] to `Poll::poll` instead (the libco style, for
+//! any OS), converting instants with the same [`Ticks`] the timerfd uses.
 //!
 //! The server is a library-style [`Server`] so the integration test
 //! (`tests/idle_timeouts.rs`) runs the same code on a thread and stops it with a
@@ -26,7 +29,9 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use tickwheel::{TimerFd, TimerKey};
+use tickwheel::sys;
+use tickwheel::time::Ticks;
+use tickwheel::{TimerFd, TimerKey, TimerQueue, Wheel};
 
 const LISTENER: Token = Token(0);
 const TIMERS: Token = Token(1);
@@ -35,6 +40,10 @@ const FIRST_CONN: usize = 3;
 /// Echo bytes waiting for a slow reader before the server stops reading from it.
 const MAX_PENDING: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Pending-connection queue of the listener (the kernel caps it at `net.core.somaxconn`).
+/// std and mio use 128, too few for a burst of thousands of connects: past it the kernel
+/// drops SYNs and clients wait a retransmission timeout (a second) to get in.
+const BACKLOG: i32 = 4096;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -43,8 +52,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Close a connection after this long without a byte from it (`--idle-ms`, default 30 s).
     pub idle: Duration,
-    /// Timer resolution (`--tick-ms`, default 1 ms); deadlines round up to it.
+    /// Timer resolution (`--tick-ms`, default 1 ms, at most 1 s); deadlines round up to it.
     pub tick: Duration,
+    /// Use the portable poll-timeout path instead of the timerfd (`--portable`).
+    pub portable: bool,
 }
 
 impl Default for Config {
@@ -53,15 +64,20 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             idle: Duration::from_millis(30_000),
             tick: Duration::from_millis(1),
+            portable: false,
         }
     }
 }
 
 impl Config {
-    /// Parses `--listen ADDR`, `--idle-ms N` and `--tick-ms N`.
+    /// Parses `--listen ADDR`, `--idle-ms N`, `--tick-ms N` and `--portable`.
     pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let mut config = Config::default();
         while let Some(flag) = args.next() {
+            if flag == "--portable" {
+                config.portable = true;
+                continue;
+            }
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
             let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
             match flag.as_str() {
@@ -93,6 +109,11 @@ pub enum CloseReason {
 /// What the server reports to its caller.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// A connection was accepted (`main` does not print these).
+    Accepted {
+        /// The client's address.
+        peer: SocketAddr,
+    },
     /// A connection was closed.
     Closed {
         /// The client's address.
@@ -123,6 +144,63 @@ impl Stopper {
     }
 }
 
+/// Where the idle timers live: the two integration patterns.
+enum Timers {
+    /// A [`TimerFd`] registered in the poll: the kernel wakes the loop (Linux).
+    Fd(TimerFd<Token>),
+    /// A plain wheel; the loop blocks at most until its next expiry (any OS).
+    Portable { wheel: Wheel<Token>, ticks: Ticks },
+}
+
+impl Timers {
+    fn deadline_after(&self, delay: Duration) -> u64 {
+        match self {
+            Timers::Fd(fd) => fd.deadline_after(delay),
+            Timers::Portable { ticks, .. } => ticks.delay_tick(Instant::now(), delay),
+        }
+    }
+
+    fn insert(&mut self, deadline: u64, token: Token) -> TimerKey {
+        match self {
+            Timers::Fd(fd) => fd.insert(deadline, token),
+            Timers::Portable { wheel, .. } => wheel.insert(deadline, token),
+        }
+    }
+
+    fn reset(&mut self, key: TimerKey, deadline: u64) {
+        match self {
+            Timers::Fd(fd) => fd.reset(key, deadline),
+            Timers::Portable { wheel, .. } => wheel.reset(key, deadline),
+        };
+    }
+
+    fn remove(&mut self, key: TimerKey) {
+        match self {
+            Timers::Fd(fd) => fd.remove(key),
+            Timers::Portable { wheel, .. } => wheel.remove(key),
+        };
+    }
+
+    /// The timeout for `Poll::poll`: none with the timerfd (it wakes the loop itself).
+    fn poll_timeout(&self) -> Option<Duration> {
+        match self {
+            Timers::Fd(_) => None,
+            Timers::Portable { wheel, ticks } => sys::poll_timeout(ticks, wheel, Instant::now()),
+        }
+    }
+
+    /// The connections whose timer is due now.
+    fn expired(&mut self) -> Vec<Token> {
+        match self {
+            Timers::Fd(fd) => fd.drain(fd.now_tick()).map(|(_, t)| t).collect(),
+            Timers::Portable { wheel, ticks } => {
+                let now = ticks.now_tick(Instant::now());
+                wheel.drain_expired(now).map(|(_, t)| t).collect()
+            }
+        }
+    }
+}
+
 struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
@@ -131,11 +209,12 @@ struct Conn {
     pending: Vec<u8>,
 }
 
-/// The echo server: one `mio::Poll` with the listener, the connections and the [`TimerFd`].
+/// The echo server: one `mio::Poll` with the listener, the connections and (unless
+/// `portable`) the [`TimerFd`].
 pub struct Server {
     poll: Poll,
     listener: TcpListener,
-    timers: TimerFd<Token>,
+    timers: Timers,
     conns: HashMap<Token, Conn>,
     next_token: usize,
     idle: Duration,
@@ -148,11 +227,21 @@ impl Server {
     pub fn bind(config: &Config) -> io::Result<Server> {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(config.listen)?;
-        let timers = TimerFd::new(config.tick)?;
+        rustix::net::listen(&listener, BACKLOG)?; // on Linux, listening again resizes the queue
         let registry = poll.registry();
         registry.register(&mut listener, LISTENER, Interest::READABLE)?;
-        let timer_fd = timers.as_raw_fd();
-        registry.register(&mut SourceFd(&timer_fd), TIMERS, Interest::READABLE)?;
+        let timers = if config.portable {
+            let ticks = Ticks::new(Instant::now(), config.tick);
+            Timers::Portable {
+                wheel: Wheel::new(),
+                ticks,
+            }
+        } else {
+            let timers = TimerFd::new(config.tick)?;
+            let fd = timers.as_raw_fd();
+            registry.register(&mut SourceFd(&fd), TIMERS, Interest::READABLE)?;
+            Timers::Fd(timers)
+        };
         let waker = Arc::new(Waker::new(registry, WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
         Ok(Server {
@@ -177,16 +266,16 @@ impl Server {
         self.stopper.clone()
     }
 
-    /// Serves until stopped, reporting each close to `on_event`; then closes everything.
+    /// Serves until stopped, reporting accepts and closes to `on_event`; then closes everything.
     pub fn run(mut self, mut on_event: impl FnMut(Event)) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         loop {
-            // No timeout: the timerfd wakes the loop when the earliest timer is due.
-            match self.poll.poll(&mut events, None) {
+            // With the timerfd, no timeout: it wakes the loop when the earliest timer is due.
+            match self.poll.poll(&mut events, self.timers.poll_timeout()) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 other => other?,
             }
-            let mut timers_due = false;
+            let mut timers_due = matches!(self.timers, Timers::Portable { .. });
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(&mut on_event),
@@ -205,7 +294,10 @@ impl Server {
     fn accept_all(&mut self, on_event: &mut impl FnMut(Event)) {
         loop {
             match self.listener.accept() {
-                Ok((stream, peer)) => self.add(stream, peer),
+                Ok((stream, peer)) => match self.add(stream, peer) {
+                    Ok(()) => on_event(Event::Accepted { peer }),
+                    Err(e) => on_event(Event::AcceptFailed(e.kind())),
+                },
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::ConnectionAborted => {}
@@ -214,19 +306,17 @@ impl Server {
         }
     }
 
-    fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+    fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
         let token = Token(self.next_token);
         self.next_token += 1;
         let interest = Interest::READABLE | Interest::WRITABLE;
-        if self
-            .poll
+        // On error the stream is dropped, which closes it.
+        self.poll
             .registry()
-            .register(&mut stream, token, interest)
-            .is_err()
-        {
-            return; // dropping the stream closes it
-        }
-        let timer = self.timers.insert_after(self.idle, token);
+            .register(&mut stream, token, interest)?;
+        let timer = self
+            .timers
+            .insert(self.timers.deadline_after(self.idle), token);
         let last_byte = Instant::now();
         let pending = Vec::new();
         let conn = Conn {
@@ -237,6 +327,7 @@ impl Server {
             pending,
         };
         self.conns.insert(token, conn);
+        Ok(())
     }
 
     /// Echoes what can be echoed; closes the connection on EOF or error.
@@ -262,7 +353,8 @@ impl Server {
                 Ok(n) => {
                     conn.pending.extend_from_slice(&self.buf[..n]);
                     conn.last_byte = Instant::now();
-                    self.timers.reset_after(conn.timer, self.idle);
+                    let deadline = self.timers.deadline_after(self.idle);
+                    self.timers.reset(conn.timer, deadline);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return flush(conn),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -272,9 +364,7 @@ impl Server {
     }
 
     fn expire(&mut self, on_event: &mut impl FnMut(Event)) {
-        let now = self.timers.now_tick();
-        let due: Vec<Token> = self.timers.drain(now).map(|(_, token)| token).collect();
-        for token in due {
+        for token in self.timers.expired() {
             self.close(token, CloseReason::Idle, on_event);
         }
     }
@@ -317,7 +407,7 @@ fn main() {
         Ok(config) => config,
         Err(e) => {
             eprintln!(
-                "error: {e}\nusage: idle_timeouts [--listen ADDR] [--idle-ms N] [--tick-ms N]"
+                "error: {e}\nusage: idle_timeouts [--listen ADDR] [--idle-ms N] [--tick-ms N] [--portable]"
             );
             std::process::exit(2);
         }
@@ -334,6 +424,7 @@ fn main() {
                 println!("closed {peer}: {reason:?} after {quiet_for:.3?} quiet, {open} open");
             }
             Event::AcceptFailed(kind) => eprintln!("accept failed: {kind:?}"),
+            Event::Accepted { .. } => {}
         })
     });
     if let Err(e) = result {

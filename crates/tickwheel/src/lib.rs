@@ -39,8 +39,6 @@ pub mod time;
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
 #[cfg(feature = "std")]
 pub use service::{TimerHandle, TimerService};
-#[cfg(feature = "std")]
-pub use sys::TickScale;
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 pub use sys::TimerFd;
 #[cfg(feature = "std")]

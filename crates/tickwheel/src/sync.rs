@@ -10,6 +10,26 @@
 //! RUSTFLAGS="--cfg loom" cargo test -p tickwheel --release --lib loom
 //! ```
 //!
+//! With the current dev-dependencies that command does not build: `--cfg loom` reaches every
+//! crate, and smol's dependencies (async-io, concurrent-queue, …) then expect their own,
+//! disabled, loom support. Until CI grows a loom job, turn the cfg on for tickwheel alone
+//! with a `RUSTC_WRAPPER` (it also adds it to cargo's `--print cfg` query, so our
+//! `[target.'cfg(loom)'.dependencies]` resolves), in a target directory of its own:
+//!
+//! ```text
+//! cat > /tmp/loom-rustc <<'SH'
+//! #!/bin/sh
+//! rustc="$1"; shift
+//! case " $* " in
+//!   *" --crate-name tickwheel "*|*"--print"*) exec "$rustc" "$@" --cfg loom ;;
+//! esac
+//! exec "$rustc" "$@"
+//! SH
+//! chmod +x /tmp/loom-rustc
+//! RUSTC_WRAPPER=/tmp/loom-rustc CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p tickwheel --release --lib loom
+//! ```
+//!
 //! Locks here never poison: [`lock`] and [`wait`] recover the guard of a lock whose holder
 //! panicked. No code of ours panics while holding a lock, and user callbacks never run under
 //! one, so the data behind a recovered guard is consistent.
@@ -18,12 +38,12 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
 
@@ -41,6 +61,23 @@ pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexG
     condvar
         .wait(guard)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One step of a short wait for another thread: a spin hint for the first `spins` rounds,
+/// then a yield of the time slice (under loom: always a loom yield, so models terminate).
+#[inline]
+pub(crate) fn backoff(round: u32) {
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    if round < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 /// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).

@@ -21,11 +21,12 @@
 //! timers of *different* threads at the same tick have no defined order between them (there is
 //! no global sequence counter — it would be one contended cache line on the hot path).
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::thread;
 
 use super::core::{Core, AWAKE};
-use super::shard::{Drained, Expiry, Shard};
+use super::shard::{Drained, Expiry, Payload, Shard};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use crate::sync::{lock, Arc, Mutex};
 
@@ -93,12 +94,23 @@ impl Shared {
         scratch.jobs.sort_by_key(|job| job.deadline);
         let notifies = scratch.notifies.len();
         for target in scratch.notifies.drain(..) {
-            target.expire(Expiry::Fired);
+            // `expire` must not panic; should one anyway, the timer thread survives it.
+            let _ = catch_unwind(AssertUnwindSafe(|| target.expire(Expiry::Fired)));
         }
         self.notified
             .fetch_add(notifies as u64, StdOrdering::Relaxed);
         self.dispatch.push(&mut scratch.jobs);
         n
+    }
+
+    /// Closes every shard and stops the workers, serialised with drains: a `settle` draining
+    /// concurrently has either handed its callbacks over before (the workers run them before
+    /// they exit) or finds the shards closed. Returns the payloads that were still pending.
+    pub(crate) fn close(&self) -> Vec<Payload> {
+        let _drains = lock(&self.drain);
+        let pending = self.shards.iter().flat_map(|shard| shard.close()).collect();
+        self.dispatch.stop();
+        pending
     }
 
     /// The timer thread's loop; returns at shutdown.

@@ -406,17 +406,12 @@ impl TimerService {
         if let Some(driver) = driver {
             let _ = driver.join();
         }
-        let mut discarded = 0;
-        for shard in self.shared.shards.iter() {
-            for payload in shard.close() {
-                discarded += 1;
-                discard(payload);
-            }
-        }
+        let pending = self.shared.close();
         self.shared
             .discarded
-            .fetch_add(discarded, StdOrdering::Relaxed);
-        self.shared.dispatch.stop();
+            .fetch_add(pending.len() as u64, StdOrdering::Relaxed);
+        // Dropped here, outside every lock: a closure's `Drop` may run any code.
+        pending.into_iter().for_each(discard);
         self.join_threads();
     }
 

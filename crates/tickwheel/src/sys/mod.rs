@@ -20,13 +20,16 @@
 //! | platform | backend |
 //! |---|---|
 //! | Linux, feature `timerfd` | [`TimerFd`] (`timerfd_create` + `TFD_TIMER_ABSTIME` on `CLOCK_MONOTONIC`, via rustix) |
-//! | everywhere | the portable path: any queue plus [`TickScale::poll_timeout`], passed as the timeout of `poll`/`epoll_wait`/`kqueue`/`mio::Poll::poll` |
+//! | everywhere | the portable path: any queue plus [`poll_timeout`] (or [`poll_timeout_millis`]), passed as the timeout of `poll`/`epoll_wait`/`kqueue`/`mio::Poll::poll` |
 //!
-//! The portable path needs no fd: before blocking, ask the [`TickScale`] how long until the
-//! queue's next expiry (rounded so a pending sub-tick timer never gives a zero timeout), block
-//! at most that long, then drain the queue at [`TickScale::tick_at`]`(Instant::now())`.
+//! Both paths convert instants with the crate's one conversion, [`time::Ticks`](Ticks)
+//! (deadlines round up, "now" rounds down, [`NEVER`] never fires); `sys` adds only what an
+//! event loop needs on top of it. The portable path needs no fd: before blocking, ask
+//! [`poll_timeout`] how long until the queue's next expiry (exact, so a pending sub-tick timer
+//! never gives a zero timeout), block at most that long, then drain the queue at
+//! [`Ticks::now_tick`]`(Instant::now())`.
 
-mod ticks;
+mod poll;
 
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 mod linux;
@@ -35,4 +38,7 @@ pub(crate) mod model;
 
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 pub use linux::{Drain, TimerFd};
-pub use ticks::TickScale;
+pub use poll::{poll_timeout, poll_timeout_millis};
+
+#[cfg(doc)]
+use crate::time::{Ticks, NEVER};

@@ -68,29 +68,44 @@ impl Ticks {
     /// before the origin give tick 0; instants past the tick range give [`NEVER`].
     #[inline]
     pub fn deadline_tick(&self, deadline: Instant) -> u64 {
-        let ns = deadline.saturating_duration_since(self.origin).as_nanos();
-        let res = u128::from(self.resolution_ns);
-        let tick = ns.div_ceil(res);
-        u64::try_from(tick).unwrap_or(NEVER)
+        match nanos_since(self.origin, deadline) {
+            Some(ns) => ns.div_ceil(self.resolution_ns),
+            None => self.slow_deadline_tick(deadline.saturating_duration_since(self.origin)),
+        }
     }
 
     /// The tick of `now + delay`, rounded up; [`NEVER`] when the sum overflows (`Duration::MAX`).
     #[inline]
     pub fn delay_tick(&self, now: Instant, delay: Duration) -> u64 {
+        // Fast path: both fit in u64 nanoseconds (585 years), no `Instant` arithmetic.
+        if let (Some(base), Some(d)) = (nanos_since(self.origin, now), nanos_of(delay)) {
+            if let Some(ns) = base.checked_add(d) {
+                return ns.div_ceil(self.resolution_ns);
+            }
+        }
         match now.checked_add(delay) {
             Some(deadline) => self.deadline_tick(deadline),
             None => NEVER,
         }
     }
 
+    #[cold]
+    fn slow_deadline_tick(&self, since: Duration) -> u64 {
+        let tick = since.as_nanos().div_ceil(u128::from(self.resolution_ns));
+        u64::try_from(tick).unwrap_or(NEVER)
+    }
+
     /// The tick `now` is in (rounds down), at most [`MAX_NOW_TICK`].
     #[inline]
     pub fn now_tick(&self, now: Instant) -> u64 {
-        let ns = now.saturating_duration_since(self.origin).as_nanos();
-        let tick = ns / u128::from(self.resolution_ns);
-        u64::try_from(tick)
-            .unwrap_or(MAX_NOW_TICK)
-            .min(MAX_NOW_TICK)
+        let tick = match nanos_since(self.origin, now) {
+            Some(ns) => ns / self.resolution_ns,
+            None => {
+                let ns = now.saturating_duration_since(self.origin).as_nanos();
+                u64::try_from(ns / u128::from(self.resolution_ns)).unwrap_or(MAX_NOW_TICK)
+            }
+        };
+        tick.min(MAX_NOW_TICK)
     }
 
     /// The instant tick `tick` starts at; `None` for [`NEVER`] and for ticks past what
@@ -105,6 +120,20 @@ impl Ticks {
         let sub = (ns % 1_000_000_000) as u32;
         self.origin.checked_add(Duration::new(secs, sub))
     }
+}
+
+/// `to - from` in nanoseconds (0 if `to` is earlier), if it fits in a `u64`.
+#[inline]
+fn nanos_since(from: Instant, to: Instant) -> Option<u64> {
+    nanos_of(to.saturating_duration_since(from))
+}
+
+/// `d` in nanoseconds, if it fits in a `u64`.
+#[inline]
+fn nanos_of(d: Duration) -> Option<u64> {
+    d.as_secs()
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::from(d.subsec_nanos()))
 }
 
 #[cfg(test)]
@@ -167,6 +196,29 @@ mod tests {
         }
         // 2^64 µs is past what `Instant` holds on Linux: no panic, just `None`.
         let _ = t.instant_of(MAX_NOW_TICK);
+    }
+
+    #[test]
+    fn fast_and_slow_paths_agree() {
+        let (o, t) = ticks(Duration::from_micros(7));
+        // Around the u64-nanosecond limit the fast path hands over to the u128 one.
+        for secs in [
+            0u64,
+            1,
+            18_446_744_072,
+            18_446_744_073,
+            18_446_744_074,
+            1 << 40,
+        ] {
+            let d = Duration::new(secs, 999_999_999);
+            if let Some(at) = o.checked_add(d) {
+                let slow = u64::try_from(d.as_nanos().div_ceil(7_000)).unwrap_or(NEVER);
+                assert_eq!(t.deadline_tick(at), slow, "deadline at {secs} s");
+                assert_eq!(t.delay_tick(o, d), slow, "delay of {secs} s");
+                let floor = u64::try_from(d.as_nanos() / 7_000).unwrap_or(MAX_NOW_TICK);
+                assert_eq!(t.now_tick(at), floor.min(MAX_NOW_TICK));
+            }
+        }
     }
 
     #[test]

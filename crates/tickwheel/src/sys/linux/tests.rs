@@ -1,6 +1,7 @@
 //! The arming rules of [`TimerFd`], checked against the real kernel timer
-//! (`timerfd_gettime`), on the `BTreeMap` model queue (exact deadlines) and on the [`Wheel`]
-//! (whose `next_expiration` may be a slot start before the deadline).
+//! (`timerfd_gettime`), on the `BTreeMap` model queue and the [`Heap`] (exact deadlines), and
+//! on the [`Wheel`] and the [`HashedWheel`] (whose `next_expiration` may be a slot start
+//! before the deadline).
 //!
 //! Deadlines are tens of seconds out on a 1 ms tick, so nothing fires while a test runs unless
 //! the test waits for it; the only waits are for timers already due or a few ticks out, and
@@ -13,9 +14,11 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::time::{clock_gettime, timerfd_gettime, ClockId};
 
+use super::timerfd::tick_offset;
 use super::TimerFd;
-use crate::queue::{TimerQueue, Wheel};
+use crate::queue::{HashedWheel, Heap, TimerQueue, Wheel};
 use crate::sys::model::ModelQueue;
+use crate::time::{Ticks, NEVER};
 
 const TICK: Duration = Duration::from_millis(1);
 const FAR: u64 = 60_000;
@@ -46,7 +49,7 @@ fn assert_armed<T, Q: TimerQueue<T>>(t: &TimerFd<T, Q>) {
     match (t.armed_at(), kernel_deadline(t)) {
         (None, None) => {}
         (Some(k), Some((lo, hi))) => {
-            let want = t.origin_mono + t.scale().offset_of(k).unwrap();
+            let want = t.origin_mono + tick_offset(t.ticks(), k);
             // The kernel reports remaining time at some instant between the two reads.
             assert!(
                 lo <= want + Duration::from_micros(50),
@@ -69,11 +72,24 @@ fn wheel() -> TimerFd<u32, Wheel<u32>> {
     TimerFd::new(TICK).unwrap()
 }
 
-/// Runs a check on both queue flavors.
+fn heap() -> TimerFd<u32, Heap<u32>> {
+    TimerFd::with_queue(Heap::new(), TICK).unwrap()
+}
+
+/// A hashed wheel whose one revolution (2^17 ticks, 131 s) spans every deadline here, so its
+/// `next_expiration` is exact and nothing is armed a few hundred ticks out, where a stalled
+/// test could see it fire. The default size is tested on its own below.
+fn hashed() -> TimerFd<u32, HashedWheel<u32>> {
+    TimerFd::with_queue(HashedWheel::with_slots(1 << 17), TICK).unwrap()
+}
+
+/// Runs a check on the model and on every queue flavor.
 macro_rules! on_both {
     ($check:ident) => {
         $check(model());
         $check(wheel());
+        $check(heap());
+        $check(hashed());
     };
 }
 
@@ -135,6 +151,26 @@ fn reset_earlier_and_later_move_the_arming() {
         assert!(t.armed_at().unwrap() > FAR);
     }
     on_both!(check);
+}
+
+/// A default-size (512-slot) hashed wheel bounds `next_expiration` below by a `floor` that
+/// rises only at a revolution jump, so moving every timer later leaves the arming early (the
+/// contract allows it: that drain yields nothing and re-arms). Still armed exactly at
+/// `next_expiration`, and never after a deadline.
+#[test]
+fn reset_on_a_default_hashed_wheel_keeps_the_arming_a_lower_bound() {
+    let mut t = TimerFd::with_queue(HashedWheel::new(), TICK).unwrap();
+    let a = t.insert(FAR, 1);
+    let b = t.insert(FAR + 10_000, 2);
+    assert!(t.reset(b, 20_000)); // b becomes the earliest
+    assert_armed(&t);
+    assert!(t.armed_at().unwrap() <= 20_000);
+    for (key, deadline) in [(b, FAR + 30_000), (a, FAR + 40_000)] {
+        assert!(t.reset(key, deadline));
+        assert_armed(&t);
+        let earliest = t.deadline(a).unwrap().min(t.deadline(b).unwrap());
+        assert!(t.armed_at().unwrap() <= earliest, "armed after a deadline");
+    }
 }
 
 #[test]
@@ -247,7 +283,7 @@ fn fd_never_fires_before_the_tick_boundary() {
             }
         }
         assert_eq!(fired, [(key, 7)]);
-        assert!(Instant::now() >= t.scale().instant_of(deadline).unwrap());
+        assert!(Instant::now() >= t.ticks().instant_of(deadline).unwrap());
         assert_eq!(t.armed_at(), None);
         assert_armed(&t);
     }
@@ -273,15 +309,15 @@ fn drain_with_a_stale_now_rearms_instead_of_losing_the_edge() {
 }
 
 #[test]
-fn poll_timeout_rounds_up_and_is_zero_only_when_due() {
-    let mut t = model();
-    let now = t.scale().origin() + Duration::from_micros(10_300);
-    assert_eq!(t.poll_timeout(now), None);
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), -1);
-    t.insert(11, 1); // 0.7 ms away
-    assert_eq!(t.poll_timeout(now), Some(Duration::from_micros(700)));
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), 1);
-    t.insert(10, 2); // already due
-    assert_eq!(t.poll_timeout(now), Some(Duration::ZERO));
-    assert_eq!(t.scale().poll_timeout_millis(t.queue(), now), 0);
+fn tick_offset_is_exact_and_saturates() {
+    let origin = Instant::now();
+    let t = Ticks::new(origin, Duration::from_micros(1_500));
+    assert_eq!(tick_offset(&t, 3), Duration::from_micros(4_500));
+    assert_eq!(origin + tick_offset(&t, 3), t.instant_of(3).unwrap());
+    // The finest resolution is 1 µs (TickScale allowed 1 ns): the largest tick is still exact.
+    let fine = Ticks::new(origin, Duration::ZERO);
+    assert_eq!(tick_offset(&fine, NEVER), Duration::from_micros(NEVER));
+    // The coarsest is 1 s: NEVER seconds still fits a Duration, no overflow.
+    let coarse = Ticks::new(origin, Duration::MAX);
+    assert_eq!(tick_offset(&coarse, NEVER), Duration::from_secs(NEVER));
 }

@@ -9,9 +9,14 @@
 //!   that tick, and `timerfd_settime` is called only when it changes: an insert that does not
 //!   become the earliest makes no system call.
 //! * **Absolute, never early.** The fd is armed with `TFD_TIMER_ABSTIME` on `CLOCK_MONOTONIC`
-//!   (the clock behind [`Instant`] on Linux) at `origin + k·tick`, so arming never drifts.
-//!   The origin's `CLOCK_MONOTONIC` reading is taken just *after* its `Instant`, so the fd
-//!   fires at or after the instant [`now_tick`](TimerFd::now_tick) reaches `k`, never before.
+//!   (the clock behind [`Instant`] on Linux) at `origin + k·resolution`, so arming never
+//!   drifts. The origin's `CLOCK_MONOTONIC` reading is taken just *after* its `Instant`, so
+//!   the fd fires at or after the instant [`now_tick`](TimerFd::now_tick) reaches `k`, never
+//!   before.
+//! * **One conversion.** Instants become ticks through [`Ticks`] only (deadlines round up,
+//!   "now" rounds down and stops at [`MAX_NOW_TICK`], so a [`NEVER`] timer never fires). The
+//!   one thing computed here is the offset of a tick from the origin for the absolute
+//!   timespec, in `u128` nanoseconds, saturating.
 //! * **Drain re-arms.** [`drain`](TimerFd::drain) reads the fd (non-blocking; `EAGAIN` is
 //!   fine), hands out what expired, and re-arms when the iterator is dropped — also when the
 //!   fd fired for a tick that is still the earliest, so a level-triggered loop never spins
@@ -31,7 +36,14 @@ use rustix::time::{
 };
 
 use crate::queue::{TimerKey, TimerQueue, Wheel};
-use crate::sys::TickScale;
+use crate::time::{Ticks, NEVER};
+#[cfg(doc)]
+use crate::{
+    queue::HashedWheel,
+    time::{MAX_NOW_TICK, MAX_RESOLUTION, MIN_RESOLUTION},
+};
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 /// What the kernel timer is set to, as far as this side knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,15 +69,17 @@ enum Armed {
 ///   re-arms it; removing or moving the earliest later re-arms it later; a change that leaves
 ///   the earliest expiry where it was makes no system call.
 /// * Arming is absolute (`TFD_TIMER_ABSTIME`, `CLOCK_MONOTONIC`, the clock of [`Instant`]) at
-///   `origin + k·tick`: it never drifts and the fd never fires before `now_tick()` reaches
-///   the armed tick. With a [`Wheel`], `next_expiration` may be the start of the wheel slot
-///   holding the earliest timer, so a far timer can wake the loop once a level before it is
-///   due; that drain yields nothing and re-arms closer. No timer ever comes out early.
+///   `origin + k·resolution` ([`Ticks::instant_of`]): it never drifts and the fd never fires
+///   before `now_tick()` reaches the armed tick. With a [`Wheel`] (or a [`HashedWheel`]),
+///   `next_expiration` may be the start of the slot holding the earliest timer, so a far
+///   timer can wake the loop before it is due; that drain yields nothing and re-arms closer.
+///   No timer ever comes out early.
 /// * [`drain`](TimerFd::drain) consumes the fd's readiness and re-arms when its iterator is
 ///   dropped, also when it was called with a stale `now`, so an edge-triggered loop never
 ///   misses its next edge.
-/// * `u64::MAX` and other ticks beyond the clock's range arm the fd at the farthest time the
-///   kernel accepts ("never"); nothing panics.
+/// * [`NEVER`] (`u64::MAX`, the tick of `Duration::MAX`) and other ticks beyond the clock's
+///   range arm the fd at the farthest time the kernel accepts; [`now_tick`](TimerFd::now_tick)
+///   never reaches `NEVER`, so such a timer never fires. Nothing panics.
 ///
 /// ```
 /// use std::time::Duration;
@@ -86,8 +100,8 @@ enum Armed {
 /// ```
 pub struct TimerFd<T, Q = Wheel<T>> {
     queue: Q,
-    scale: TickScale,
-    /// `CLOCK_MONOTONIC` at (just after) `scale.origin()`.
+    ticks: Ticks,
+    /// `CLOCK_MONOTONIC` at (just after) `ticks.origin()`.
     pub(super) origin_mono: Duration,
     fd: OwnedFd,
     armed: Armed,
@@ -98,27 +112,29 @@ pub struct TimerFd<T, Q = Wheel<T>> {
 }
 
 impl<T> TimerFd<T, Wheel<T>> {
-    /// A timerfd over an empty [`Wheel`]; tick 0 is now, each tick lasts `tick` (a zero tick is
-    /// taken as 1 ns). Fails only if the kernel refuses a timerfd (e.g. out of fds).
+    /// A timerfd over an empty [`Wheel`]; tick 0 is now, each tick lasts `tick`, clamped to
+    /// [`MIN_RESOLUTION`]`..=`[`MAX_RESOLUTION`] (1 µs to 1 s, like the service's resolution).
+    /// Fails only if the kernel refuses a timerfd (e.g. out of fds).
     pub fn new(tick: Duration) -> io::Result<Self> {
         TimerFd::with_queue(Wheel::new(), tick)
     }
 }
 
 impl<T, Q: TimerQueue<T>> TimerFd<T, Q> {
-    /// A timerfd over `queue`; tick 0 is now, each tick lasts `tick`. Pass an empty queue at
-    /// tick 0 (timers already in it are taken on this scale and the fd is armed for them).
+    /// A timerfd over `queue`; tick 0 is now, each tick lasts `tick` (clamped as in
+    /// [`new`](TimerFd::new)). Pass an empty queue at tick 0 (timers already in it are taken
+    /// on these ticks and the fd is armed for them).
     pub fn with_queue(queue: Q, tick: Duration) -> io::Result<Self> {
         let flags = TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC;
         let fd = timerfd_create(TimerfdClockId::Monotonic, flags)?;
         // Instant first, CLOCK_MONOTONIC second: the fd's origin is never before the Instant
         // origin, so the fd never fires before `now_tick()` reaches the armed tick.
-        let scale = TickScale::new(tick);
+        let ticks = Ticks::new(Instant::now(), tick);
         let origin_mono = Duration::try_from(clock_gettime(ClockId::Monotonic))
             .map_err(|_| io::Error::other("CLOCK_MONOTONIC reads negative"))?;
         let mut timers = TimerFd {
             queue,
-            scale,
+            ticks,
             origin_mono,
             fd,
             armed: Armed::Off,
@@ -130,20 +146,21 @@ impl<T, Q: TimerQueue<T>> TimerFd<T, Q> {
         Ok(timers)
     }
 
-    /// The tick scale: tick `k` is `origin + k·tick`.
-    pub fn scale(&self) -> &TickScale {
-        &self.scale
+    /// The tick conversion: tick `k` starts at `origin + k·resolution`.
+    pub fn ticks(&self) -> &Ticks {
+        &self.ticks
     }
 
-    /// The current tick, read from the monotonic clock and rounded down.
+    /// The current tick, read from the monotonic clock and rounded down
+    /// ([`Ticks::now_tick`]; at most [`MAX_NOW_TICK`]).
     pub fn now_tick(&self) -> u64 {
-        self.scale.tick_at(Instant::now())
+        self.ticks.now_tick(Instant::now())
     }
 
-    /// The deadline tick `delay` from now, rounded up (never early); `Duration::MAX` gives
-    /// `u64::MAX`.
+    /// The deadline tick `delay` from now, rounded up (never early; [`Ticks::delay_tick`]);
+    /// `Duration::MAX` gives [`NEVER`].
     pub fn deadline_after(&self, delay: Duration) -> u64 {
-        self.scale.deadline_after(Instant::now(), delay)
+        self.ticks.delay_tick(Instant::now(), delay)
     }
 
     /// Adds a timer at tick `deadline` (see [`TimerQueue::insert`]) and re-arms the fd if it
@@ -219,9 +236,10 @@ impl<T, Q: TimerQueue<T>> TimerFd<T, Q> {
     }
 
     /// The portable path: how long a loop may block at `now` before a timer is due (see
-    /// [`TickScale::poll_timeout`]); `None` when empty. Not needed when the fd is registered.
+    /// [`sys::poll_timeout`](crate::sys::poll_timeout)); `None` when empty. Not needed when
+    /// the fd is registered.
     pub fn poll_timeout(&self, now: Instant) -> Option<Duration> {
-        self.scale.poll_timeout(&self.queue, now)
+        crate::sys::poll_timeout(&self.ticks, &self.queue, now)
     }
 
     /// Consumes the fd's readiness and returns an iterator over the timers due at tick `now`
@@ -287,18 +305,30 @@ impl<T, Q: TimerQueue<T>> TimerFd<T, Q> {
     }
 
     /// `CLOCK_MONOTONIC` time of tick `k`'s start: valid (`tv_nsec < 10^9`, `tv_sec >= 0`),
-    /// never all-zero (which would disarm), saturating at `i64::MAX` seconds ("never").
+    /// never all-zero (which would disarm), saturating at `i64::MAX` seconds; [`NEVER`] is
+    /// that farthest time.
     fn absolute_time(&self, k: u64) -> Timespec {
-        let at = self
-            .scale
-            .offset_of(k)
-            .and_then(|offset| self.origin_mono.checked_add(offset))
-            .unwrap_or(Duration::MAX)
-            .max(Duration::from_nanos(1));
+        let at = match k {
+            NEVER => Duration::MAX,
+            _ => self.origin_mono.saturating_add(tick_offset(&self.ticks, k)),
+        }
+        .max(Duration::from_nanos(1));
         Timespec {
             tv_sec: i64::try_from(at.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: at.subsec_nanos().into(),
         }
+    }
+}
+
+/// The time from `ticks.origin()` to the start of tick `k`: `k·resolution`, exact, computed
+/// in `u128` nanoseconds and saturating at `Duration::MAX` (which the clamped resolution of
+/// at most 1 s never reaches). [`Ticks`] has no such accessor; this is all the timespec needs.
+pub(super) fn tick_offset(ticks: &Ticks, k: u64) -> Duration {
+    let nanos = u128::from(k) * ticks.resolution().as_nanos();
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        // The remainder is below 10^9, so it fits a u32 and `Duration::new` cannot carry.
+        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
+        Err(_) => Duration::MAX,
     }
 }
 
@@ -318,7 +348,7 @@ impl<T, Q: TimerQueue<T>> fmt::Debug for TimerFd<T, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerFd")
             .field("fd", &self.fd.as_raw_fd())
-            .field("tick", &self.scale.tick())
+            .field("resolution", &self.ticks.resolution())
             .field("len", &self.queue.len())
             .field("armed", &self.armed)
             .finish_non_exhaustive()

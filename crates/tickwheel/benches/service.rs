@@ -1,0 +1,133 @@
+//! Multi-threaded schedule + cancel throughput of the `TimerService`, beside tokio's timer in
+//! the same run (the connection-timeout pattern, W1: schedule, then cancel before it fires).
+//!
+//! ```text
+//! cargo bench -p tickwheel --bench service
+//! ```
+//!
+//! * `tickwheel`: each producer thread calls `service.schedule(delay, closure)` then
+//!   `handle.cancel()`; delays uniform in [1, 60000] ms, so nothing fires.
+//! * `tokio`: the fair analogue — each producer is a task on a multi-thread runtime with as
+//!   many workers as producers; it creates a `tokio::time::sleep(delay)`, polls it once (that
+//!   registers it in tokio's sharded timer wheel) and drops it (that deregisters it).
+//!   tokio-util's `DelayQueue` is single-owner (`&mut self`), so it is not a multi-producer
+//!   analogue.
+//!
+//! Throughput is elements (schedule + cancel pairs) per second over all producers.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::{Arc, Barrier};
+use std::task::Poll;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tickwheel::service::TimerService;
+
+/// Schedule+cancel pairs one sample measures, split over the producers.
+const OPS: u64 = 200_000;
+
+fn delays(seed: u64, n: usize) -> Vec<Duration> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            Duration::from_millis(1 + x % 60_000)
+        })
+        .collect()
+}
+
+fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u64) -> Duration {
+    let per = (ops / producers) as usize;
+    let barrier = Arc::new(Barrier::new(producers as usize + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let (service, barrier) = (service.clone(), barrier.clone());
+            let delays = delays(p + 1, per);
+            thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                for &d in &delays {
+                    let handle = service.schedule(d, || {});
+                    black_box(handle.cancel());
+                }
+                start.elapsed()
+            })
+        })
+        .collect();
+    barrier.wait();
+    threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .max()
+        .unwrap()
+}
+
+fn tokio_schedule_cancel(rt: &tokio::runtime::Runtime, producers: u64, ops: u64) -> Duration {
+    let per = (ops / producers) as usize;
+    rt.block_on(async move {
+        let barrier = Arc::new(tokio::sync::Barrier::new(producers as usize));
+        let tasks: Vec<_> = (0..producers)
+            .map(|p| {
+                let barrier = barrier.clone();
+                let delays = delays(p + 1, per);
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let start = Instant::now();
+                    for &d in &delays {
+                        let mut sleep = pin!(tokio::time::sleep(d));
+                        std::future::poll_fn(|cx| {
+                            black_box(sleep.as_mut().poll(cx).is_ready());
+                            Poll::Ready(())
+                        })
+                        .await;
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        let mut longest = Duration::ZERO;
+        for t in tasks {
+            longest = longest.max(t.await.unwrap());
+        }
+        longest
+    })
+}
+
+fn schedule_cancel(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_cancel");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(OPS));
+    for producers in [1u64, 2, 4] {
+        let service = Arc::new(TimerService::new().unwrap());
+        group.bench_with_input(
+            BenchmarkId::new("tickwheel", producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| tickwheel_schedule_cancel(&service, p, OPS))
+                        .sum()
+                })
+            },
+        );
+        drop(service);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(producers as usize)
+            .enable_time()
+            .build()
+            .unwrap();
+        group.bench_with_input(BenchmarkId::new("tokio", producers), &producers, |b, &p| {
+            b.iter_custom(|iters| (0..iters).map(|_| tokio_schedule_cancel(&rt, p, OPS)).sum())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, schedule_cancel);
+criterion_main!(benches);
