@@ -48,14 +48,17 @@ pub fn default_repeats(n: usize) -> u32 {
 /// Runs the benchmark and writes every output; `Err` with a message on any failure.
 pub fn run(settings: Settings) -> Result<(), String> {
     let machine = Machine::detect();
-    println!("tickwheel bench {}", env!("CARGO_PKG_VERSION"));
-    println!("command: {}", settings.command_line);
-    println!(
+    say!("tickwheel bench {}", env!("CARGO_PKG_VERSION"));
+    say!("command: {}", settings.command_line);
+    say!(
         "machine: {} ({} cores), {}, {} build",
-        machine.cpu, machine.cores, machine.os, machine.profile
+        machine.cpu,
+        machine.cores,
+        machine.os,
+        machine.profile
     );
     if machine.profile == "debug" {
-        println!("warning: debug build; numbers are meaningless (use --release)");
+        say!("warning: debug build; numbers are meaningless (use --release)");
     }
     std::fs::create_dir_all(&settings.out)
         .map_err(|e| format!("cannot create {}: {e}", settings.out.display()))?;
@@ -231,27 +234,27 @@ fn run_w4(s: &Settings, report: &mut Report) -> Result<(), String> {
 
 fn finish(s: &Settings, report: &Report) -> Result<(), String> {
     for &w in &s.workloads {
-        print!("{}", report::virtual_table(report, w));
+        say_raw!("{}", report::virtual_table(report, w));
         if let Some(line) = report::verification_line(report, w) {
-            println!("{line}");
+            say!("{line}");
         }
     }
-    print!("{}", report::w4_table(report));
-    println!(
+    say_raw!("{}", report::w4_table(report));
+    say!(
         "\n* = tickwheel. Seed {}; every entrant got identical input.",
         s.seed
     );
     for note in &report.notes {
-        println!("note: {note}");
+        say!("note: {note}");
     }
     let csv = s.out.join("results.csv");
     let json = s.out.join("results.json");
     report::write_csv(report, &csv)?;
     report::write_json(report, &json)?;
     let plots = plot::write_all(report, &s.out)?;
-    println!("\nwrote {}, {}", csv.display(), json.display());
+    say!("\nwrote {}, {}", csv.display(), json.display());
     for p in plots {
-        println!("wrote {}", p.display());
+        say!("wrote {}", p.display());
     }
     Ok(())
 }

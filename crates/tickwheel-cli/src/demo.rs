@@ -29,7 +29,7 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
         ));
     }
     let machine = Machine::detect();
-    println!(
+    say!(
         "{} delayed tasks (delays 0..={} ms) on {} — {} ({} cores), {} build",
         pretty_n(s.n),
         s.max_delay_ms,
@@ -67,30 +67,30 @@ pub fn worker(s: &DemoSettings) -> Result<(), String> {
     bar.set_message(format!("W4 {}", s.entrant));
     let sample = w4::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish_and_clear();
-    println!("{}", sample.to_json());
+    say!("{}", sample.to_json());
     Ok(())
 }
 
 fn print_summary(s: &w4::W4Sample) {
-    println!("every task ran exactly once, none early");
-    println!(
+    say!("every task ran exactly once, none early");
+    say!(
         "scheduled in {:.2} s ({:.0} tasks/s); last task ran {:.2} s after the first was scheduled",
         s.schedule.as_secs_f64(),
         s.schedule_rate(),
         s.wall.as_secs_f64()
     );
     if let Some(cpu) = s.cpu {
-        println!("CPU time (whole process): {:.2} s", cpu.as_secs_f64());
+        say!("CPU time (whole process): {:.2} s", cpu.as_secs_f64());
     }
     if let Some(rss) = s.peak_rss {
-        println!(
+        say!(
             "peak memory growth: {:.1} MiB ({:.0} bytes a task)",
             rss as f64 / 1048576.0,
             rss as f64 / s.n as f64
         );
     }
     let l = s.lateness;
-    println!(
+    say!(
         "lateness: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
         l.p50 as f64 / 1e6,
         l.p99 as f64 / 1e6,
@@ -102,7 +102,7 @@ fn print_summary(s: &w4::W4Sample) {
 
 /// The lateness histogram as text bars, 50 characters for the fullest bucket.
 fn print_histogram(histogram: &[(f64, usize)]) {
-    println!("lateness histogram:");
+    say!("lateness histogram:");
     let widest = histogram.iter().map(|(_, c)| *c).max().unwrap_or(1).max(1);
     let mut lower = 0.0;
     for &(upper, count) in histogram {
@@ -112,7 +112,7 @@ fn print_histogram(histogram: &[(f64, usize)]) {
             format!("{lower:>6} ms and more ")
         };
         let bar = "#".repeat((count * 50).div_ceil(widest));
-        println!("  {label} {count:>10}  {bar}");
+        say!("  {label} {count:>10}  {bar}");
         lower = upper;
     }
 }

@@ -10,6 +10,22 @@
 //! Exit codes: 0 success, 1 the run failed (a verification failed, an entrant errored, a file
 //! could not be written), 2 bad arguments (clap's convention).
 
+/// `println!` that ignores a closed stdout (`tickwheel bench | head` must not panic).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod demo;
 mod entrants;

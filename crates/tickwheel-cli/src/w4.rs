@@ -231,7 +231,9 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<W4Sample, Strin
     let mut late = Vec::with_capacity(deadlines.len());
     let mut last = start;
     for (id, (slot, &deadline)) in log.fired_at.iter().zip(deadlines).enumerate() {
-        let fired = slot.load(Ordering::Relaxed) - 1;
+        let Some(fired) = slot.load(Ordering::Relaxed).checked_sub(1) else {
+            return Err(format!("task {id} never ran"));
+        };
         if fired < deadline {
             return Err(format!(
                 "task {id} ran {} µs early",

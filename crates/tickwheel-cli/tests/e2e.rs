@@ -199,3 +199,25 @@ fn demo_runs_a_small_batch_on_the_service_and_on_a_peer() {
         assert!(stdout.contains("lateness histogram:"));
     }
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(["bench", "--n", "100", "--repeat", "1", "--workloads", "w1"])
+        .args(["--out", dir.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Like `tickwheel bench | head -1`: read one line, then close the pipe.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert!(first.starts_with("tickwheel bench"));
+    drop(stdout);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{stderr}");
+}
