@@ -80,6 +80,15 @@ pub(crate) fn backoff(round: u32) {
     }
 }
 
+/// A spin-wait hint (under loom: a loom yield, so spinning models terminate).
+#[inline]
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
 /// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).
 ///
 /// Tests of concurrent code call this instead of running their body directly, so one test
