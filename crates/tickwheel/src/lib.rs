@@ -32,10 +32,16 @@ pub mod service;
 #[cfg(feature = "std")]
 pub(crate) mod sync;
 #[cfg(feature = "std")]
+pub mod sys;
+#[cfg(feature = "std")]
 pub mod time;
 
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
 #[cfg(feature = "std")]
 pub use service::{TimerHandle, TimerService};
+#[cfg(feature = "std")]
+pub use sys::TickScale;
+#[cfg(all(target_os = "linux", feature = "timerfd"))]
+pub use sys::TimerFd;
 #[cfg(feature = "std")]
 pub use time::{Clock, ManualClock, MonotonicClock};

@@ -40,10 +40,10 @@
 //!   than the earliest effective deadline (the wheels may answer earlier: the start of the
 //!   slot that holds it; polling there is cheap and then gives a later answer).
 
-mod hashed;
-mod heap;
+pub mod hashed;
+pub mod heap;
 pub(crate) mod slab;
-mod wheel;
+pub mod wheel;
 
 use core::fmt;
 use core::marker::PhantomData;

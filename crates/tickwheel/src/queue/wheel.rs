@@ -9,8 +9,8 @@
 //! # Invariants
 //!
 //! * Every timer in a slot has an effective deadline `d >= now`, and sits at level
-//!   [`level_for(now, d)`](level_for) — the level of the highest bit where `d` and `now`
-//!   differ — in slot [`slot_for(d, level)`](slot_for).
+//!   `level_for(now, d)` — the level of the highest bit where `d` and `now`
+//!   differ — in slot `slot_for(d, level)`.
 //! * The level-0 slot of `now` itself holds exactly the timers due at `now` (the *ready*
 //!   slot), in firing order after a consumed prefix (`cursor`).
 //! * At level `L` every other occupied slot lies strictly after `now`'s own slot, inside
@@ -32,7 +32,7 @@
 //!   known up front, so their cache misses overlap instead of forming a pointer chase.
 //!
 //! Stale items are bounded: a slot whose stale items outnumber its live ones by more than
-//! [`COMPACT_SLACK`] is compacted in place (stable, so order is kept), amortized O(1) a
+//! `COMPACT_SLACK` (32) is compacted in place (stable, so order is kept), amortized O(1) a
 //! removal; an emptied slot is cleared at once. A removed timer's slab entry and value are
 //! freed immediately. Slot vectors keep their capacity (no allocation in steady state) until
 //! [`shrink_to_fit`](TimerQueue::shrink_to_fit).
@@ -63,11 +63,11 @@ use super::slab::{Link, Slab, NIL};
 use super::{TimerKey, TimerQueue};
 
 /// Bits of the deadline resolved by one level.
-pub(crate) const LEVEL_BITS: u32 = 6;
+pub const LEVEL_BITS: u32 = 6;
 /// Slots a level: one per value of its [`LEVEL_BITS`] bits.
-pub(crate) const SLOTS: usize = 1 << LEVEL_BITS;
-/// Levels needed to cover all 64 bits of a tick.
-pub(crate) const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
+pub const SLOTS: usize = 1 << LEVEL_BITS;
+/// Levels needed to cover all 64 bits of a tick: `ceil(64 / LEVEL_BITS)`.
+pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
 /// Mask of a slot number.
 const SLOT_MASK: u64 = SLOTS as u64 - 1;
 /// Stale items a slot may hold beyond its live ones before it is compacted.

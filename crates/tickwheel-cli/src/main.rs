@@ -1,0 +1,215 @@
+//! `tickwheel`: timer numbers on your own machine, side by side with the timers you use today.
+//!
+//! * `tickwheel bench` runs DESIGN.md's workloads W1–W4 on tickwheel's queues and service and
+//!   on peers (std `BinaryHeap`, `BTreeMap` à la async-io, tokio-util's `DelayQueue`,
+//!   `hierarchical_hash_wheel_timer`, tokio `sleep` tasks, a heap-plus-thread baseline) with
+//!   identical seeded input, verifies W2's exactly-once / never-early promise for every entrant,
+//!   and writes a table, CSV, JSON and SVG plots.
+//! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
+//!
+//! Exit codes: 0 success, 1 the run failed (a verification failed, an entrant errored, a file
+//! could not be written), 2 bad arguments (clap's convention).
+
+mod bench;
+mod demo;
+mod entrants;
+mod machine;
+mod plot;
+mod report;
+mod runner;
+mod w4;
+mod workload;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use entrants::Entrant;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Timer benchmarks and demo for the tickwheel library.
+#[derive(Debug, Parser)]
+#[command(name = "tickwheel", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run workloads W1–W4 against peer timers; print a table, write CSV, JSON and SVG plots.
+    Bench(BenchArgs),
+    /// Schedule millions of delayed tasks on a real clock and report lateness, CPU and memory.
+    Demo(DemoArgs),
+}
+
+/// A workload of DESIGN.md ("What fast means here").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Workload {
+    /// Schedule N timers (delays 1..=60000 ms), cancel all in random order.
+    W1,
+    /// Schedule N timers (delays 1..=10000 ms), fire all tick by tick; verified.
+    W2,
+    /// N live timers (1..=30000 ms), then N resets to random new delays.
+    W3,
+    /// Real clock: N tasks with delays 0..=1000 ms; schedule rate, CPU, memory, lateness.
+    W4,
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Seed of the SplitMix64 input generator (identical input for every entrant).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Timer counts for W1–W3, comma separated (accepts 1e6 and 1_000_000).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count,
+          default_value = "10000,100000,1000000")]
+    n: Vec<usize>,
+    /// Also run N = 6·10^6 (W1–W3) and 6·10^6 tasks in W4.
+    #[arg(long)]
+    full: bool,
+    /// Workloads to run, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    workloads: Vec<Workload>,
+    /// Entrants to run, comma separated (default: all). Names as in the results table.
+    #[arg(long, value_delimiter = ',', value_parser = parse_entrant)]
+    entrants: Vec<Entrant>,
+    /// Runs per (workload, entrant, N); the median is reported. Default: 5 up to N = 10^5,
+    /// 3 up to 10^6, 1 above.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: Option<u32>,
+    /// Directory for results.csv, results.json and the SVG plots (created if missing).
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Number of tasks in W4 (real time).
+    #[arg(long, value_parser = parse_count, default_value = "1000000")]
+    w4_n: usize,
+    /// Largest W4 delay in milliseconds (DESIGN.md: 1000); smaller values make W4 quick.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    w4_max_delay_ms: u64,
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Number of delayed tasks.
+    #[arg(long, value_parser = parse_count, default_value = "6000000")]
+    n: usize,
+    /// Largest delay in milliseconds; delays are uniform in 0..=this.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    max_delay_ms: u64,
+    /// Seed of the delay generator.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Which real-time timer runs the demo.
+    #[arg(long, value_parser = parse_entrant, default_value = "tickwheel-service")]
+    entrant: Entrant,
+}
+
+/// The largest timer count accepted: ids are `u32`, and memory must stay sane.
+const MAX_COUNT: usize = 100_000_000;
+
+/// Parses a timer count: `10000`, `10_000`, `1e4` or `6e6`, in `1..=MAX_COUNT`.
+fn parse_count(text: &str) -> Result<usize, String> {
+    let clean: String = text.trim().chars().filter(|&c| c != '_').collect();
+    let value = match clean.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => {
+            let m: u64 = mantissa
+                .parse()
+                .map_err(|_| format!("`{text}` is not a count"))?;
+            let e: u32 = exponent
+                .parse()
+                .map_err(|_| format!("`{text}` is not a count"))?;
+            // Overflow is "too big", not "not a number".
+            Some(
+                10u64
+                    .checked_pow(e)
+                    .and_then(|p| p.checked_mul(m))
+                    .unwrap_or(u64::MAX),
+            )
+        }
+        None => clean.parse::<u64>().ok(),
+    };
+    match value {
+        Some(v) if (1..=MAX_COUNT as u64).contains(&v) => Ok(v as usize),
+        Some(_) => Err(format!("count must be between 1 and {MAX_COUNT}")),
+        None => Err(format!(
+            "`{text}` is not a count (examples: 10000, 1e6, 1_000_000)"
+        )),
+    }
+}
+
+fn parse_entrant(text: &str) -> Result<Entrant, String> {
+    text.parse()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(bench_settings(args, command_line)),
+        Command::Demo(args) => demo::run(&demo::DemoSettings {
+            n: args.n,
+            max_delay_ms: args.max_delay_ms,
+            seed: args.seed,
+            entrant: args.entrant,
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
+    let mut ns = args.n;
+    if args.full {
+        ns.push(6_000_000);
+    }
+    ns.sort_unstable();
+    ns.dedup();
+    let mut workloads = args.workloads;
+    workloads.sort_unstable();
+    workloads.dedup();
+    let mut entrants = if args.entrants.is_empty() {
+        Entrant::ALL.to_vec()
+    } else {
+        args.entrants
+    };
+    entrants.sort_unstable();
+    entrants.dedup();
+    bench::Settings {
+        seed: args.seed,
+        ns,
+        workloads,
+        entrants,
+        repeat: args.repeat,
+        out: args.out,
+        w4_n: if args.full { 6_000_000 } else { args.w4_n },
+        w4_max_delay_ms: args.w4_max_delay_ms,
+        command_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse_in_every_spelling_and_reject_nonsense() {
+        assert_eq!(parse_count("10000"), Ok(10_000));
+        assert_eq!(parse_count("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_count("6e6"), Ok(6_000_000));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("-5").is_err());
+        assert!(parse_count("1e30").is_err());
+        assert!(parse_count("abc").is_err());
+        assert!(parse_count("").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

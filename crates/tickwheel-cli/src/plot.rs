@@ -1,0 +1,154 @@
+//! SVG plots: ns per timer against N (log–log), one per virtual workload, and W4's
+//! lateness CDF. Text is plain SVG `<text>` (plotters without font features), so no system
+//! font library is needed to build or run.
+
+use crate::entrants::Entrant;
+use crate::report::{describe, Report};
+use crate::Workload;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+const SIZE: (u32, u32) = (960, 600);
+
+/// A fixed, print-friendly color per entrant (tickwheel in warm colors, peers in cool ones),
+/// so the same entrant has the same color in every plot.
+fn color(entrant: Entrant) -> RGBColor {
+    match entrant {
+        Entrant::Wheel | Entrant::Service => RGBColor(214, 39, 40),
+        Entrant::HashedWheel => RGBColor(255, 127, 14),
+        Entrant::Heap => RGBColor(148, 103, 189),
+        Entrant::BinaryHeap | Entrant::TokioSleep => RGBColor(31, 119, 180),
+        Entrant::BTreeMap | Entrant::HeapThread => RGBColor(44, 160, 44),
+        Entrant::DelayQueue => RGBColor(140, 86, 75),
+        Entrant::Hhwt => RGBColor(90, 90, 90),
+    }
+}
+
+/// Writes every plot the report has data for; returns the files written.
+pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut written = Vec::new();
+    for w in [Workload::W1, Workload::W2, Workload::W3] {
+        if report.samples.iter().any(|s| s.workload == w) {
+            let path = dir.join(format!(
+                "{}-ns-per-timer.svg",
+                format!("{w:?}").to_lowercase()
+            ));
+            scaling_plot(report, w, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
+            written.push(path);
+        }
+    }
+    if !report.w4.is_empty() {
+        let path = dir.join("w4-lateness-cdf.svg");
+        lateness_cdf(report, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+fn padded_log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
+    let (lo, hi) = values.fold((f64::MAX, f64::MIN_POSITIVE), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let lo = lo.max(1e-3);
+    (lo / 1.6)..(hi.max(lo) * 1.6)
+}
+
+fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
+    let samples: Vec<_> = report.samples.iter().filter(|s| s.workload == w).collect();
+    let x = padded_log_range(samples.iter().map(|s| s.n as f64));
+    let y = padded_log_range(samples.iter().map(|s| s.ns_per_timer()));
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(describe(w), ("sans-serif", 18))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x.log_scale(), y.log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("N (timers)")
+        .y_desc("ns per timer (median)")
+        .x_label_formatter(&|v| format!("{v:.0e}"))
+        .draw()?;
+    for entrant in Entrant::ALL {
+        let mut points: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| s.entrant == entrant)
+            .map(|s| (s.n as f64, s.ns_per_timer()))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c = color(entrant);
+        let width = if entrant.is_tickwheel() { 3 } else { 1 };
+        chart
+            .draw_series(LineSeries::new(points.clone(), c.stroke_width(width)))?
+            .label(entrant.name())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
+            });
+        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))?;
+    }
+    // Costs grow with N, so the upper left is where the lines are not.
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present()?;
+    Ok(())
+}
+
+fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> PlotResult
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
+    let x_max = report
+        .w4
+        .iter()
+        .filter_map(|s| s.cdf.iter().map(|p| p.0).reduce(f64::max))
+        .fold(0.1, f64::max)
+        * 1.05;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = report.w4.first().map_or(0, |s| s.n);
+    let caption = format!(
+        "W4 lateness CDF, {} tasks, delays 0..=1000 ms, real clock",
+        crate::report::pretty_n(n)
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 18))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..x_max, 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("lateness (ms past deadline)")
+        .y_desc("fraction of tasks")
+        .draw()?;
+    for sample in &report.w4 {
+        let c = color(sample.entrant);
+        chart
+            .draw_series(LineSeries::new(sample.cdf.clone(), c.stroke_width(2)))?
+            .label(sample.entrant.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    // CDFs rise to the upper left, so the lower right is free.
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,334 @@
+//! W4, the real-time workload: N tasks with delays on the real clock, run by a timer
+//! service; schedule rate, wall and CPU time, memory, and lateness.
+//!
+//! Invariants:
+//! * Every entrant gets the same delays and the same callback: [`Log::fire`], which stamps
+//!   the firing time into a preallocated slot per task (8 bytes a task, allocated and touched
+//!   before measuring, so it is not counted as the timer's memory).
+//! * A task's deadline is taken as `Instant::now()` read just *before* it is scheduled plus
+//!   its delay, so a correct timer (which reads the clock later) is never early by this
+//!   measure. Firing before that deadline, firing twice, or not firing within
+//!   [`GRACE`] after the last deadline fails the run.
+//! * Lateness = firing stamp − deadline. Peak memory is `VmHWM` after a reset of the
+//!   kernel's mark, minus the RSS before scheduling; CPU is the whole process's user+system.
+
+use crate::entrants::Entrant;
+use crate::machine;
+use indicatif::ProgressBar;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod drivers;
+
+/// How long after the last deadline a missing task counts as lost.
+pub const GRACE: Duration = Duration::from_secs(30);
+
+/// The shared record of a W4 run: one firing stamp per task.
+#[derive(Debug)]
+pub struct Log {
+    base: Instant,
+    fired_at: Vec<AtomicU64>,
+    fired: AtomicUsize,
+    doubles: AtomicUsize,
+}
+
+impl Log {
+    /// A log for `n` tasks, every slot touched.
+    pub fn new(n: usize) -> Log {
+        Log {
+            base: Instant::now(),
+            fired_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            fired: AtomicUsize::new(0),
+            doubles: AtomicUsize::new(0),
+        }
+    }
+
+    /// Nanoseconds since the log's base instant.
+    pub fn stamp(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    /// The callback of task `id`: records when it ran; a second run is counted as a double.
+    pub fn fire(&self, id: u32) {
+        let stamp = self.stamp() + 1; // 0 means "not fired"
+        let slot = &self.fired_at[id as usize];
+        if slot
+            .compare_exchange(0, stamp, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.fired.fetch_add(1, Ordering::Release);
+        } else {
+            self.doubles.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many tasks have run.
+    pub fn fired(&self) -> usize {
+        self.fired.load(Ordering::Acquire)
+    }
+}
+
+/// A real-time timer that runs W4's callbacks.
+pub trait Driver {
+    /// Schedules `log.fire(id)` after `delay` (`deadline` = now + `delay`, for timers that
+    /// take an instant).
+    fn schedule(&self, id: u32, delay: Duration, deadline: Instant, log: &Arc<Log>);
+    /// Stops the timer and joins its threads.
+    fn shutdown(self: Box<Self>);
+}
+
+/// Lateness percentiles in ns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lateness {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Worst.
+    pub max: u64,
+}
+
+/// What one W4 run measured.
+#[derive(Debug, Clone)]
+pub struct W4Sample {
+    /// Who ran it.
+    pub entrant: Entrant,
+    /// Task count.
+    pub n: usize,
+    /// Largest delay in ms.
+    pub max_delay_ms: u64,
+    /// Time to schedule all tasks.
+    pub schedule: Duration,
+    /// From the first schedule to the last firing.
+    pub wall: Duration,
+    /// Process CPU time over the run.
+    pub cpu: Option<Duration>,
+    /// Peak RSS growth over the run, bytes.
+    pub peak_rss: Option<u64>,
+    /// Lateness percentiles.
+    pub lateness: Lateness,
+    /// Lateness CDF: `(lateness in ms, fraction of tasks at most that late)`.
+    pub cdf: Vec<(f64, f64)>,
+    /// Lateness histogram: `(bucket upper bound in ms, tasks)`; the last bound is infinite.
+    pub histogram: Vec<(f64, usize)>,
+}
+
+impl W4Sample {
+    /// Tasks scheduled per second.
+    pub fn schedule_rate(&self) -> f64 {
+        self.n as f64 / self.schedule.as_secs_f64().max(1e-9)
+    }
+
+    /// The sample as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "workload": "W4",
+            "entrant": self.entrant.name(),
+            "tickwheel": self.entrant.is_tickwheel(),
+            "n": self.n,
+            "max_delay_ms": self.max_delay_ms,
+            "schedule_s": self.schedule.as_secs_f64(),
+            "schedule_per_s": self.schedule_rate(),
+            "wall_s": self.wall.as_secs_f64(),
+            "cpu_s": self.cpu.map(|c| c.as_secs_f64()),
+            "peak_rss_growth_bytes": self.peak_rss,
+            "lateness_ns": { "p50": self.lateness.p50, "p99": self.lateness.p99,
+                             "p999": self.lateness.p999, "max": self.lateness.max },
+            "lateness_cdf_ms": self.cdf,
+            "lateness_histogram_ms": self.histogram.iter().map(|(b, c)| json!({
+                "le_ms": if b.is_finite() { json!(b) } else { json!("inf") }, "tasks": c,
+            })).collect::<Vec<_>>(),
+            "verified": true,
+        })
+    }
+}
+
+/// Builds the driver of a real-time entrant.
+pub fn driver(entrant: Entrant) -> Result<Box<dyn Driver>, String> {
+    Ok(match entrant {
+        Entrant::Service => Box::new(drivers::Service::new()?),
+        Entrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
+        Entrant::HeapThread => Box::new(drivers::HeapThread::new()?),
+        other => return Err(format!("{other} is not a real-time entrant")),
+    })
+}
+
+/// Runs W4 with `delays` (ms) on `entrant`; `progress` shows tasks fired.
+pub fn run(
+    entrant: Entrant,
+    delays: &[u64],
+    progress: Option<&ProgressBar>,
+) -> Result<W4Sample, String> {
+    let driver = driver(entrant)?;
+    let n = delays.len();
+    let log = Arc::new(Log::new(n));
+    let mut deadlines = vec![0u64; n];
+    // Touch the pages now, so the RSS baseline below already holds them.
+    deadlines.iter_mut().for_each(|d| *d = 1);
+    machine::reset_peak_rss();
+    let rss_before = machine::rss_bytes();
+    let cpu_before = machine::cpu_time();
+    let start = log.stamp();
+    for (id, &delay_ms) in delays.iter().enumerate() {
+        let now = Instant::now();
+        let delay = Duration::from_millis(delay_ms);
+        deadlines[id] = (now - log.base).as_nanos() as u64 + delay.as_nanos() as u64;
+        driver.schedule(id as u32, delay, now + delay, &log);
+    }
+    let schedule = Duration::from_nanos(log.stamp() - start);
+    let max_delay = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
+    let waited = wait_all(&log, max_delay + GRACE, progress);
+    let cpu = machine::cpu_time()
+        .zip(cpu_before)
+        .map(|(a, b)| a.saturating_sub(b));
+    let peak_rss = machine::peak_rss_bytes()
+        .zip(rss_before)
+        .map(|(a, b)| a.saturating_sub(b));
+    driver.shutdown();
+    waited.map_err(|e| format!("{entrant} failed W4: {e}"))?;
+    let mut sample =
+        summarize(&log, &deadlines, start).map_err(|e| format!("{entrant} failed W4: {e}"))?;
+    sample.entrant = entrant;
+    sample.max_delay_ms = max_delay.as_millis() as u64;
+    sample.schedule = schedule;
+    sample.cpu = cpu;
+    sample.peak_rss = peak_rss;
+    Ok(sample)
+}
+
+fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Result<(), String> {
+    let n = log.fired_at.len();
+    let give_up = Instant::now() + timeout;
+    loop {
+        let fired = log.fired();
+        if let Some(bar) = progress {
+            bar.set_position(fired as u64);
+        }
+        let doubles = log.doubles.load(Ordering::Relaxed);
+        if doubles > 0 {
+            return Err(format!("{doubles} tasks ran twice"));
+        }
+        if fired >= n {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            return Err(format!("{} of {n} tasks never ran", n - fired));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<W4Sample, String> {
+    let mut late = Vec::with_capacity(deadlines.len());
+    let mut last = start;
+    for (id, (slot, &deadline)) in log.fired_at.iter().zip(deadlines).enumerate() {
+        let fired = slot.load(Ordering::Relaxed) - 1;
+        if fired < deadline {
+            return Err(format!(
+                "task {id} ran {} µs early",
+                (deadline - fired) / 1000
+            ));
+        }
+        last = last.max(fired);
+        late.push(fired - deadline);
+    }
+    late.sort_unstable();
+    Ok(W4Sample {
+        entrant: Entrant::Service,
+        n: deadlines.len(),
+        max_delay_ms: 0,
+        schedule: Duration::ZERO,
+        wall: Duration::from_nanos(last - start),
+        cpu: None,
+        peak_rss: None,
+        lateness: Lateness {
+            p50: quantile(&late, 0.5),
+            p99: quantile(&late, 0.99),
+            p999: quantile(&late, 0.999),
+            max: late.last().copied().unwrap_or(0),
+        },
+        cdf: cdf(&late),
+        histogram: histogram(&late),
+    })
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn cdf(sorted: &[u64]) -> Vec<(f64, f64)> {
+    let mut qs: Vec<f64> = (0..=100).map(|i| f64::from(i) / 100.0).collect();
+    qs.extend([0.995, 0.999, 0.9995, 0.9999]);
+    qs.sort_by(f64::total_cmp);
+    qs.into_iter()
+        .map(|q| (quantile(sorted, q) as f64 / 1e6, q))
+        .collect()
+}
+
+/// Bucket upper bounds of the lateness histogram, in ms.
+pub const HISTOGRAM_MS: [f64; 9] = [0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 100.0, f64::INFINITY];
+
+fn histogram(sorted: &[u64]) -> Vec<(f64, usize)> {
+    let mut counts = vec![0usize; HISTOGRAM_MS.len()];
+    for &ns in sorted {
+        let ms = ns as f64 / 1e6;
+        let bucket = HISTOGRAM_MS
+            .iter()
+            .position(|&b| ms <= b)
+            .unwrap_or(HISTOGRAM_MS.len() - 1);
+        counts[bucket] += 1;
+    }
+    HISTOGRAM_MS.iter().copied().zip(counts).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let v: Vec<u64> = (1..=1000).collect();
+        assert_eq!(quantile(&v, 0.5), 500);
+        assert_eq!(quantile(&v, 0.999), 999);
+        assert_eq!(quantile(&v, 1.0), 1000);
+        assert_eq!(quantile(&v, 0.0), 1);
+        assert_eq!(quantile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn histogram_counts_every_task_once() {
+        let h = histogram(&[0, 200_000, 3_000_000, 1_000_000_000]);
+        assert_eq!(h.iter().map(|(_, c)| c).sum::<usize>(), 4);
+        assert_eq!(h[0].1, 1);
+        assert_eq!(h.last().unwrap().1, 1);
+    }
+
+    #[test]
+    fn log_counts_doubles() {
+        let log = Log::new(2);
+        log.fire(0);
+        log.fire(0);
+        log.fire(1);
+        assert_eq!(log.fired(), 2);
+        assert_eq!(log.doubles.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn peers_run_a_tiny_w4_exactly_once_never_early() {
+        let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
+        for entrant in [Entrant::Service, Entrant::TokioSleep, Entrant::HeapThread] {
+            let sample = run(entrant, &delays, None).unwrap();
+            assert_eq!(sample.n, 200);
+            assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! W4's real-time entrants: tickwheel's `TimerService`, tokio `sleep` tasks, and a
+//! `BinaryHeap`-plus-thread baseline.
+
+use super::{Driver, Log};
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tickwheel::TimerService;
+
+/// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
+/// wheels): each task is a callback scheduled with `schedule(delay, f)`.
+pub struct Service {
+    service: TimerService,
+}
+
+impl Service {
+    /// Starts a service with the defaults.
+    pub fn new() -> Result<Service, String> {
+        let service = TimerService::new().map_err(|e| format!("TimerService: {e}"))?;
+        Ok(Service { service })
+    }
+}
+
+impl Driver for Service {
+    fn schedule(&self, id: u32, delay: Duration, _deadline: Instant, log: &Arc<Log>) {
+        let log = Arc::clone(log);
+        // The handle is not needed: W4 never cancels (dropping it does not cancel).
+        let _handle = self.service.schedule(delay, move || log.fire(id));
+    }
+
+    fn shutdown(self: Box<Self>) {
+        self.service.shutdown();
+    }
+}
+
+/// One tokio task per timer: `sleep_until(deadline).await`, then the callback, on a
+/// multi-thread runtime with one worker per core (tokio's default).
+pub struct TokioSleep {
+    runtime: tokio::runtime::Runtime,
+}
+
+impl TokioSleep {
+    /// A fresh multi-thread runtime.
+    pub fn new() -> Result<TokioSleep, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        Ok(TokioSleep { runtime })
+    }
+}
+
+impl Driver for TokioSleep {
+    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
+        let log = Arc::clone(log);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        self.runtime.spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            log.fire(id);
+        });
+    }
+
+    fn shutdown(self: Box<Self>) {
+        self.runtime.shutdown_timeout(Duration::from_secs(5));
+    }
+}
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// One heap entry; ordered so the `BinaryHeap` (a max-heap) pops the earliest first.
+struct Entry {
+    deadline: Instant,
+    sequence: u64,
+    task: Task,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (other.deadline, other.sequence).cmp(&(self.deadline, self.sequence))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    heap: BinaryHeap<Entry>,
+    sequence: u64,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The timer most projects write first: a `BinaryHeap` of boxed callbacks behind a mutex,
+/// one thread that sleeps on a condvar until the earliest deadline and runs due callbacks
+/// itself (outside the lock). Scheduling a new earliest timer wakes it.
+pub struct HeapThread {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HeapThread {
+    /// Starts the timer thread.
+    pub fn new() -> Result<HeapThread, String> {
+        let shared = Arc::new(Shared::default());
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("heap-timer".into())
+            .spawn(move || timer_thread(&worker))
+            .map_err(|e| format!("cannot start the heap timer thread: {e}"))?;
+        Ok(HeapThread {
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn timer_thread(shared: &Shared) {
+    let mut due: Vec<Task> = Vec::new();
+    let mut state = shared.lock();
+    loop {
+        let now = Instant::now();
+        while state.heap.peek().is_some_and(|top| top.deadline <= now) {
+            due.extend(state.heap.pop().map(|e| e.task));
+        }
+        if !due.is_empty() {
+            drop(state);
+            due.drain(..).for_each(|task| task());
+            state = shared.lock();
+            continue;
+        }
+        state = match state.heap.peek().map(|top| top.deadline - now) {
+            Some(wait) => {
+                shared
+                    .wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+            None if state.shutdown => return,
+            None => shared
+                .wake
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+    }
+}
+
+impl Driver for HeapThread {
+    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
+        let log = Arc::clone(log);
+        let mut state = self.shared.lock();
+        state.sequence += 1;
+        let sequence = state.sequence;
+        let task: Task = Box::new(move || log.fire(id));
+        state.heap.push(Entry {
+            deadline,
+            sequence,
+            task,
+        });
+        let earliest = state
+            .heap
+            .peek()
+            .is_some_and(|top| top.sequence == sequence);
+        drop(state);
+        if earliest {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

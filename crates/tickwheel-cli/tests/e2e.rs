@@ -1,0 +1,208 @@
+//! End to end: the real `tickwheel` binary on tiny inputs, every entrant, every output file,
+//! verification on; and bad arguments rejected with a message, never a panic.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tickwheel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("the tickwheel binary runs")
+}
+
+const VIRTUAL: [&str; 7] = [
+    "tickwheel-wheel",
+    "tickwheel-hashed",
+    "tickwheel-heap",
+    "std-binaryheap",
+    "btreemap",
+    "tokio-delayqueue",
+    "hhwt",
+];
+const REALTIME: [&str; 3] = ["tickwheel-service", "tokio-sleep", "binaryheap-thread"];
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).expect("results.json written");
+    serde_json::from_str(&text).expect("results.json is JSON")
+}
+
+#[test]
+fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let args = [
+        "bench",
+        "--n",
+        "300,1000",
+        "--repeat",
+        "1",
+        "--w4-n",
+        "300",
+        "--w4-max-delay-ms",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = tickwheel(&args);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for file in [
+        "results.csv",
+        "results.json",
+        "w1-ns-per-timer.svg",
+        "w2-ns-per-timer.svg",
+        "w3-ns-per-timer.svg",
+        "w4-lateness-cdf.svg",
+    ] {
+        let path = out.join(file);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 100, "{file} missing or empty");
+    }
+    let svg = std::fs::read_to_string(out.join("w2-ns-per-timer.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("tickwheel-wheel"));
+    assert!(stdout.contains("every timer fired exactly once, never early"));
+    assert!(stdout.contains("command: ") && stdout.contains("machine: "));
+
+    let json = read_json(&out.join("results.json"));
+    assert!(json["command_line"]
+        .as_str()
+        .unwrap()
+        .contains("--w4-n 300"));
+    assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
+    let results = json["results"].as_array().unwrap();
+    for workload in ["W1", "W2", "W3"] {
+        for entrant in VIRTUAL {
+            for n in [300, 1000] {
+                let found = results
+                    .iter()
+                    .find(|r| r["workload"] == workload && r["entrant"] == entrant && r["n"] == n);
+                let r = found.unwrap_or_else(|| panic!("{workload} {entrant} N={n} missing"));
+                assert_eq!(r["verified"], true);
+                assert!(r["ns_per_timer"].as_f64().unwrap() > 0.0);
+                if workload != "W1" {
+                    assert!(
+                        r["max_late_ticks"].is_u64(),
+                        "{workload} {entrant} not checked"
+                    );
+                }
+            }
+        }
+    }
+    let w4 = json["w4"].as_array().unwrap();
+    for entrant in REALTIME {
+        let r = w4.iter().find(|r| r["entrant"] == entrant);
+        let r = r.unwrap_or_else(|| panic!("W4 {entrant} missing; notes: {}", json["notes"]));
+        assert_eq!(r["n"], 300);
+        assert_eq!(r["verified"], true);
+        let tasks: u64 = r["lateness_histogram_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["tasks"].as_u64().unwrap())
+            .sum();
+        assert_eq!(tasks, 300, "{entrant}: every task is in the histogram once");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 3 * VIRTUAL.len() * 2 + REALTIME.len()
+    );
+}
+
+fn assert_rejected(args: &[&str], expect_in_message: &str) {
+    let run = tickwheel(args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{args:?} was accepted");
+    assert!(
+        stderr.contains(expect_in_message),
+        "{args:?}: stderr lacks `{expect_in_message}`:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
+}
+
+#[test]
+fn bad_arguments_get_a_clear_message_and_nonzero_exit() {
+    assert_rejected(&["bench", "--n", "0"], "count must be between 1");
+    assert_rejected(&["bench", "--n", "ten"], "is not a count");
+    assert_rejected(&["bench", "--n", "1e40"], "count must be between 1");
+    assert_rejected(&["bench", "--entrants", "nope"], "unknown entrant `nope`");
+    assert_rejected(&["bench", "--workloads", "w9"], "invalid value 'w9'");
+    assert_rejected(&["bench", "--repeat", "0"], "--repeat");
+    assert_rejected(&["bench", "--w4-max-delay-ms=-1"], "--w4-max-delay-ms");
+    assert_rejected(
+        &["bench", "--w4-max-delay-ms", "999999"],
+        "not in 0..=60000",
+    );
+    assert_rejected(&["frobnicate"], "unrecognized subcommand");
+    assert_rejected(
+        &["demo", "--entrant", "btreemap", "--n", "10"],
+        "not a real-time entrant",
+    );
+}
+
+#[test]
+fn unwritable_output_directory_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let out = file.join("sub");
+    let args = [
+        "bench",
+        "--n",
+        "10",
+        "--workloads",
+        "w1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = tickwheel(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot create"), "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn nothing_to_run_is_an_error_not_an_empty_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "bench",
+        "--workloads",
+        "w1",
+        "--entrants",
+        "tokio-sleep",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ];
+    let run = tickwheel(&args);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("nothing to run"));
+}
+
+#[test]
+fn demo_runs_a_small_batch_on_a_peer() {
+    let run = tickwheel(&[
+        "demo",
+        "--n",
+        "500",
+        "--max-delay-ms",
+        "10",
+        "--entrant",
+        "binaryheap-thread",
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("every task ran exactly once, none early"));
+    assert!(stdout.contains("lateness: p50"));
+}

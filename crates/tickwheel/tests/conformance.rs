@@ -1,0 +1,426 @@
+//! The queue conformance suite: every case is written once, generic over a [`Flavor`], and
+//! instantiated for each queue (`Wheel`, `Heap`, and `HashedWheel` with 512, 8 and 1 slots)
+//! by [`suite!`] at the bottom. The cases pin down the contract in `tickwheel::queue`.
+
+mod common;
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, SplitMix64, WheelFlavor};
+use tickwheel::{TimerKey, TimerQueue};
+
+/// Polls once at `t` and returns the value.
+fn poll<T, Q: TimerQueue<T>>(q: &mut Q, t: u64) -> Option<T> {
+    q.poll_expired(t).map(|(_, v)| v)
+}
+
+/// Drains everything due at `t` and returns the values in firing order.
+fn drain<T, Q: TimerQueue<T>>(q: &mut Q, t: u64) -> Vec<T> {
+    q.drain_expired(t).map(|(_, v)| v).collect()
+}
+
+fn empty_queue_is_quiet<F: Flavor>() {
+    let mut q = F::make::<u32>();
+    assert_eq!((q.len(), q.is_empty(), q.now()), (0, true, 0));
+    assert_eq!(q.next_expiration(), None);
+    assert_eq!(q.timeout_until_next(0), None);
+    assert_eq!(poll(&mut q, 1_000), None);
+    assert_eq!(q.now(), 1_000);
+    assert_eq!(poll(&mut q, u64::MAX), None);
+    assert_eq!(q.now(), u64::MAX);
+}
+
+fn start_tick_is_now<F: Flavor>() {
+    let mut q = F::make_at::<u32>(5_000);
+    assert_eq!(q.now(), 5_000);
+    let key = q.insert(10, 1);
+    assert_eq!(q.deadline(key), Some(5_000));
+    assert_eq!(poll(&mut q, 4_999), None, "behind the start tick");
+    assert_eq!(poll(&mut q, 5_000), Some(1));
+}
+
+fn fires_in_deadline_order_and_now_follows<F: Flavor>() {
+    let mut q = F::make();
+    let deadlines = [70u64, 3, 4_096, 64, 63, 65, 1, 200_000, 4_095, 262_144, 5];
+    for &d in &deadlines {
+        q.insert(d, d);
+    }
+    let mut sorted = deadlines.to_vec();
+    sorted.sort_unstable();
+    for &d in &sorted {
+        assert_eq!(poll(&mut q, 1 << 20), Some(d));
+        assert_eq!(q.now(), d, "now is the deadline of the timer just returned");
+    }
+    assert_eq!(poll(&mut q, 1 << 20), None);
+    assert_eq!(q.now(), 1 << 20);
+    assert!(q.is_empty());
+}
+
+fn ties_fire_in_insertion_order<F: Flavor>() {
+    let mut q = F::make();
+    for i in 0..40u32 {
+        // Three deadlines, interleaved, including one beyond the first wheel level.
+        q.insert([300u64, 10, 5_000][i as usize % 3], i);
+    }
+    let fired = drain(&mut q, 10_000);
+    let mut expected: Vec<u32> = Vec::new();
+    for rem in [1, 0, 2] {
+        expected.extend((0..40).filter(|i| i % 3 == rem));
+    }
+    assert_eq!(fired, expected);
+}
+
+fn reset_is_a_new_insertion<F: Flavor>() {
+    let mut q = F::make();
+    let a = q.insert(100, 'a');
+    q.insert(100, 'b');
+    let c = q.insert(50, 'c');
+    q.insert(100, 'd');
+    assert!(q.reset(a, 100), "same deadline: a goes behind b and d");
+    assert!(q.reset(c, 100));
+    assert_eq!(q.deadline(a), Some(100));
+    assert_eq!(drain(&mut q, 100), ['b', 'd', 'a', 'c']);
+
+    let e = q.insert(500, 'e');
+    q.insert(300, 'f');
+    assert!(q.reset(e, 200), "earlier");
+    let g = q.insert(250, 'g');
+    assert!(q.reset(g, 1 << 40), "much later");
+    assert_eq!(drain(&mut q, 1 << 39), ['e', 'f']);
+    assert_eq!(drain(&mut q, 1 << 40), ['g']);
+}
+
+fn past_deadlines_fire_at_next_poll<F: Flavor>() {
+    let mut q = F::make_at(1_000);
+    q.insert(1_000, "due");
+    let past = q.insert(3, "past");
+    let zero = q.insert(0, "zero");
+    assert_eq!(q.deadline(past), Some(1_000));
+    assert_eq!(q.deadline(zero), Some(1_000));
+    assert_eq!(q.next_expiration(), Some(1_000));
+    assert_eq!(q.timeout_until_next(1_000), Some(0));
+    assert_eq!(drain(&mut q, 1_000), ["due", "past", "zero"]);
+
+    // A reset into the past fires at now, behind what is already due there.
+    let later = q.insert(2_000, "later");
+    q.insert(1_000, "now");
+    assert!(q.reset(later, 1));
+    assert_eq!(q.deadline(later), Some(1_000));
+    assert_eq!(drain(&mut q, 1_000), ["now", "later"]);
+}
+
+fn never_early<F: Flavor>() {
+    let mut q = F::make();
+    for d in [1u64, 63, 64, 65, 4_095, 4_096, 4_097, 1 << 30] {
+        q.insert(d, d);
+        assert_eq!(poll(&mut q, d - 1), None, "{d} fired early");
+        assert_eq!(q.now(), d - 1);
+        assert_eq!(poll(&mut q, d), Some(d));
+    }
+}
+
+fn u64_max_is_stored_and_fires_only_at_max<F: Flavor>() {
+    let mut q = F::make();
+    let max = q.insert(u64::MAX, "max");
+    q.insert(u64::MAX - 1, "max-1");
+    assert_eq!(q.deadline(max), Some(u64::MAX));
+    assert!(q.next_expiration().is_some_and(|t| t < u64::MAX));
+    assert_eq!(drain(&mut q, u64::MAX - 2), Vec::<&str>::new());
+    assert_eq!(drain(&mut q, u64::MAX - 1), ["max-1"]);
+    assert_eq!(q.len(), 1);
+    assert_eq!(drain(&mut q, u64::MAX), ["max"]);
+    // At the end of time every deadline is now.
+    let late = q.insert(5, "late");
+    assert_eq!(q.deadline(late), Some(u64::MAX));
+    assert!(q.reset(late, u64::MAX));
+    assert_eq!(drain(&mut q, u64::MAX), ["late"]);
+    assert_eq!(q.now(), u64::MAX);
+}
+
+fn stale_keys_touch_nothing<F: Flavor>() {
+    let mut q = F::make();
+    let fired = q.insert(5, 1);
+    let removed = q.insert(50, 2);
+    let live = q.insert(60, 3);
+    assert_eq!(poll(&mut q, 10), Some(1));
+    assert_eq!(q.remove(removed), Some(2));
+    // The freed storage is reused by new timers; the old keys must not reach them.
+    let fresh: Vec<TimerKey> = (0..4).map(|i| q.insert(70 + i, 10 + i as u32)).collect();
+    for stale in [fired, removed] {
+        assert!(!fresh.contains(&stale));
+        assert_eq!(q.remove(stale), None);
+        assert!(!q.reset(stale, 1_000));
+        assert_eq!(q.deadline(stale), None);
+    }
+    assert_eq!(q.len(), 5);
+    assert_eq!(q.deadline(live), Some(60));
+    assert_eq!(drain(&mut q, 100), [3, 10, 11, 12, 13]);
+    assert_eq!(q.remove(live), None, "fired keys are stale");
+}
+
+fn keys_are_never_reissued<F: Flavor>() {
+    let mut q = F::make();
+    let mut seen = HashSet::new();
+    for round in 0..50u64 {
+        let keys: Vec<_> = (0..20).map(|i| q.insert(round + i % 3, ())).collect();
+        for key in &keys {
+            assert!(seen.insert(*key), "key {key:?} issued twice");
+        }
+        for key in keys.iter().step_by(2) {
+            q.remove(*key);
+        }
+        q.drain_expired(round + 5).for_each(drop);
+        if round % 10 == 9 {
+            q.shrink_to_fit();
+        }
+    }
+    assert!(q.is_empty());
+}
+
+fn poll_behind_now_changes_nothing<F: Flavor>() {
+    let mut q = F::make();
+    assert_eq!(poll(&mut q, 100), None);
+    let key = q.insert(150, 'x');
+    q.insert(100, 'y');
+    assert_eq!(poll(&mut q, 99), None, "behind now: not even the due timer");
+    assert_eq!(q.now(), 100);
+    assert_eq!(q.len(), 2);
+    assert_eq!(q.deadline(key), Some(150));
+    assert_eq!(poll(&mut q, 100), Some('y'));
+    assert_eq!(poll(&mut q, 0), None);
+    assert_eq!((q.now(), q.len()), (100, 1));
+    assert_eq!(drain(&mut q, 150), ['x']);
+}
+
+fn huge_jumps_return_promptly<F: Flavor>() {
+    let mut q = F::make();
+    q.insert(u64::MAX, "max");
+    q.insert(1 << 61, "2^61");
+    q.insert(3, "near");
+    assert_eq!(drain(&mut q, 1 << 60), ["near"]);
+    assert_eq!(q.now(), 1 << 60);
+    q.insert((1 << 60) + 1, "next");
+    assert_eq!(drain(&mut q, (1 << 61) - 1), ["next"]);
+    assert_eq!(drain(&mut q, u64::MAX - 1), ["2^61"]);
+    assert_eq!(drain(&mut q, u64::MAX), ["max"]);
+
+    // Timers spread over the whole range, drained by jumps alone.
+    let mut q = F::make();
+    for k in (0..64).rev() {
+        q.insert(1 << k, k);
+    }
+    assert_eq!(drain(&mut q, u64::MAX), (0..64).collect::<Vec<_>>());
+}
+
+fn inserting_from_inside_a_drain<F: Flavor>() {
+    let mut q = F::make();
+    q.insert(10, "a");
+    q.insert(10, "b");
+    q.insert(30, "c");
+    let mut fired = Vec::new();
+    while let Some((_, v)) = q.poll_expired(40) {
+        fired.push(v);
+        match v {
+            "a" => {
+                q.insert(0, "a-past"); // due now (10), behind "b"
+                q.insert(20, "a-20");
+                q.insert(41, "a-41");
+            }
+            "a-20" => {
+                q.insert(30, "late-30"); // behind "c"
+                q.insert(20, "now-20");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        fired,
+        ["a", "b", "a-past", "a-20", "now-20", "c", "late-30"]
+    );
+    assert_eq!((q.now(), q.len()), (40, 1));
+}
+
+fn dropping_a_drain_early_keeps_the_rest<F: Flavor>() {
+    let mut q = F::make();
+    for i in 0..5 {
+        q.insert(10 + i, i);
+    }
+    assert_eq!(q.drain_expired(100).take(2).count(), 2);
+    assert_eq!(q.now(), 11);
+    assert_eq!(q.len(), 3);
+    q.insert(11, 9);
+    assert_eq!(drain(&mut q, 100), [9, 2, 3, 4]);
+}
+
+fn next_expiration_is_a_lower_bound<F: Flavor>() {
+    let mut q = F::make();
+    let mut rng = SplitMix64(42);
+    let mut deadlines = Vec::new();
+    for i in 0..300 {
+        let d = match i % 3 {
+            0 => rng.range(0, 200),
+            1 => rng.range(0, 1 << 20),
+            _ => rng.range(0, u64::MAX),
+        };
+        q.insert(d, d);
+        deadlines.push(d);
+    }
+    deadlines.sort_unstable();
+    for &d in &deadlines {
+        // A driver that polls at next_expiration reaches every timer, never too late.
+        loop {
+            let next = q.next_expiration().expect("non-empty");
+            assert!(
+                next <= d,
+                "next_expiration {next} after the earliest deadline {d}"
+            );
+            assert_eq!(
+                q.timeout_until_next(q.now()),
+                Some(next.saturating_sub(q.now()))
+            );
+            if let Some(v) = poll(&mut q, next) {
+                assert_eq!(v, d);
+                break;
+            }
+        }
+    }
+    assert_eq!(q.next_expiration(), None);
+}
+
+fn shrink_keeps_live_keys_and_stale_keys_stale<F: Flavor>() {
+    let mut q = F::make();
+    let keys: Vec<_> = (0..1_000u64).map(|i| q.insert(i * 7 % 500, i)).collect();
+    for key in &keys[10..] {
+        q.remove(*key);
+    }
+    q.shrink_to_fit();
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(q.deadline(*key).is_some(), i < 10);
+    }
+    // New timers reuse storage without reviving old keys.
+    let fresh: Vec<_> = (0..1_000u64)
+        .map(|i| q.insert(1_000 + i, 5_000 + i))
+        .collect();
+    for key in &keys[10..] {
+        assert!(!fresh.contains(key));
+        assert_eq!(q.remove(*key), None);
+    }
+    assert!(q.reset(keys[3], 2_000));
+    let fired = drain(&mut q, u64::MAX);
+    let mut expected: Vec<u64> = (0..10).filter(|&i| i != 3).collect();
+    expected.sort_by_key(|i| i * 7 % 500);
+    expected.extend(5_000..6_000);
+    expected.push(3);
+    assert_eq!(fired, expected);
+    q.shrink_to_fit();
+    assert!(q.is_empty());
+}
+
+/// A value that counts how many of its kind are alive.
+struct Counted(Rc<Cell<usize>>);
+
+impl Counted {
+    fn new(alive: &Rc<Cell<usize>>) -> Counted {
+        alive.set(alive.get() + 1);
+        Counted(alive.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+fn values_are_dropped_exactly_once<F: Flavor>() {
+    let alive = Rc::new(Cell::new(0));
+    let mut q = F::make();
+    let keys: Vec<_> = (0..100u64)
+        .map(|i| q.insert(i % 40, Counted::new(&alive)))
+        .collect();
+    for key in keys.iter().step_by(3) {
+        drop(q.remove(*key));
+    }
+    assert_eq!(alive.get(), 66);
+    let due = (0..100).filter(|i| i % 3 != 0 && i % 40 <= 19).count();
+    assert_eq!(q.drain_expired(19).count(), due);
+    assert_eq!(
+        alive.get(),
+        66 - due,
+        "fired values went to the caller and were dropped"
+    );
+    q.shrink_to_fit();
+    assert_eq!(alive.get(), 66 - due);
+    drop(q);
+    assert_eq!(
+        alive.get(),
+        0,
+        "dropping the queue drops the pending values"
+    );
+}
+
+fn matches_a_sort_on_random_input<F: Flavor>() {
+    let mut rng = SplitMix64(7);
+    let mut q = F::make();
+    let mut expected = Vec::new();
+    for i in 0..2_000u64 {
+        let d = rng.range(0, 70_000);
+        q.insert(d, i);
+        expected.push((d, i));
+    }
+    expected.sort_unstable();
+    let mut fired = Vec::new();
+    let mut t = 0;
+    while !q.is_empty() {
+        t += rng.range(0, 300);
+        while let Some((key, i)) = q.poll_expired(t) {
+            assert_eq!(q.deadline(key), None);
+            fired.push((q.now(), i));
+        }
+    }
+    assert_eq!(fired, expected);
+}
+
+/// Instantiates every case above for each flavor: `mod <flavor> { #[test] fn <case>() }`.
+macro_rules! suite {
+    ($($flavor:ident: $ty:ty),* $(,)?) => {$(
+        mod $flavor {
+            suite!(@cases $ty;
+                empty_queue_is_quiet,
+                start_tick_is_now,
+                fires_in_deadline_order_and_now_follows,
+                ties_fire_in_insertion_order,
+                reset_is_a_new_insertion,
+                past_deadlines_fire_at_next_poll,
+                never_early,
+                u64_max_is_stored_and_fires_only_at_max,
+                stale_keys_touch_nothing,
+                keys_are_never_reissued,
+                poll_behind_now_changes_nothing,
+                huge_jumps_return_promptly,
+                inserting_from_inside_a_drain,
+                dropping_a_drain_early_keeps_the_rest,
+                next_expiration_is_a_lower_bound,
+                shrink_keeps_live_keys_and_stale_keys_stale,
+                values_are_dropped_exactly_once,
+                matches_a_sort_on_random_input,
+            );
+        }
+    )*};
+    (@cases $ty:ty; $($case:ident),* $(,)?) => {$(
+        #[test]
+        fn $case() {
+            super::$case::<$ty>();
+        }
+    )*};
+}
+
+suite!(
+    wheel: super::WheelFlavor,
+    heap: super::HeapFlavor,
+    hashed: super::Hashed512,
+    hashed_8_slots: super::Hashed8,
+    hashed_1_slot: super::Hashed1,
+);
