@@ -47,6 +47,21 @@ pub(crate) use std::sync::{
     Arc, Condvar, Mutex, MutexGuard,
 };
 
+/// Keeps `T` on cache lines of its own (128 bytes: two lines, for the adjacent-line
+/// prefetcher), so that writes to it do not slow down readers of its neighbours.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Locks `mutex`, recovering the guard if a previous holder panicked.
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -127,6 +127,9 @@ pub(crate) struct ShardCounts {
     pub(crate) cancelled: u64,
 }
 
+/// Aligned to 128 bytes so that two shards (written by two producer threads) never share a
+/// cache line.
+#[repr(align(128))]
 pub(crate) struct Shard {
     state: Mutex<ShardState>,
     /// Lower bound of the earliest pending deadline tick, [`NEVER`] when empty.
