@@ -13,7 +13,9 @@
 //!   tokio-util's `DelayQueue` is single-owner (`&mut self`), so it is not a multi-producer
 //!   analogue.
 //!
-//! Throughput is elements (schedule + cancel pairs) per second over all producers.
+//! Throughput is elements (schedule + cancel pairs) per second over all producers, timed
+//! from the first producer's start to the last one's end (each producer reads the clock
+//! itself, so a descheduled coordinator cannot shorten the span).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -41,6 +43,7 @@ fn delays(seed: u64, n: usize) -> Vec<Duration> {
         .collect()
 }
 
+/// Wall time from the first producer's start to the last one's end.
 fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u64) -> Duration {
     let per = (ops / producers) as usize;
     let barrier = Arc::new(Barrier::new(producers as usize + 1));
@@ -55,27 +58,33 @@ fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u
                     let handle = service.schedule(d, || {});
                     black_box(handle.cancel());
                 }
-                start.elapsed()
+                (start, Instant::now())
             })
         })
         .collect();
     barrier.wait();
-    threads
-        .into_iter()
-        .map(|t| t.join().unwrap())
-        .max()
-        .unwrap()
+    span(threads.into_iter().map(|t| t.join().unwrap()))
 }
 
+/// From the first producer's start to the last one's end.
+fn span(runs: impl Iterator<Item = (Instant, Instant)>) -> Duration {
+    let (starts, ends): (Vec<_>, Vec<_>) = runs.unzip();
+    let first = starts.into_iter().min().unwrap();
+    ends.into_iter().max().unwrap() - first
+}
+
+/// The same for tokio. The loop runs `unconstrained`: under tokio's cooperative budget a
+/// `Sleep` polled after the budget ran out returns `Pending` *without* registering, which
+/// would skip the very work measured here.
 fn tokio_schedule_cancel(rt: &tokio::runtime::Runtime, producers: u64, ops: u64) -> Duration {
     let per = (ops / producers) as usize;
     rt.block_on(async move {
-        let barrier = Arc::new(tokio::sync::Barrier::new(producers as usize));
+        let barrier = Arc::new(tokio::sync::Barrier::new(producers as usize + 1));
         let tasks: Vec<_> = (0..producers)
             .map(|p| {
                 let barrier = barrier.clone();
                 let delays = delays(p + 1, per);
-                tokio::spawn(async move {
+                tokio::spawn(tokio::task::unconstrained(async move {
                     barrier.wait().await;
                     let start = Instant::now();
                     for &d in &delays {
@@ -86,15 +95,16 @@ fn tokio_schedule_cancel(rt: &tokio::runtime::Runtime, producers: u64, ops: u64)
                         })
                         .await;
                     }
-                    start.elapsed()
-                })
+                    (start, Instant::now())
+                }))
             })
             .collect();
-        let mut longest = Duration::ZERO;
+        barrier.wait().await;
+        let mut runs = Vec::new();
         for t in tasks {
-            longest = longest.max(t.await.unwrap());
+            runs.push(t.await.unwrap());
         }
-        longest
+        span(runs.into_iter())
     })
 }
 

@@ -175,7 +175,17 @@ fn main() {
     );
 
     while service.stats().fired < n {
-        thread::sleep(Duration::from_millis(5));
+        thread::sleep(Duration::from_millis(50));
+        if std::env::var_os("DT_DEBUG").is_some() {
+            let st = service.stats();
+            eprintln!(
+                "{:?}: fired {} pending {} p50 {:?}",
+                start.elapsed(),
+                st.fired,
+                st.pending,
+                st.lateness.quantile(0.5)
+            );
+        }
     }
     // `fired` counts callbacks started; let the last ones finish recording.
     service.settle();

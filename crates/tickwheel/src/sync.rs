@@ -47,6 +47,21 @@ pub(crate) use std::sync::{
     Arc, Condvar, Mutex, MutexGuard,
 };
 
+/// Keeps `T` on cache lines of its own (128 bytes: two lines, for the adjacent-line
+/// prefetcher), so that writes to it do not slow down readers of its neighbours.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Locks `mutex`, recovering the guard if a previous holder panicked.
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,6 +93,15 @@ pub(crate) fn backoff(round: u32) {
     } else {
         std::thread::yield_now();
     }
+}
+
+/// A spin-wait hint (under loom: a loom yield, so spinning models terminate).
+#[inline]
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
 }
 
 /// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).

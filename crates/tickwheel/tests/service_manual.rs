@@ -182,6 +182,16 @@ fn hundred_thousand_timers_with_four_workers_fire_once_never_early() {
 }
 
 #[test]
+fn the_heap_flavor_keeps_the_same_contract() {
+    run_random_deadlines(1, QueueFlavor::Heap, 3);
+}
+
+#[test]
+fn the_hashed_wheel_flavor_keeps_the_same_contract() {
+    run_random_deadlines(2, QueueFlavor::HashedWheel, 4);
+}
+
+#[test]
 fn duration_max_and_far_future_never_fire_and_never_overflow() {
     let clock = ManualClock::new();
     let service = TimerService::builder()

@@ -18,7 +18,7 @@ use std::sync::Arc;
 ///
 /// let service = TimerService::builder()
 ///     .resolution(Duration::from_micros(100))
-///     .queue(QueueFlavor::Wheel)
+///     .queue(QueueFlavor::Heap)
 ///     .worker_threads(2)
 ///     .max_pending(1_000_000)
 ///     .build()

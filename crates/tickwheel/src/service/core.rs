@@ -16,7 +16,7 @@
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 
 use crate::time::{Clock, Ticks};
 
@@ -26,13 +26,14 @@ pub(crate) const AWAKE: u64 = 0;
 pub(crate) struct Core {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ticks: Ticks,
-    /// The tick the timer thread sleeps towards, or [`AWAKE`].
-    sleeping_until: AtomicU64,
+    /// The tick the timer thread sleeps towards, or [`AWAKE`]. Written by the timer thread at
+    /// every wake-up: padded away from the read-mostly fields every schedule reads.
+    sleeping_until: CachePadded<AtomicU64>,
     /// The timer thread, once started.
     driver: OnceLock<Thread>,
     /// The cap on pending timers, if any, and the count kept for it.
     pub(crate) cap: Option<usize>,
-    capped: AtomicUsize,
+    capped: CachePadded<AtomicUsize>,
 }
 
 impl Core {
@@ -40,10 +41,10 @@ impl Core {
         Core {
             clock,
             ticks,
-            sleeping_until: AtomicU64::new(AWAKE),
+            sleeping_until: CachePadded(AtomicU64::new(AWAKE)),
             driver: OnceLock::new(),
             cap,
-            capped: AtomicUsize::new(0),
+            capped: CachePadded(AtomicUsize::new(0)),
         }
     }
 
