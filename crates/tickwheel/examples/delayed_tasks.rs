@@ -10,7 +10,8 @@
 //!
 //! Prints the schedule rate, lateness p50/p99/p99.9/max (measured from each task's exact
 //! deadline `schedule instant + delay`, so it includes the round-up to the tick), early fires
-//! (must be 0), CPU time and peak memory (Linux: `/proc/self/stat`, `/proc/self/status`).
+//! (must be 0), CPU time and peak memory (Linux: `/proc/self/stat`, `/proc/self/status`),
+//! then the CPU the idle service uses over one second.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -226,6 +227,15 @@ fn main() {
     println!(
         "CPU time: {:.2} s (user + system, whole process)",
         cpu1 - cpu0
+    );
+    // Idle: nothing pending, so the timer thread and the workers sleep with no timeout.
+    thread::sleep(Duration::from_millis(100));
+    let (idle0, _) = usage();
+    thread::sleep(Duration::from_secs(1));
+    let (idle1, _) = usage();
+    println!(
+        "idle service: {:.2} s CPU over 1 s (/proc counts in 10 ms units)",
+        idle1 - idle0
     );
     let per_timer = (rss_scheduled.max(rss1) - rss0) as f64 * 1024.0 / n as f64;
     println!(
