@@ -82,7 +82,7 @@ use self::core::Core;
 use crate::sync::Arc;
 use crate::time::{Clock, Ticks};
 use driver::Shared;
-use shard::{Payload, Shard};
+use shard::{Closed, Payload, Shard};
 
 /// Why [`TimerService::try_schedule`] did not schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -407,11 +407,17 @@ impl TimerService {
             let _ = driver.join();
         }
         let pending = self.shared.close();
+        let discarded: usize = pending.iter().map(Closed::len).sum();
         self.shared
             .discarded
-            .fetch_add(pending.len() as u64, StdOrdering::Relaxed);
+            .fetch_add(discarded as u64, StdOrdering::Relaxed);
         // Dropped here, outside every lock: a closure's `Drop` may run any code.
-        pending.into_iter().for_each(discard);
+        for closed in pending {
+            match closed {
+                Closed::Queue(queue, _) => drop(queue),
+                Closed::Payloads(all) => all.into_iter().for_each(discard),
+            }
+        }
         self.join_threads();
     }
 
@@ -447,5 +453,73 @@ impl fmt::Debug for TimerService {
             .field("shards", &self.shared.shards.len())
             .field("workers", &self.shared.worker_stats.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc as StdArc, Mutex};
+
+    use super::*;
+    use crate::time::ManualClock;
+
+    /// Records how each notify entry ended, and on which thread.
+    #[derive(Default)]
+    struct Probe {
+        fired: AtomicUsize,
+        discarded: AtomicUsize,
+        threads: Mutex<Vec<String>>,
+    }
+
+    impl Expire for Probe {
+        fn expire(&self, how: Expiry) {
+            let counter = match how {
+                Expiry::Fired => &self.fired,
+                Expiry::Discarded => &self.discarded,
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let name = thread::current().name().unwrap_or("?").to_string();
+            self.threads.lock().unwrap().push(name);
+        }
+    }
+
+    #[test]
+    fn notify_entries_expire_on_the_timer_thread_and_are_discarded_at_shutdown() {
+        let clock = ManualClock::new();
+        let service = TimerService::builder()
+            .clock(clock.clone())
+            .thread_name("probe")
+            .build()
+            .unwrap();
+        let probe = StdArc::new(Probe::default());
+        let tick = |ms| {
+            service
+                .ticks()
+                .delay_tick(clock.now(), Duration::from_millis(ms))
+        };
+        let fires = service.schedule_notify(tick(1), probe.clone());
+        let cancelled = service.schedule_notify(tick(1), probe.clone());
+        let moved = service.schedule_notify(tick(1), probe.clone());
+        let pending = service.schedule_notify(tick(50), probe.clone());
+        assert!(cancelled.cancel());
+        assert!(moved.reset_tick(tick(2)));
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 1);
+        assert!(!fires.is_pending() && moved.is_pending());
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 2);
+        // A settle may drain on the calling thread; otherwise it is the timer thread.
+        let me = thread::current().name().unwrap_or("?").to_string();
+        for name in probe.threads.lock().unwrap().iter() {
+            assert!(name == "probe-timer" || *name == me, "expired on {name}");
+        }
+        service.shutdown();
+        assert_eq!(probe.discarded.load(Ordering::SeqCst), 1);
+        assert!(!pending.is_pending());
+        assert_eq!(service.stats().discarded, 1);
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 2);
     }
 }
