@@ -52,6 +52,26 @@
 //! shutdown queues nothing: [`try_schedule`](TimerService::try_schedule) returns
 //! [`ScheduleError::ShutDown`] and [`schedule`](TimerService::schedule) drops the closure and
 //! returns a handle that is not pending.
+//!
+//! # The futures layer's hook (crate-internal)
+//!
+//! `TimerService::schedule_notify(tick, Arc<dyn Expire>)` queues an entry whose expiry calls
+//! `Expire::expire(Expiry::Fired)` on the timer thread (or on a thread inside `settle`), with
+//! no hand-off to a worker; the caller's `Arc` is the only allocation. `TimerHandle::cancel`
+//! removes it (`true`: `expire` was not and will not be called), `TimerHandle::reset_tick`
+//! moves it. Ticks come from [`TimerService::ticks`], the clock from `TimerService::clock()`,
+//! the lazily started service from [`TimerService::default_service`]. At shutdown a pending
+//! entry gets `expire(Expiry::Discarded)`. `expire` must not block — it runs on the thread
+//! that keeps every other timer on time; a panic in it is caught and ignored.
+//!
+//! # Where the time goes (measured, see `benches/service.rs` and `examples/delayed_tasks.rs`)
+//!
+//! A schedule + cancel pair costs one clock read (~25 ns in the VM measured) and six atomic
+//! read-modify-writes (two lock/unlock pairs, the handle's `Arc`), about 95 ns on one thread;
+//! threads on different shards scale. Under load, lateness is dominated by the queue: the
+//! wheel moves a whole upper-level slot when it cascades (at 1 ms resolution and 1 M timers
+//! a second, ~64 k timers in one poll, tens of milliseconds under the shard lock), which sets
+//! the p99; [`QueueFlavor::Heap`] has no such bursts but slower inserts.
 
 mod builder;
 mod core;
