@@ -13,6 +13,8 @@
 //!   tokio-util's `DelayQueue` is single-owner (`&mut self`), so it is not a multi-producer
 //!   analogue.
 //!
+//! `schedule_only` is W4's hot path alone (one producer, 16-byte closures, nothing firing).
+//!
 //! Throughput is elements (schedule + cancel pairs) per second over all producers, timed
 //! from the first producer's start to the last one's end (each producer reads the clock
 //! itself, so a descheduled coordinator cannot shorten the span).
@@ -139,5 +141,43 @@ fn schedule_cancel(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, schedule_cancel);
+/// W4's hot path alone: one thread schedules closures capturing 16 bytes (an `Instant`, like
+/// the demo's) with delays in [0, 1000] ms, none of which fires during the measurement. The
+/// service (and its pending timers) is torn down outside the measured time.
+fn schedule_only(c: &mut Criterion) {
+    const N: u64 = 1_000_000;
+    let mut group = c.benchmark_group("schedule_only");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(N));
+    let delays: Vec<Duration> = delays(7, N as usize)
+        .into_iter()
+        .map(|d| Duration::from_millis(d.as_millis() as u64 % 1_001) + Duration::from_secs(3600))
+        .collect();
+    for (name, resolution) in [("1ms", 1_000), ("10us", 10)] {
+        group.bench_function(BenchmarkId::new("tickwheel", name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let service = TimerService::builder()
+                        .resolution(Duration::from_micros(resolution))
+                        .build()
+                        .unwrap();
+                    let start = Instant::now();
+                    for &d in &delays {
+                        let at = start + d;
+                        service.schedule(d, move || {
+                            black_box(at);
+                        });
+                    }
+                    total += start.elapsed();
+                    drop(service);
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, schedule_cancel, schedule_only);
 criterion_main!(benches);

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as StdOr
 use std::thread;
 
 use super::core::{Core, AWAKE};
-use super::shard::{Drained, Expiry, Payload, Shard};
+use super::shard::{Closed, Drained, Expiry, Shard};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use crate::sync::{lock, Arc, Mutex};
 
@@ -105,10 +105,10 @@ impl Shared {
 
     /// Closes every shard and stops the workers, serialised with drains: a `settle` draining
     /// concurrently has either handed its callbacks over before (the workers run them before
-    /// they exit) or finds the shards closed. Returns the payloads that were still pending.
-    pub(crate) fn close(&self) -> Vec<Payload> {
+    /// they exit) or finds the shards closed. Returns what was still pending.
+    pub(crate) fn close(&self) -> Vec<Closed> {
         let _drains = lock(&self.drain);
-        let pending = self.shards.iter().flat_map(|shard| shard.close()).collect();
+        let pending = self.shards.iter().map(|shard| shard.close()).collect();
         self.dispatch.stop();
         pending
     }

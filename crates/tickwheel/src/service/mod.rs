@@ -52,6 +52,26 @@
 //! shutdown queues nothing: [`try_schedule`](TimerService::try_schedule) returns
 //! [`ScheduleError::ShutDown`] and [`schedule`](TimerService::schedule) drops the closure and
 //! returns a handle that is not pending.
+//!
+//! # The futures layer's hook (crate-internal)
+//!
+//! `TimerService::schedule_notify(tick, Arc<dyn Expire>)` queues an entry whose expiry calls
+//! `Expire::expire(Expiry::Fired)` on the timer thread (or on a thread inside `settle`), with
+//! no hand-off to a worker; the caller's `Arc` is the only allocation. `TimerHandle::cancel`
+//! removes it (`true`: `expire` was not and will not be called), `TimerHandle::reset_tick`
+//! moves it. Ticks come from [`TimerService::ticks`], the clock from `TimerService::clock()`,
+//! the lazily started service from [`TimerService::default_service`]. At shutdown a pending
+//! entry gets `expire(Expiry::Discarded)`. `expire` must not block — it runs on the thread
+//! that keeps every other timer on time; a panic in it is caught and ignored.
+//!
+//! # Where the time goes (measured, see `benches/service.rs` and `examples/delayed_tasks.rs`)
+//!
+//! A schedule + cancel pair costs one clock read (~25 ns in the VM measured) and six atomic
+//! read-modify-writes (two lock/unlock pairs, the handle's `Arc`), about 95 ns on one thread;
+//! threads on different shards scale. Under load, lateness is dominated by the queue: the
+//! wheel moves a whole upper-level slot when it cascades (at 1 ms resolution and 1 M timers
+//! a second, ~64 k timers in one poll, tens of milliseconds under the shard lock), which sets
+//! the p99; [`QueueFlavor::Heap`] has no such bursts but slower inserts.
 
 mod builder;
 mod core;
@@ -82,7 +102,7 @@ use self::core::Core;
 use crate::sync::Arc;
 use crate::time::{Clock, Ticks};
 use driver::Shared;
-use shard::{Payload, Shard};
+use shard::{Closed, Payload, Shard};
 
 /// Why [`TimerService::try_schedule`] did not schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,11 +403,17 @@ impl TimerService {
             let _ = driver.join();
         }
         let pending = self.shared.close();
+        let discarded: usize = pending.iter().map(Closed::len).sum();
         self.shared
             .discarded
-            .fetch_add(pending.len() as u64, StdOrdering::Relaxed);
+            .fetch_add(discarded as u64, StdOrdering::Relaxed);
         // Dropped here, outside every lock: a closure's `Drop` may run any code.
-        pending.into_iter().for_each(discard);
+        for closed in pending {
+            match closed {
+                Closed::Queue(queue, _) => drop(queue),
+                Closed::Payloads(all) => all.into_iter().for_each(discard),
+            }
+        }
         self.join_threads();
     }
 
@@ -527,5 +553,73 @@ impl fmt::Debug for TimerService {
             .field("shards", &self.shared.shards.len())
             .field("workers", &self.shared.worker_stats.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc as StdArc, Mutex};
+
+    use super::*;
+    use crate::time::ManualClock;
+
+    /// Records how each notify entry ended, and on which thread.
+    #[derive(Default)]
+    struct Probe {
+        fired: AtomicUsize,
+        discarded: AtomicUsize,
+        threads: Mutex<Vec<String>>,
+    }
+
+    impl Expire for Probe {
+        fn expire(&self, how: Expiry) {
+            let counter = match how {
+                Expiry::Fired => &self.fired,
+                Expiry::Discarded => &self.discarded,
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let name = thread::current().name().unwrap_or("?").to_string();
+            self.threads.lock().unwrap().push(name);
+        }
+    }
+
+    #[test]
+    fn notify_entries_expire_on_the_timer_thread_and_are_discarded_at_shutdown() {
+        let clock = ManualClock::new();
+        let service = TimerService::builder()
+            .clock(clock.clone())
+            .thread_name("probe")
+            .build()
+            .unwrap();
+        let probe = StdArc::new(Probe::default());
+        let tick = |ms| {
+            service
+                .ticks()
+                .delay_tick(clock.now(), Duration::from_millis(ms))
+        };
+        let fires = service.schedule_notify(tick(1), probe.clone());
+        let cancelled = service.schedule_notify(tick(1), probe.clone());
+        let moved = service.schedule_notify(tick(1), probe.clone());
+        let pending = service.schedule_notify(tick(50), probe.clone());
+        assert!(cancelled.cancel());
+        assert!(moved.reset_tick(tick(2)));
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 1);
+        assert!(!fires.is_pending() && moved.is_pending());
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 2);
+        // A settle may drain on the calling thread; otherwise it is the timer thread.
+        let me = thread::current().name().unwrap_or("?").to_string();
+        for name in probe.threads.lock().unwrap().iter() {
+            assert!(name == "probe-timer" || *name == me, "expired on {name}");
+        }
+        service.shutdown();
+        assert_eq!(probe.discarded.load(Ordering::SeqCst), 1);
+        assert!(!pending.is_pending());
+        assert_eq!(service.stats().discarded, 1);
+        assert_eq!(probe.fired.load(Ordering::SeqCst), 2);
     }
 }

@@ -113,9 +113,31 @@ struct ShardState {
     waiters: Vec<(TimerKey, Arc<WaitSlot>)>,
     /// Set at shutdown: inserts are refused from then on.
     closed: bool,
+    /// Pending `Payload::Notify` entries; when there are none, shutdown drops the queue
+    /// whole instead of polling every timer out of it.
+    notifies: usize,
+    flavor: QueueFlavor,
     scheduled: u64,
     cancelled: u64,
     high_water: usize,
+}
+
+/// What a shard held when it closed.
+pub(crate) enum Closed {
+    /// The whole queue of callbacks (dropping it drops them) and how many it held.
+    Queue(AnyQueue<Payload>, usize),
+    /// Every payload, when some need telling (`Notify`).
+    Payloads(Vec<Payload>),
+}
+
+impl Closed {
+    /// How many timers were discarded.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Closed::Queue(_, n) => *n,
+            Closed::Payloads(all) => all.len(),
+        }
+    }
 }
 
 /// Per-shard counters for `Stats`.
@@ -146,6 +168,8 @@ impl Shard {
                 queue: AnyQueue::new(flavor),
                 waiters: Vec::new(),
                 closed: false,
+                notifies: 0,
+                flavor,
                 scheduled: 0,
                 cancelled: 0,
                 high_water: 0,
@@ -163,6 +187,7 @@ impl Shard {
         if st.closed {
             return Err(payload);
         }
+        st.notifies += usize::from(matches!(payload, Payload::Notify(_)));
         let key = st.queue.insert(tick, payload);
         st.scheduled += 1;
         st.high_water = st.high_water.max(st.queue.len());
@@ -182,6 +207,7 @@ impl Shard {
         let mut st = self.lock_producer();
         let payload = st.queue.remove(key)?;
         st.cancelled += 1;
+        st.notifies -= usize::from(matches!(payload, Payload::Notify(_)));
         if !st.waiters.is_empty() {
             complete_waiter(&mut st.waiters, key);
         }
@@ -298,28 +324,40 @@ impl Shard {
                     callback,
                     deadline: st.queue.now(),
                 }),
-                Payload::Notify(target) => out.notifies.push(target),
+                Payload::Notify(target) => {
+                    st.notifies -= 1;
+                    out.notifies.push(target);
+                }
             }
         }
         (n, true)
     }
 
     /// Closes the shard (inserts are refused from now on) and takes out every pending timer,
-    /// for shutdown. Waiters are released.
-    pub(crate) fn close(&self) -> Vec<Payload> {
+    /// for shutdown. Waiters are released. The caller drops what it gets outside the lock.
+    pub(crate) fn close(&self) -> Closed {
         let mut st = lock(&self.state);
         st.closed = true;
-        let mut all = Vec::with_capacity(st.queue.len());
-        while let Some((_, payload)) = st.queue.poll_expired(NEVER) {
-            all.push(payload);
-        }
+        let count = st.queue.len();
+        let closed = if st.notifies == 0 {
+            // Only callbacks: nobody needs telling, drop the queue whole (no cascades).
+            let fresh = AnyQueue::new(st.flavor);
+            Closed::Queue(std::mem::replace(&mut st.queue, fresh), count)
+        } else {
+            let mut all = Vec::with_capacity(count);
+            while let Some((_, payload)) = st.queue.poll_expired(NEVER) {
+                all.push(payload);
+            }
+            st.notifies = 0;
+            Closed::Payloads(all)
+        };
         for (_, slot) in st.waiters.drain(..) {
             slot.complete();
         }
         self.earliest.store(NEVER, Ordering::SeqCst);
         drop(st);
-        self.core.release(all.len());
-        all
+        self.core.release(count);
+        closed
     }
 
     pub(crate) fn counts(&self) -> ShardCounts {
@@ -464,6 +502,7 @@ mod tests {
         let key = counting(&shard, 1, &ran);
         counting(&shard, NEVER, &ran);
         assert_eq!(shard.close().len(), 2);
+        assert_eq!(shard.close().len(), 0, "closing twice finds nothing");
         assert!(shard.cancel(key).is_none());
         let refused = shard.insert(1, Payload::Callback(Box::new(|| {})));
         assert!(refused.is_err());
