@@ -9,24 +9,12 @@ use std::time::Duration;
 
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
-use tickwheel::{Deadlines, Expired, ManualClock, TimerService};
+use tickwheel::{Deadlines, Expired};
+
+mod virtual_time;
+use virtual_time::{advance, manual};
 
 const MS: Duration = Duration::from_millis(1);
-
-fn manual() -> (ManualClock, TimerService) {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(1)
-        .build()
-        .unwrap();
-    (clock, service)
-}
-
-fn advance(clock: &ManualClock, service: &TimerService, d: Duration) {
-    clock.advance(d);
-    service.settle();
-}
 
 fn drain<K>(rx: &mut Expired<K>) -> Vec<K> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()

@@ -13,25 +13,11 @@ use std::time::{Duration, Instant};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use tickwheel::future::{Elapsed, FutureExt, Interval, MissedTickBehavior, Sleep, Timeout};
-use tickwheel::{ManualClock, TimerService};
+
+mod virtual_time;
+use virtual_time::{advance, manual};
 
 const MS: Duration = Duration::from_millis(1);
-
-fn manual() -> (ManualClock, TimerService) {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(1)
-        .build()
-        .unwrap();
-    (clock, service)
-}
-
-/// Moves the clock by `d` and waits until every due timer has fired.
-fn advance(clock: &ManualClock, service: &TimerService, d: Duration) {
-    clock.advance(d);
-    service.settle();
-}
 
 /// A waker that counts its wake-ups.
 #[derive(Default)]
