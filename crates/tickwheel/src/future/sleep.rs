@@ -298,7 +298,7 @@ mod tests {
     use std::task::Wake;
 
     use super::*;
-    use crate::sync::{model, spawn, Arc};
+    use crate::sync::{model, spawn, Arc, JoinHandle};
 
     /// Counts wake-ups (a std `Arc`, as `Waker`s require).
     struct CountWaker(AtomicUsize);
@@ -322,20 +322,24 @@ mod tests {
         Arc::new(Mutex::new(Some(target)))
     }
 
+    /// The timer thread's side: take the entry (unless the future cancelled it first) and
+    /// expire it.
+    fn fire_on_timer_thread(entry: &Entry) -> JoinHandle<()> {
+        let entry = entry.clone();
+        spawn(move || {
+            let target = lock(&entry).take();
+            if let Some(target) = target {
+                target.expire(Expiry::Fired);
+            }
+        })
+    }
+
     #[test]
     fn loom_poll_vs_expire_loses_no_wakeup() {
         model(|| {
             let state = StdArc::new(SleepState::new(None));
             let entry = entry_of(&state);
-            let timer = {
-                let entry = entry.clone();
-                spawn(move || {
-                    let target = lock(&entry).take();
-                    if let Some(target) = target {
-                        target.expire(Expiry::Fired);
-                    }
-                })
-            };
+            let timer = fire_on_timer_thread(&entry);
             let (count, waker) = counting_waker();
             let mut cx = Context::from_waker(&waker);
             let ready = state.poll_fired(&mut cx).is_ready();
@@ -356,15 +360,7 @@ mod tests {
             let (count, waker) = counting_waker();
             let mut cx = Context::from_waker(&waker);
             assert!(state.poll_fired(&mut cx).is_pending());
-            let timer = {
-                let entry = entry.clone();
-                spawn(move || {
-                    let target = lock(&entry).take();
-                    if let Some(target) = target {
-                        target.expire(Expiry::Fired);
-                    }
-                })
-            };
+            let timer = fire_on_timer_thread(&entry);
             // The future is dropped: it cancels (takes the entry) if it was not fired.
             let cancelled = lock(&entry).take().is_some();
             let weak = StdArc::downgrade(&state);

@@ -262,7 +262,8 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
-        self.schedule_payload(tick, Payload::Callback(Box::new(f)), false)
+        self.shared
+            .schedule_payload(tick, Payload::Callback(Box::new(f)), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -273,7 +274,8 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().deadline_tick(deadline);
-        self.schedule_payload(tick, Payload::Callback(Box::new(f)), false)
+        self.shared
+            .schedule_payload(tick, Payload::Callback(Box::new(f)), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -288,7 +290,8 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
-        self.schedule_payload(tick, Payload::Callback(Box::new(f)), true)
+        self.shared
+            .schedule_payload(tick, Payload::Callback(Box::new(f)), true)
     }
 
     /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (the
@@ -300,20 +303,7 @@ impl TimerService {
         tick: u64,
         target: std::sync::Arc<dyn Expire>,
     ) -> TimerHandle {
-        match self.schedule_payload(tick, Payload::Notify(target), false) {
-            Ok(handle) => handle,
-            Err(_) => self.inert_handle(),
-        }
-    }
-
-    #[inline]
-    fn schedule_payload(
-        &self,
-        tick: u64,
-        payload: Payload,
-        enforce_cap: bool,
-    ) -> Result<TimerHandle, ScheduleError> {
-        self.shared.schedule_payload(tick, payload, enforce_cap)
+        self.shared.schedule_notify(tick, target)
     }
 
     fn inert_handle(&self) -> TimerHandle {
@@ -429,6 +419,17 @@ impl TimerService {
 }
 
 impl Shared {
+    /// The one implementation behind [`TimerService::schedule_notify`] and
+    /// [`ServiceRef::schedule_notify`]: after shutdown the entry is dropped and the handle is
+    /// inert.
+    #[inline]
+    fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
+        match self.schedule_payload(tick, Payload::Notify(target), false) {
+            Ok(handle) => handle,
+            Err(_) => self.inert_handle(),
+        }
+    }
+
     #[inline]
     fn schedule_payload(
         &self,
@@ -512,11 +513,7 @@ impl ServiceRef {
         tick: u64,
         target: std::sync::Arc<dyn Expire>,
     ) -> TimerHandle {
-        let shared = self.shared();
-        match shared.schedule_payload(tick, Payload::Notify(target), false) {
-            Ok(handle) => handle,
-            Err(_) => shared.inert_handle(),
-        }
+        self.shared().schedule_notify(tick, target)
     }
 
     /// The service's tick conversion.
