@@ -80,6 +80,9 @@ fn target() -> impl Strategy<Value = Tick> {
 #[derive(Clone, Debug)]
 enum Op {
     Insert(Tick),
+    /// `count` inserts at `base + (i * 37) % 64^spread`: slots fuller than one step of the
+    /// wheel's paced moving down, so it is caught half done.
+    Burst(Tick, u16, u32),
     Remove(usize),
     Reset(usize, Tick),
     Deadline(usize),
@@ -93,6 +96,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => deadline().prop_map(Op::Insert),
+        1 => (deadline(), 257..800u16, 0..3u32).prop_map(|(t, n, s)| Op::Burst(t, n, s)),
         2 => any::<usize>().prop_map(Op::Remove),
         3 => (any::<usize>(), deadline()).prop_map(|(k, d)| Op::Reset(k, d)),
         1 => any::<usize>().prop_map(Op::Deadline),
@@ -185,6 +189,15 @@ fn apply<Q: TimerQueue<u32>>(
             prop_assert!(!keys.contains(&key), "key {:?} issued twice", key);
             model.insert(key, deadline, value);
             keys.push(key);
+        }
+        Op::Burst(tick, count, spread) => {
+            let base = tick.at(q.now());
+            for i in 0..u64::from(count) {
+                let deadline = base.saturating_add((i * 37) % (1 << (6 * spread)));
+                let key = q.insert(deadline, value);
+                model.insert(key, deadline, value);
+                keys.push(key);
+            }
         }
         Op::Remove(i) => {
             if let Some(key) = pick(i) {

@@ -1,21 +1,55 @@
 //! The hierarchical timing wheel: tickwheel's default queue.
 //!
-//! Varghese & Lauck's scheme 7 ("Hashed and Hierarchical Timing Wheels", 1987), laid out as
-//! the Linux kernel's tv1..tv5 and tokio's driver: levels of [`SLOTS`] slots, level `L`
-//! resolving bits `6L..6L+6` of the deadline. [`LEVELS`] levels cover the whole `u64` tick
-//! range, so no deadline is clamped (libco clamps to one minute), rejected (tokio-util's
-//! `DelayQueue` panics past ~2 years) or parked on an overflow list.
+//! Varghese & Lauck's scheme 7 ("Hashed and Hierarchical Timing Wheels", 1987), as in the Linux
+//! kernel's tv1..tv5 and tokio's driver: level `L` resolves bits `6L..6L+6` of the deadline,
+//! and [`LEVELS`] levels cover the whole `u64` tick range. No deadline is clamped (libco clamps
+//! to one minute), rejected (tokio-util's `DelayQueue` panics past ~2 years) or parked on an
+//! overflow list.
 //!
-//! # Invariants
+//! One thing differs from those wheels: **no timer is ever cascaded all at once when its
+//! deadline comes near.** A classic wheel moves a whole higher-level slot down at the moment
+//! the clock enters it. With a million timers due within a second that is 64 000 timers at
+//! once at level 1, and far more at level 2, while the timers due at that very tick wait
+//! (milliseconds of stall in a timer service). Here each level keeps **two rotations** of
+//! slots ([`RING`] = 128): the current one and the next. A level takes the next parent slot
+//! in (*absorbs* it) while the clock is still in the current one, a few items per poll, paced
+//! to be done before the clock gets there.
 //!
-//! * Every timer in a slot has an effective deadline `d >= now`, and sits at level
-//!   `level_for(now, d)` — the level of the highest bit where `d` and `now`
-//!   differ — in slot `slot_for(d, level)`.
-//! * The level-0 slot of `now` itself holds exactly the timers due at `now` (the *ready*
-//!   slot), in firing order after a consumed prefix (`cursor`).
-//! * At level `L` every other occupied slot lies strictly after `now`'s own slot, inside
-//!   `now`'s level-`L+1` block; so the lowest set bit of the lowest non-empty level's bitmap
-//!   is the earliest slot of all, found with one `trailing_zeros` a level.
+//! # Terms and invariants
+//!
+//! A slot of level `L` spans `64^L` ticks; its *index* is `tick >> 6L`. A *parent slot* of
+//! level `L` is a slot of level `L + 1`, one full rotation of level `L`. Each level records
+//! `absorbed`, the last parent slot whose timers it has taken in; it is `now`'s parent slot or
+//! the one after.
+//!
+//! * A timer with effective deadline `d >= now` sits at the **lowest level whose absorbed
+//!   range reaches it** (`d >> 6(L+1) <= absorbed[L]`), in ring slot `(d >> 6L) % 128`. The
+//!   indices a level can hold span at most 128, so ring slots never alias.
+//! * So the levels split the future in increasing, disjoint ranges: level 0 holds ticks
+//!   `now..=end0` one slot a tick (the slot of `now` is the *ready* slot, consumed up to
+//!   `cursor`), level 1 the next range in 64-tick slots, and so on. The lowest non-empty level
+//!   holds the earliest timer; within a level it is the first occupied slot after `now`'s
+//!   (one rotate and one `trailing_zeros` of the level's 128-bit occupancy map).
+//! * While level `L` absorbs parent slot `q = absorbed[L] + 1`, the items of level `L + 1`'s
+//!   slot `q` from `cursor` on are not moved yet. New timers for `q` land in that same slot
+//!   (the rule above still sends them there), behind the unmoved ones, and move after them:
+//!   insertion order within a deadline survives. A level absorbs only when the level above
+//!   holds the slot whole, and only once the clock has left the bank the slot will reuse.
+//!
+//! # Pacing
+//!
+//! Every `poll_expired` that returns `None` (it has caught up with `t`) does a bounded step
+//! of absorption on each level: about `1/min(64, ticks left)` of what remains of the slot,
+//! plus a floor of [`MIN_STEP`] items, so a slot is moved over up to 64 polls and finished
+//! before it is due. [`next_expiration`](TimerQueue::next_expiration) asks for those polls: it
+//! answers the earlier of the earliest slot and the tick the next absorption step is due
+//! (never later than the earliest deadline, as the contract requires). A driver that polls
+//! late, or jumps far ahead, gets the remaining work done at once in `poll_expired`: the
+//! classic cascade, as a fallback.
+//!
+//! Moving ahead of time also saves work: a timer inserted less than one parent rotation ahead
+//! goes straight to the level that will fire it. In the "6 million delayed tasks" workload
+//! (delays up to 1000 ticks) every timer is placed on level 0 or 1 and moves at most once.
 //!
 //! # Storage: vectors of items, tombstones
 //!
@@ -28,7 +62,7 @@
 //!
 //! * **remove** touches the entry and nothing else at random (the slot's live count is in
 //!   the small, cache-resident slot table); a linked list must also visit both neighbours.
-//! * **expire and cascade** read a slot's items front to back; the entries they touch are
+//! * **expire and absorb** read a slot's items front to back; the entries they touch are
 //!   known up front, so their cache misses overlap instead of forming a pointer chase.
 //!
 //! Stale items are bounded: a slot whose stale items outnumber its live ones by more than
@@ -39,21 +73,21 @@
 //!
 //! # Expiry
 //!
-//! `poll_expired(t)` pops the ready slot; when it is empty it finds the earliest slot. If that
-//! slot starts after `t`, time jumps to `t` (O([`LEVELS`]) however large the gap). Otherwise
-//! time moves to the slot's start: a level-0 slot thereby becomes the ready slot; a
-//! higher slot *cascades* — each timer is re-linked by the rule above, onto a lower level or
-//! the ready slot. Re-linking walks the items in order and appends, and the slots it lands in
-//! were empty, so insertion order within a deadline survives every cascade. A timer cascades
-//! at most once a level.
+//! `poll_expired(t)` pops the ready slot, then moves `now` to the next occupied level-0 slot
+//! up to `t`. Past the end of level 0 it finishes any absorption in progress, and if that
+//! brought nothing down it looks at the lowest non-empty level: if its first slot starts after
+//! `t`, time jumps to `t` (O([`LEVELS`]) however large the gap); otherwise time moves to just
+//! before that slot and the levels below absorb it down to level 0.
 //!
 //! # Costs
 //!
-//! Insert, remove and reset are O(1) (amortized, for compaction). Memory a pending timer:
-//! an 8-byte item plus a slab entry of 20 bytes (deadline, slot, position, generation) and
-//! the value as `Option<T>`: 28 bytes, plus `T`'s tag where `T` has no niche, plus at most
-//! as much again in stale items awaiting compaction. The wheel itself is `LEVELS * SLOTS`
-//! slot headers (22 KiB), allocated once.
+//! Insert, remove and reset are O(1) (amortized, for compaction); insert walks up the levels
+//! while the deadline is beyond their range (three for a deadline a minute away at 1 ms). A
+//! timer is moved at most once a level. Memory a pending timer: an 8-byte item plus a slab
+//! entry of 20 bytes (deadline, slot, position, generation) and the value as `Option<T>`: 28
+//! bytes, plus `T`'s tag where `T` has no niche, plus at most as much again in stale items
+//! awaiting compaction. The wheel itself is `LEVELS * RING` slot headers (44 KiB), allocated
+//! once.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -64,17 +98,23 @@ use super::{TimerKey, TimerQueue};
 
 /// Bits of the deadline resolved by one level.
 pub const LEVEL_BITS: u32 = 6;
-/// Slots a level: one per value of its [`LEVEL_BITS`] bits.
+/// Slots in one rotation of a level: one per value of its [`LEVEL_BITS`] bits.
 pub const SLOTS: usize = 1 << LEVEL_BITS;
+/// Slots a level keeps: two rotations, the current one and the next.
+pub const RING: usize = 2 * SLOTS;
 /// Levels needed to cover all 64 bits of a tick: `ceil(64 / LEVEL_BITS)`.
 pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
-/// Mask of a slot number.
-const SLOT_MASK: u64 = SLOTS as u64 - 1;
+/// Mask of a ring slot number.
+const RING_MASK: u64 = RING as u64 - 1;
 /// Stale items a slot may hold beyond its live ones before it is compacted.
 const COMPACT_SLACK: usize = 32;
+/// Items an absorption step moves at least, so that small slots go in one step.
+pub const MIN_STEP: usize = 256;
+/// Polls an absorption is spread over, at most.
+const STEPS: u64 = SLOTS as u64;
 
 /// A timer's entry link: its effective deadline and where its current item is — slot
-/// number (`level * SLOTS + slot`) and position in that slot.
+/// number (`level * RING + ring slot`) and position in that slot.
 #[derive(Clone, Copy)]
 struct Node {
     deadline: u64,
@@ -102,36 +142,70 @@ impl Link for Node {
 #[derive(Default)]
 struct Slot {
     items: Vec<TimerKey>,
-    /// Valid items (in the ready slot: valid and not yet consumed).
+    /// Valid items (in the ready slot and a slot being absorbed: valid and not yet taken).
     live: usize,
 }
 
-/// The level a timer due at `deadline` belongs on while the wheel is at `now`: the level
-/// whose bits hold the highest bit where the two differ (0 when they are equal).
-#[inline]
-pub(crate) fn level_for(now: u64, deadline: u64) -> usize {
-    let masked = (now ^ deadline) | SLOT_MASK;
-    let significant = u64::BITS - 1 - masked.leading_zeros();
-    (significant / LEVEL_BITS) as usize
+/// The state of one level.
+#[derive(Clone, Copy)]
+struct Level {
+    /// Occupied ring slots, bit `i` for ring slot `i`.
+    occupied: u128,
+    /// The last parent slot (an index at the level above) whose timers this level holds.
+    absorbed: u64,
+    /// While this level takes in parent slot `absorbed + 1`: how many of that slot's items
+    /// it has moved.
+    absorbing: Option<usize>,
 }
 
-/// The slot of `deadline` at `level`.
+/// Bits below level `level`.
 #[inline]
-pub(crate) fn slot_for(deadline: u64, level: usize) -> usize {
-    ((deadline >> (level as u32 * LEVEL_BITS)) & SLOT_MASK) as usize
+const fn shift(level: usize) -> u32 {
+    level as u32 * LEVEL_BITS
 }
 
-/// The first tick of `slot` at `level`, within the level-`level + 1` block holding `now`.
+/// The slot index of `tick` at `level` (`level < LEVELS`, so the shift is at most 60).
 #[inline]
-pub(crate) fn slot_start(now: u64, level: usize, slot: usize) -> u64 {
-    let shift = level as u32 * LEVEL_BITS;
-    let block = now.checked_shr(shift + LEVEL_BITS).unwrap_or(0);
-    let base = block.checked_shl(shift + LEVEL_BITS).unwrap_or(0);
-    base | ((slot as u64) << shift)
+pub(crate) fn index(tick: u64, level: usize) -> u64 {
+    tick >> shift(level)
+}
+
+/// The parent slot of `tick` at `level`: its index at `level + 1` (0 above the top level).
+#[inline]
+pub(crate) fn parent(tick: u64, level: usize) -> u64 {
+    tick.checked_shr(shift(level + 1)).unwrap_or(0)
+}
+
+/// The first tick of slot `index` at `level`, `u64::MAX` if that is past the end of time.
+#[inline]
+pub(crate) fn start(index: u64, level: usize) -> u64 {
+    u64::try_from(u128::from(index) << shift(level)).unwrap_or(u64::MAX)
+}
+
+/// Doubles a full slot vector by allocating a new one and copying, not by `realloc`.
+///
+/// `realloc` serves the block from the arena that allocated it, and under glibc a large
+/// request first consolidates every small block freed into that arena since the last one. In a
+/// timer service that arena is the producer's, and the small blocks are the callbacks the
+/// workers freed: hundreds of thousands of them, tens of milliseconds spent by the timer
+/// thread (measured with W4 at 10^6 timers: drains of ~1000 timers taking 20–30 ms of CPU,
+/// every ~128 ticks). A fresh allocation comes from the growing thread's own arena.
+#[cold]
+#[inline(never)]
+fn grow(items: &mut Vec<TimerKey>) {
+    let mut grown = Vec::with_capacity((2 * items.capacity()).max(8));
+    grown.extend_from_slice(items);
+    *items = grown;
+}
+
+/// The ring slot of slot index `index`.
+#[inline]
+fn ring(index: u64) -> usize {
+    (index & RING_MASK) as usize
 }
 
 /// A hierarchical timing wheel: O(1) insert, remove and reset, exact firing at every tick
-/// of the `u64` range. See the [module docs](self) for the design.
+/// of the `u64` range, no cascade stalls. See the [module docs](self) for the design.
 ///
 /// ```
 /// use tickwheel::{TimerQueue, Wheel};
@@ -153,10 +227,10 @@ pub(crate) fn slot_start(now: u64, level: usize, slot: usize) -> u64 {
 /// ```
 pub struct Wheel<T> {
     slab: Slab<Node, T>,
-    /// `LEVELS * SLOTS` slots, level by level.
+    /// `LEVELS * RING` slots, level by level.
     slots: Box<[Slot]>,
-    /// A bitmap of the occupied slots of each level.
-    occupied: [u64; LEVELS],
+    /// Boxed: keeps the wheel (and enums holding it) small; it is cache-resident anyway.
+    levels: Box<[Level; LEVELS]>,
     /// Items of the ready slot already consumed.
     cursor: usize,
     now: u64,
@@ -172,8 +246,12 @@ impl<T> Wheel<T> {
     pub fn with_start(tick: u64) -> Wheel<T> {
         Wheel {
             slab: Slab::new(),
-            slots: (0..LEVELS * SLOTS).map(|_| Slot::default()).collect(),
-            occupied: [0; LEVELS],
+            slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
+            levels: Box::new(core::array::from_fn(|level| Level {
+                occupied: 0,
+                absorbed: parent(tick, level),
+                absorbing: None,
+            })),
             cursor: 0,
             now: tick,
         }
@@ -195,20 +273,33 @@ impl<T> Wheel<T> {
     /// The slot number of the ready slot (level 0, `now`'s slot).
     #[inline]
     fn ready_slot(&self) -> usize {
-        (self.now & SLOT_MASK) as usize
+        ring(self.now)
     }
 
-    /// Appends the timer `key` (at `index`) to the slot its effective deadline says.
+    /// The level a timer due at `deadline` (`>= now`) belongs on: the lowest whose absorbed
+    /// range reaches it.
     #[inline]
-    fn link(&mut self, key: TimerKey, deadline: u64) {
-        let level = level_for(self.now, deadline);
-        let slot = slot_for(deadline, level);
-        let number = level * SLOTS + slot;
+    fn level_of(&self, deadline: u64) -> usize {
+        let mut level = 0;
+        while level < LEVELS - 1 && parent(deadline, level) > self.levels[level].absorbed {
+            level += 1;
+        }
+        level
+    }
+
+    /// Appends the timer `key` to its slot at `level`.
+    #[inline]
+    fn link_at(&mut self, key: TimerKey, deadline: u64, level: usize) {
+        let slot = ring(index(deadline, level));
+        let number = level * RING + slot;
         let target = &mut self.slots[number];
         let pos = target.items.len();
+        if pos == target.items.capacity() {
+            grow(&mut target.items);
+        }
         target.items.push(key);
         target.live += 1;
-        self.occupied[level] |= 1 << slot;
+        self.levels[level].occupied |= 1 << slot;
         *self.slab.link_mut(key.index()) = Node {
             deadline,
             slot: number as u32,
@@ -234,27 +325,51 @@ impl<T> Wheel<T> {
         if target.live == 0 {
             self.clear_slot(number);
         } else if target.items.len() > 2 * target.live + COMPACT_SLACK {
-            // Counts the ready slot's consumed prefix as garbage too: compaction drops it.
+            // Counts a consumed prefix (ready slot, slot being absorbed) as garbage too:
+            // compaction drops it.
             self.compact(number);
         }
     }
 
-    /// Empties a slot that holds no live timer (keeping its capacity).
+    /// The slot number level `level` is absorbing, if it is.
+    #[inline]
+    fn source(&self, level: usize) -> Option<usize> {
+        let state = &self.levels[level];
+        state
+            .absorbing
+            .map(|_| (level + 1) * RING + ring(state.absorbed + 1))
+    }
+
+    /// The level absorbing slot `number`, if one is.
+    #[inline]
+    fn absorber(&self, number: usize) -> Option<usize> {
+        let level = (number / RING).checked_sub(1)?;
+        (self.source(level) == Some(number)).then_some(level)
+    }
+
+    /// Empties a slot that holds no live timer (keeping its capacity). Emptying the slot a
+    /// level is absorbing completes that absorption.
     #[inline]
     fn clear_slot(&mut self, number: usize) {
+        if let Some(level) = self.absorber(number) {
+            let state = &mut self.levels[level];
+            state.absorbing = None;
+            state.absorbed += 1;
+        }
         self.slots[number].items.clear();
         self.slots[number].live = 0;
-        self.occupied[number / SLOTS] &= !(1 << (number % SLOTS));
+        self.levels[number / RING].occupied &= !(1 << (number % RING));
         if number == self.ready_slot() {
             self.cursor = 0;
         }
     }
 
-    /// Drops a slot's stale items (and, for the ready slot, its consumed prefix), keeping
-    /// the order of the rest.
+    /// Drops a slot's stale items (and a consumed prefix), keeping the order of the rest.
     fn compact(&mut self, number: usize) {
         let start = if number == self.ready_slot() {
             core::mem::take(&mut self.cursor)
+        } else if let Some(level) = self.absorber(number) {
+            self.levels[level].absorbing.replace(0).unwrap_or(0)
         } else {
             0
         };
@@ -272,27 +387,129 @@ impl<T> Wheel<T> {
         self.slots[number].items = items;
     }
 
-    /// The earliest occupied (level, slot), if any.
+    /// The first occupied slot of `level` after `now`'s own (the ready slot included at level
+    /// 0): its index.
     #[inline]
-    fn next_occupied(&self) -> Option<(usize, usize)> {
-        let level = self.occupied.iter().position(|&bits| bits != 0)?;
-        Some((level, self.occupied[level].trailing_zeros() as usize))
+    fn first_slot(&self, level: usize) -> Option<u64> {
+        let bits = self.levels[level].occupied;
+        if bits == 0 {
+            return None;
+        }
+        let own = index(self.now, level);
+        let offset = bits.rotate_right(ring(own) as u32).trailing_zeros();
+        Some(own + u64::from(offset))
     }
 
-    /// Moves the timers of a higher-level slot that `now` has just reached down the wheel.
-    fn cascade(&mut self, number: usize) {
-        let mut items = core::mem::take(&mut self.slots[number].items);
-        self.slots[number].live = 0;
-        self.occupied[number / SLOTS] &= !(1 << (number % SLOTS));
-        for (pos, &key) in items.iter().enumerate() {
-            if let Some(index) = self.valid(key, number, pos) {
+    /// The lowest non-empty level above 0 and the first tick of its first occupied slot.
+    #[inline]
+    fn first_upper(&self) -> Option<(usize, u64)> {
+        (1..LEVELS).find_map(|level| Some((level, start(self.first_slot(level)?, level))))
+    }
+
+    /// The last tick level 0 covers.
+    #[inline]
+    fn end0(&self) -> u64 {
+        let end = (u128::from(self.levels[0].absorbed) + 1) << LEVEL_BITS;
+        u64::try_from(end - 1).unwrap_or(u64::MAX)
+    }
+
+    /// Ticks from `now` until the parent slot `level` absorbs (or would absorb next) starts.
+    #[inline]
+    fn ticks_left(&self, level: usize) -> u64 {
+        start(self.levels[level].absorbed + 1, level + 1).saturating_sub(self.now)
+    }
+
+    /// Whether `level` may start absorbing its next parent slot: the clock has left the bank
+    /// it will reuse, and the level above holds that slot whole.
+    #[inline]
+    fn can_absorb(&self, level: usize) -> bool {
+        let state = &self.levels[level];
+        state.absorbing.is_none()
+            && state.absorbed == parent(self.now, level)
+            && (state.absorbed + 1) >> LEVEL_BITS <= self.levels[level + 1].absorbed
+    }
+
+    /// Starts absorbing the next parent slot at `level`; an empty one is absorbed at once.
+    fn start_absorbing(&mut self, level: usize) {
+        let next = self.levels[level].absorbed + 1;
+        let number = (level + 1) * RING + ring(next);
+        if self.slots[number].live == 0 {
+            self.levels[level].absorbed = next;
+        } else {
+            self.levels[level].absorbing = Some(0);
+        }
+    }
+
+    /// Moves up to `quota` items of the slot `level` is absorbing down to `level`.
+    fn absorb(&mut self, level: usize, quota: usize) {
+        let (Some(number), Some(mut cursor)) = (self.source(level), self.levels[level].absorbing)
+        else {
+            return;
+        };
+        let items = core::mem::take(&mut self.slots[number].items);
+        let end = items.len().min(cursor.saturating_add(quota));
+        let mut moved = 0;
+        while cursor < end {
+            let key = items[cursor];
+            if let Some(index) = self.valid(key, number, cursor) {
                 let deadline = self.slab.link(index).deadline;
-                self.link(key, deadline);
+                // Straight to `level`: while it absorbs, the usual rule still names the
+                // slot being emptied.
+                self.link_at(key, deadline, level);
+                moved += 1;
+            }
+            cursor += 1;
+        }
+        self.slots[number].items = items;
+        self.slots[number].live -= moved;
+        self.levels[level].absorbing = Some(cursor);
+        if self.slots[number].live == 0 {
+            self.clear_slot(number);
+        }
+    }
+
+    /// Completes every absorption in progress of a slot that starts by `tick`; whether there
+    /// was one. (Others go on at their pace: nothing of theirs is due by `tick`.)
+    fn finish_absorbing(&mut self, tick: u64) -> bool {
+        let mut any = false;
+        for level in 0..LEVELS - 1 {
+            if self.levels[level].absorbing.is_some()
+                && start(self.levels[level].absorbed + 1, level + 1) <= tick
+            {
+                self.absorb(level, usize::MAX);
+                any = true;
             }
         }
-        // Hand the emptied vector back so its capacity is reused.
-        items.clear();
-        self.slots[number].items = items;
+        any
+    }
+
+    /// Paced work done when a poll has caught up: start what may start, and move a step of
+    /// every absorption in progress.
+    fn absorb_ahead(&mut self) {
+        for level in 0..LEVELS - 1 {
+            if self.can_absorb(level) {
+                self.start_absorbing(level);
+            }
+            let (Some(number), Some(cursor)) =
+                (self.source(level), self.levels[level].absorbing)
+            else {
+                continue;
+            };
+            let remaining = self.slots[number].items.len() - cursor;
+            let steps = self.ticks_left(level).clamp(1, STEPS) as usize;
+            self.absorb(level, remaining.div_ceil(steps) + MIN_STEP);
+        }
+    }
+
+    /// Moves the clock to `to` over a stretch with no timer: every level below the lowest
+    /// non-empty one is empty, and no absorption in progress takes in a slot due by `to`.
+    fn jump(&mut self, to: u64) {
+        self.now = to;
+        for (level, state) in self.levels.iter_mut().enumerate() {
+            // Empty levels catch up; a non-empty level already reaches `to` (its timers are
+            // later than `to`, and lie within its absorbed range).
+            state.absorbed = state.absorbed.max(parent(to, level));
+        }
     }
 
     /// Removes and returns the next timer of the ready slot.
@@ -320,7 +537,8 @@ impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let (_, key) = self.slab.insert(Node::vacant(NIL), value);
-        self.link(key, deadline.max(self.now));
+        let deadline = deadline.max(self.now);
+        self.link_at(key, deadline, self.level_of(deadline));
         key
     }
 
@@ -337,7 +555,8 @@ impl<T> TimerQueue<T> for Wheel<T> {
             return false;
         };
         self.unlink(index);
-        self.link(key, deadline.max(self.now));
+        let deadline = deadline.max(self.now);
+        self.link_at(key, deadline, self.level_of(deadline));
         true
     }
 
@@ -358,34 +577,74 @@ impl<T> TimerQueue<T> for Wheel<T> {
         self.now
     }
 
+    /// The earliest of: the first occupied slot's start (exact at level 0), and the tick the
+    /// next step of absorption is due — when a level is absorbing, a 64th of the time left
+    /// before the slot is due; otherwise when the level below may start on a level's first
+    /// slot.
     fn next_expiration(&self) -> Option<u64> {
-        self.next_occupied()
-            .map(|(level, slot)| slot_start(self.now, level, slot))
+        if self.is_empty() {
+            return None;
+        }
+        let mut next = self.first_slot(0).unwrap_or(u64::MAX);
+        for level in 1..LEVELS {
+            let Some(first) = self.first_slot(level) else {
+                continue;
+            };
+            let below = level - 1;
+            let step = if self.levels[below].absorbing.is_some() {
+                self.now
+                    .saturating_add((self.ticks_left(below) / STEPS).max(1))
+            } else {
+                start(first - 1, level).max(self.now.saturating_add(1))
+            };
+            next = next.min(start(first, level)).min(step);
+        }
+        Some(next)
     }
 
     fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
+        if now < self.now {
+            return None;
+        }
         loop {
-            if now < self.now {
-                return None;
-            }
             if let Some(fired) = self.pop_ready() {
                 return Some(fired);
             }
             if now == self.now {
+                self.absorb_ahead();
                 return None;
             }
-            let Some((level, slot)) = self.next_occupied() else {
-                self.now = now;
-                return None;
-            };
-            let start = slot_start(self.now, level, slot);
-            if start > now {
-                self.now = now;
-                return None;
+            // Level 0 holds every timer up to `end0`, one slot a tick (past it, a slot
+            // being absorbed is only partly there).
+            let end0 = self.end0();
+            let level0 = self.levels[0].occupied.rotate_right(ring(self.now) as u32) & !1;
+            if level0 != 0 {
+                let next = self.now + u64::from(level0.trailing_zeros());
+                if next <= end0 {
+                    self.now = now.min(next);
+                    continue;
+                }
             }
-            self.now = start;
-            if level > 0 {
-                self.cascade(level * SLOTS + slot);
+            if end0 >= now {
+                self.now = now;
+                continue;
+            }
+            // Beyond level 0. First finish what is under way for slots due by `now`.
+            if self.finish_absorbing(now) {
+                continue;
+            }
+            match self.first_upper() {
+                Some((level, first)) if first <= now => {
+                    // Nothing before `first`: stand just before it and bring its slot down.
+                    self.jump(first - 1);
+                    for below in (0..level).rev() {
+                        if self.can_absorb(below) {
+                            self.start_absorbing(below);
+                            self.absorb(below, usize::MAX);
+                        }
+                    }
+                }
+                _ => self.jump(now),
             }
         }
     }
@@ -421,9 +680,15 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    /// `64^level`, the first deadline (from `now = 0`) that needs `level`.
+    /// `64^level`, the first deadline (from `now = 0`) that needs `level` on a fresh wheel.
     fn boundary(level: usize) -> Option<u64> {
-        1u64.checked_shl(level as u32 * LEVEL_BITS)
+        1u64.checked_shl(shift(level))
+    }
+
+    /// The level a timer's current item is on.
+    fn level_of_key<T>(wheel: &Wheel<T>, key: TimerKey) -> usize {
+        let index = wheel.slab.find(key).expect("live key");
+        wheel.slab.link(index).slot as usize / RING
     }
 
     #[test]
@@ -431,57 +696,55 @@ mod tests {
         assert_eq!(LEVELS, 11);
         assert!(LEVELS as u32 * LEVEL_BITS >= u64::BITS);
         assert!((LEVELS as u32 - 1) * LEVEL_BITS < u64::BITS);
-        assert_eq!(level_for(0, u64::MAX), LEVELS - 1);
-        assert_eq!(slot_for(u64::MAX, LEVELS - 1), 15);
+        assert_eq!(index(u64::MAX, LEVELS - 1), 15);
+        assert_eq!(parent(u64::MAX, LEVELS - 1), 0);
+        assert_eq!(parent(u64::MAX, LEVELS - 2), 15);
     }
 
     #[test]
-    fn level_for_at_every_boundary() {
-        assert_eq!(level_for(0, 0), 0);
-        for level in 1..LEVELS {
-            let b = boundary(level).unwrap();
-            assert_eq!(level_for(0, b - 1), level - 1, "just below 64^{level}");
-            assert_eq!(level_for(0, b), level, "at 64^{level}");
-            assert_eq!(level_for(0, b + 1), level, "just above 64^{level}");
-            // Relative to a `now` just below the boundary, crossing it still needs `level`.
-            assert_eq!(level_for(b - 1, b), level);
-            // Within one block the level depends only on the differing bits.
-            assert_eq!(level_for(b, b + 1), 0);
-            assert_eq!(level_for(b, b + SLOTS as u64), 1);
-            if let Some(top) = boundary(level + 1) {
-                assert_eq!(level_for(0, top - 1), level);
-            }
-        }
-        for now in [1u64, 63, 64, 4095, 4096, u64::MAX / 2, u64::MAX - 1] {
-            assert_eq!(level_for(now, now), 0);
-            assert_eq!(level_for(now, u64::MAX), level_for(0, now ^ u64::MAX));
-        }
-    }
-
-    #[test]
-    fn slot_for_and_slot_start_are_inverse() {
+    fn start_and_index_are_inverse_at_every_level() {
         for level in 0..LEVELS {
-            let shift = level as u32 * LEVEL_BITS;
-            let slots = if level == LEVELS - 1 { 16 } else { SLOTS };
+            let slots = if level == LEVELS - 1 { 16 } else { RING as u64 };
             for slot in 0..slots {
-                let start = slot_start(0, level, slot);
-                assert_eq!(start, (slot as u64) << shift);
-                assert_eq!(slot_for(start, level), slot);
-                if let Some(end) = start.checked_add((1u64 << shift) - 1) {
-                    assert_eq!(slot_for(end, level), slot, "last tick of the slot");
+                let first = start(slot, level);
+                assert_eq!(first, slot << shift(level));
+                assert_eq!(index(first, level), slot);
+                if let Some(last) = first.checked_add((1u64 << shift(level)) - 1) {
+                    assert_eq!(index(last, level), slot, "last tick of the slot");
+                    assert_eq!(parent(last, level), slot >> LEVEL_BITS);
                 }
             }
         }
-        // The block of `now` above the level is kept, its bits below are cleared.
-        let now = 0xABCD_EF01_2345_6789;
-        for level in 0..LEVELS {
-            let start = slot_start(now, level, slot_for(now, level));
-            assert!(start <= now);
-            assert!(level == 0 || level_for(start, now) < level);
-            assert_eq!(
-                now - start,
-                now & ((1u64 << (level as u32 * LEVEL_BITS)) - 1)
-            );
+        // Past the end of time `start` saturates instead of wrapping.
+        assert_eq!(start(16, LEVELS - 1), u64::MAX);
+        assert_eq!(start(1 << 58, 1), u64::MAX);
+    }
+
+    #[test]
+    fn placement_at_every_level_boundary() {
+        // A fresh wheel holds one rotation a level: the classic rule.
+        let mut wheel = Wheel::new();
+        for level in 1..LEVELS {
+            let b = boundary(level).unwrap();
+            let below = wheel.insert(b - 1, ());
+            let at = wheel.insert(b, ());
+            assert_eq!(level_of_key(&wheel, below), level - 1, "just below 64^{level}");
+            assert_eq!(level_of_key(&wheel, at), level, "at 64^{level}");
+        }
+        let max = wheel.insert(u64::MAX, ());
+        assert_eq!(level_of_key(&wheel, max), LEVELS - 1);
+
+        // Once it has polled, each level has absorbed the next (empty) rotation: two.
+        let mut wheel = Wheel::new();
+        assert!(wheel.poll_expired(0).is_none());
+        for level in 1..LEVELS {
+            let Some(b) = boundary(level).and_then(|b| b.checked_mul(2)) else {
+                continue;
+            };
+            let below = wheel.insert(b - 1, ());
+            let at = wheel.insert(b, ());
+            assert_eq!(level_of_key(&wheel, below), level - 1, "just below 2·64^{level}");
+            assert_eq!(level_of_key(&wheel, at), level, "at 2·64^{level}");
         }
     }
 
@@ -489,7 +752,10 @@ mod tests {
     fn fires_exactly_at_each_level_boundary() {
         for level in 0..LEVELS {
             let Some(b) = boundary(level) else { continue };
-            for deadline in [b - 1, b, b + 1].into_iter().filter(|&d| d > 0) {
+            for deadline in [b - 1, b, b + 1, 2 * b - 1, 2 * b, 2 * b + 1]
+                .into_iter()
+                .filter(|&d| d > 0)
+            {
                 let mut wheel = Wheel::new();
                 wheel.insert(deadline, ());
                 assert!(wheel.next_expiration().unwrap() <= deadline);
@@ -505,7 +771,7 @@ mod tests {
     }
 
     #[test]
-    fn cascade_keeps_insertion_order() {
+    fn moving_down_keeps_insertion_order() {
         let mut wheel = Wheel::new();
         // Same deadline, inserted from different `now`s so they start on different levels.
         wheel.insert(5_000, 'a');
@@ -516,6 +782,78 @@ mod tests {
         wheel.insert(4_000, 'p'); // already past: due now, after nothing
         let fired: Vec<_> = wheel.drain_expired(5_000).map(|(_, v)| v).collect();
         assert_eq!(fired, ['p', 'a', 'b', 'c']);
+    }
+
+    /// A level-1 slot of 64 000 timers (a 64-tick stretch of a million timers a second at
+    /// 1 ms) is moved down over the polls of the rotation before it, in small steps, and
+    /// every timer still fires at its tick in insertion order — including timers inserted
+    /// into the slot while it was half moved.
+    #[test]
+    fn a_full_slot_moves_down_in_steps_ahead_of_time() {
+        const N: u64 = 64_000;
+        let mut wheel = Wheel::new();
+        assert!(wheel.poll_expired(0).is_none()); // level 0 now reaches tick 127
+        let mut expected: Vec<(u64, u64)> = Vec::new(); // (deadline, id)
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for id in 0..N {
+            let deadline = 128 + next() % 64; // level 1, the slot after level 0's reach
+            let key = wheel.insert(deadline, id);
+            assert_eq!(level_of_key(&wheel, key), 1);
+            expected.push((deadline, id));
+        }
+        let mut fired = Vec::new();
+        let mut largest_step = 0;
+        let mut extra = N;
+        for tick in 1..=191 {
+            let before = wheel.levels[0].absorbing.unwrap_or(0);
+            fired.extend(wheel.drain_expired(tick).map(|(_, id)| (tick, id)));
+            if let Some(after) = wheel.levels[0].absorbing {
+                largest_step = largest_step.max(after - before);
+                // Timers for the slot arrive while it is half moved: they go behind.
+                let deadline = 128 + next() % 64;
+                wheel.insert(deadline, extra);
+                expected.push((deadline, extra));
+                extra += 1;
+            }
+            if tick == 127 {
+                assert!(wheel.levels[0].absorbing.is_none(), "moved before it is due");
+                assert_eq!(wheel.levels[0].absorbed, 2);
+            }
+        }
+        assert!(extra > N, "the slot was moved in more than one step");
+        let bound = (N as usize).div_ceil(STEPS as usize) * 2 + MIN_STEP;
+        assert!(largest_step <= bound, "a step moved {largest_step} > {bound}");
+        expected.sort_by_key(|&(deadline, _)| deadline); // stable: insertion order kept
+        let got: Vec<(u64, u64)> = fired;
+        assert_eq!(got, expected);
+        assert!(wheel.is_empty());
+    }
+
+    #[test]
+    fn next_expiration_asks_for_the_steps() {
+        let mut wheel = Wheel::new();
+        assert!(wheel.poll_expired(0).is_none());
+        for id in 0..10_000u32 {
+            wheel.insert(130 + u64::from(id % 50), id);
+        }
+        // Level 0 may take the slot in once the clock is in ticks 64..128.
+        assert_eq!(wheel.next_expiration(), Some(64));
+        assert!(wheel.poll_expired(64).is_none());
+        assert!(wheel.levels[0].absorbing.is_some(), "one step, not all");
+        // The next step is due within a 64th of the time left, not at tick 128.
+        assert_eq!(wheel.next_expiration(), Some(65));
+        while wheel.levels[0].absorbing.is_some() {
+            let tick = wheel.next_expiration().unwrap();
+            assert!(tick < 128);
+            assert!(wheel.poll_expired(tick).is_none());
+        }
+        assert_eq!(wheel.next_expiration(), Some(130));
     }
 
     #[test]
