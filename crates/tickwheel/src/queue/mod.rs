@@ -4,7 +4,7 @@
 //!
 //! | flavor | design | insert / remove / reset | expire |
 //! |---|---|---|---|
-//! | [`Wheel`] (default) | hierarchical wheel, 64 slots a level, 11 levels (Varghese & Lauck scheme 7, Linux tv1..tv5, Kafka overflow wheels) | O(1) | O(1) amortized a timer (at most one cascade a level) |
+//! | [`Wheel`] (default) | hierarchical wheel, 64 slots a level, 11 levels (Varghese & Lauck scheme 7, Linux tv1..tv5, Kafka overflow wheels) | O(1) | O(1) amortized a timer (moved down at most once a level, in paced steps ahead of time) |
 //! | [`HashedWheel`] | one level of slots with round counts (scheme 6, Netty, libco fixed) | O(1) | O(slot length) a visited slot |
 //! | [`Heap`] | indexed 4-ary min-heap (asio `timer_queue`, libevent) | O(log n) | O(log n) |
 //!

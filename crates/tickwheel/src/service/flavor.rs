@@ -12,8 +12,8 @@ pub enum QueueFlavor {
     /// The hierarchical [`Wheel`]: O(1) everything, exact firing ticks. The default.
     #[default]
     Wheel,
-    /// The indexed 4-ary [`Heap`]: O(log n), compact, no bursts: every tick pays only for the
-    /// timers it fires (the wheel moves a whole upper-level slot at once when it cascades).
+    /// The indexed 4-ary [`Heap`]: O(log n), compact; every tick pays only for the timers it
+    /// fires (the wheel also moves the next slots down, in paced steps, ahead of time).
     Heap,
     /// The single-level [`HashedWheel`] with its default slot count. Each tick scans one slot
     /// holding every timer whose deadline hashes there, so it suits delays within a few times
