@@ -15,7 +15,8 @@
 //! Drains are serialised by the `drain` lock (the timer thread and `settle` callers both
 //! drain). One drain collects every due timer of every shard at one `now`, each shard's in
 //! (deadline, insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort
-//! merges those sorted runs in O(n log shards)). Callbacks are therefore handed out ordered by
+//! merges those sorted runs in O(n log shards)); when only one shard is due, its chunks are
+//! handed on as they come out, already in order, so workers start early. Callbacks are therefore handed out ordered by
 //! (deadline tick, shard index, insertion order within the shard). A thread always schedules
 //! into the same shard, so one thread's timers keep their schedule order at equal deadlines;
 //! timers of *different* threads at the same tick have no defined order between them (there is
@@ -79,12 +80,20 @@ impl Shared {
     }
 
     /// Takes every timer due at `now` out of every shard and hands it on; returns how many.
+    ///
+    /// When one shard is due (one producer thread, or one busy one), each chunk is handed to
+    /// the workers as soon as it is out of the queue, so the first callbacks of a tick start
+    /// while the rest are still being drained. Otherwise the shards' runs are merged first.
     pub(crate) fn drain_due(&self, now: u64) -> usize {
         let mut scratch = lock(&self.drain);
+        let mut due = self.shards.iter().filter(|shard| shard.earliest() <= now);
+        if let (Some(shard), None) = (due.next(), due.next()) {
+            return shard.drain(now, &mut scratch, |chunk| self.hand_off(chunk));
+        }
         let mut n = 0;
         for shard in self.shards.iter() {
             if shard.earliest() <= now {
-                n += shard.drain(now, &mut scratch);
+                n += shard.drain(now, &mut scratch, |_| {});
             }
         }
         if n == 0 {
@@ -92,6 +101,12 @@ impl Shared {
         }
         // Each shard's run is sorted; a stable sort merges the runs.
         scratch.jobs.sort_by_key(|job| job.deadline);
+        self.hand_off(&mut scratch);
+        n
+    }
+
+    /// Runs the notifications and gives the callbacks of `drained` to the workers, in order.
+    fn hand_off(&self, scratch: &mut Drained) {
         let notifies = scratch.notifies.len();
         for target in scratch.notifies.drain(..) {
             // `expire` must not panic; should one anyway, the timer thread survives it.
@@ -100,7 +115,6 @@ impl Shared {
         self.notified
             .fetch_add(notifies as u64, StdOrdering::Relaxed);
         self.dispatch.push(&mut scratch.jobs);
-        n
     }
 
     /// Closes every shard and stops the workers, serialised with drains: a `settle` draining

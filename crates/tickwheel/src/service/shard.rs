@@ -290,12 +290,19 @@ impl Shard {
     /// Takes every timer due at `now` out of the queue, in firing order; returns how many.
     ///
     /// The lock is taken once per [`DRAIN_CHUNK`] timers, not for the whole drain, so a
-    /// producer on this shard waits at most one chunk.
-    pub(crate) fn drain(&self, now: u64, out: &mut Drained) -> usize {
+    /// producer on this shard waits at most one chunk. `chunk` is called after each one,
+    /// outside the lock (it may hand the chunk on).
+    pub(crate) fn drain(
+        &self,
+        now: u64,
+        out: &mut Drained,
+        mut chunk: impl FnMut(&mut Drained),
+    ) -> usize {
         let mut total = 0;
         loop {
             let (n, more) = self.drain_chunk(now, out);
             total += n;
+            chunk(out);
             if !more {
                 break;
             }
@@ -421,7 +428,7 @@ mod tests {
     /// Drains at `now` and runs what came out, as the timer thread and a worker would.
     fn fire(shard: &Shard, now: u64) -> usize {
         let mut out = Drained::default();
-        let n = shard.drain(now, &mut out);
+        let n = shard.drain(now, &mut out, |_| {});
         for job in out.jobs {
             (job.callback)();
         }
