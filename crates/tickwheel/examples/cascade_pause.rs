@@ -39,7 +39,9 @@ fn main() {
             (worst, worst_tick) = (took, tick);
         }
         if tick % 64 == 0 && tick <= 256 {
-            println!("tick {tick:>4}: {took:>10.2?} (a classic wheel cascades a level-1 slot here)");
+            println!(
+                "tick {tick:>4}: {took:>10.2?} (a classic wheel cascades a level-1 slot here)"
+            );
         }
     }
     println!("{fired} timers fired; longest poll {worst:.2?} at tick {worst_tick}; all polls {total:.2?}");

@@ -490,8 +490,7 @@ impl<T> Wheel<T> {
             if self.can_absorb(level) {
                 self.start_absorbing(level);
             }
-            let (Some(number), Some(cursor)) =
-                (self.source(level), self.levels[level].absorbing)
+            let (Some(number), Some(cursor)) = (self.source(level), self.levels[level].absorbing)
             else {
                 continue;
             };
@@ -728,7 +727,11 @@ mod tests {
             let b = boundary(level).unwrap();
             let below = wheel.insert(b - 1, ());
             let at = wheel.insert(b, ());
-            assert_eq!(level_of_key(&wheel, below), level - 1, "just below 64^{level}");
+            assert_eq!(
+                level_of_key(&wheel, below),
+                level - 1,
+                "just below 64^{level}"
+            );
             assert_eq!(level_of_key(&wheel, at), level, "at 64^{level}");
         }
         let max = wheel.insert(u64::MAX, ());
@@ -743,7 +746,11 @@ mod tests {
             };
             let below = wheel.insert(b - 1, ());
             let at = wheel.insert(b, ());
-            assert_eq!(level_of_key(&wheel, below), level - 1, "just below 2·64^{level}");
+            assert_eq!(
+                level_of_key(&wheel, below),
+                level - 1,
+                "just below 2·64^{level}"
+            );
             assert_eq!(level_of_key(&wheel, at), level, "at 2·64^{level}");
         }
     }
@@ -822,13 +829,19 @@ mod tests {
                 extra += 1;
             }
             if tick == 127 {
-                assert!(wheel.levels[0].absorbing.is_none(), "moved before it is due");
+                assert!(
+                    wheel.levels[0].absorbing.is_none(),
+                    "moved before it is due"
+                );
                 assert_eq!(wheel.levels[0].absorbed, 2);
             }
         }
         assert!(extra > N, "the slot was moved in more than one step");
         let bound = (N as usize).div_ceil(STEPS as usize) * 2 + MIN_STEP;
-        assert!(largest_step <= bound, "a step moved {largest_step} > {bound}");
+        assert!(
+            largest_step <= bound,
+            "a step moved {largest_step} > {bound}"
+        );
         expected.sort_by_key(|&(deadline, _)| deadline); // stable: insertion order kept
         let got: Vec<(u64, u64)> = fired;
         assert_eq!(got, expected);
