@@ -76,6 +76,7 @@
 //! the workers had freed: 20–30 ms drains). See the wheel's module docs.
 
 mod builder;
+mod callback;
 mod core;
 mod driver;
 mod flavor;
@@ -103,6 +104,7 @@ pub(crate) use shard::{Expire, Expiry};
 use self::core::Core;
 use crate::sync::Arc;
 use crate::time::{Clock, Ticks};
+use callback::Callback;
 use driver::Shared;
 use shard::{Closed, Payload, Shard};
 
@@ -265,7 +267,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
         self.shared
-            .schedule_payload(tick, Payload::Callback(Box::new(f)), false)
+            .schedule_payload(tick, Payload::Callback(Callback::new(f)), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -277,7 +279,7 @@ impl TimerService {
     {
         let tick = self.ticks().deadline_tick(deadline);
         self.shared
-            .schedule_payload(tick, Payload::Callback(Box::new(f)), false)
+            .schedule_payload(tick, Payload::Callback(Callback::new(f)), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -293,7 +295,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
         self.shared
-            .schedule_payload(tick, Payload::Callback(Box::new(f)), true)
+            .schedule_payload(tick, Payload::Callback(Callback::new(f)), true)
     }
 
     /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (the

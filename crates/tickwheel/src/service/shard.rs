@@ -40,8 +40,7 @@ const DRAIN_SPINS: u32 = 1_000;
 #[cfg(loom)]
 const DRAIN_SPINS: u32 = 2;
 
-/// A boxed callback, run once on a worker.
-pub(crate) type Callback = Box<dyn FnOnce() + Send + 'static>;
+pub(crate) use super::callback::Callback;
 
 /// How an entry scheduled with [`Payload::Notify`] left the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -417,7 +416,7 @@ mod tests {
     /// Inserts a callback at `tick` that counts its runs in `ran`.
     fn counting(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> TimerKey {
         let ran = ran.clone();
-        let callback: Callback = Box::new(move || {
+        let callback = Callback::new(move || {
             ran.fetch_add(1, Ordering::SeqCst);
         });
         shard
@@ -430,7 +429,7 @@ mod tests {
         let mut out = Drained::default();
         let n = shard.drain(now, &mut out, |_| {});
         for job in out.jobs {
-            (job.callback)();
+            job.callback.call();
         }
         n
     }
@@ -511,7 +510,7 @@ mod tests {
         assert_eq!(shard.close().len(), 2);
         assert_eq!(shard.close().len(), 0, "closing twice finds nothing");
         assert!(shard.cancel(key).is_none());
-        let refused = shard.insert(1, Payload::Callback(Box::new(|| {})));
+        let refused = shard.insert(1, Payload::Callback(Callback::new(|| {})));
         assert!(refused.is_err());
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }

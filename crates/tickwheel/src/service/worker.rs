@@ -157,7 +157,7 @@ fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHa
     if let Some(due) = core.ticks.instant_of(job.deadline) {
         stats.lateness.record(now.saturating_duration_since(due));
     }
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(job.callback)) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.callback.call())) {
         stats.panicked.fetch_add(1, StdOrdering::Relaxed);
         if let Some(handler) = on_panic {
             // A panicking handler must not take the worker down either.

@@ -1,0 +1,294 @@
+//! [`Callback`]: a `FnOnce() + Send + 'static` stored inline when it is small, boxed when not.
+//!
+//! # Why
+//!
+//! A `Box<dyn FnOnce()>` per timer costs a `malloc` on the scheduling thread and a `free` on
+//! the worker that runs it, and the worker's first touch of the box is a cache miss on memory
+//! written up to a second earlier. In W4 (one producer, callbacks run on the workers) glibc's
+//! allocator was half of the producer's samples: `malloc_consolidate` and `unlink_chunk` merge
+//! the blocks the workers freed back into the producer's arena. Most timer callbacks capture
+//! little — an `Arc` and an id, a channel sender — so [`INLINE`] bytes are kept in the queue
+//! entry itself, and the callback travels by value: into the slab entry, out to the worker's
+//! batch, called from there. Larger or over-aligned closures are boxed, and the box (one
+//! pointer) is stored inline instead.
+//!
+//! # Safety argument
+//!
+//! This is the crate's only `unsafe`, and Miri runs this module's tests in CI.
+//!
+//! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until
+//!   `call` or `drop` moves it out, and nothing else ever reads or writes it. `new` writes it
+//!   only after checking that `F` fits `data`'s size and alignment.
+//! * `call` and `drop` each take the `F` out once: `call` consumes `self` without running
+//!   `Drop` (`ManuallyDrop`), so the value is read exactly once whichever path is taken,
+//!   panicking callbacks included (a panic unwinds through `F`'s own call, which has already
+//!   taken ownership of it).
+//! * `Callback` is `Send` because every `F` stored is `Send` (the bound on `new`); it is not
+//!   `Sync` (a shared reference gives no access to `data` anyway).
+
+use alloc::boxed::Box;
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::{self, ManuallyDrop, MaybeUninit};
+use core::ptr;
+
+/// Bytes of captured state a callback may have and still be stored without a box: two
+/// words, room for an `Arc` and an id, or a channel sender.
+pub(crate) const INLINE: usize = 2 * mem::size_of::<usize>();
+
+/// The inline storage: [`INLINE`] bytes, aligned like a pointer.
+type Storage = MaybeUninit<[usize; INLINE / mem::size_of::<usize>()]>;
+
+/// The two operations on an erased `F`.
+struct VTable {
+    /// Moves the `F` out of the storage and calls it.
+    call: unsafe fn(*mut Storage),
+    /// Moves the `F` out of the storage and drops it.
+    drop: unsafe fn(*mut Storage),
+}
+
+/// A callback run at most once; small ones are stored without allocating.
+pub(crate) struct Callback {
+    data: Storage,
+    vtable: &'static VTable,
+    /// Not `Sync`, and `Send` only through the `unsafe impl` below.
+    _not_sync: PhantomData<*mut ()>,
+}
+
+// SAFETY: `new` only stores values of `F: Send`, and `data` is reachable only through `self`,
+// so moving a `Callback` to another thread moves that `F`, which `F: Send` allows.
+unsafe impl Send for Callback {}
+
+/// Whether an `F` can live in [`Storage`].
+const fn fits<F>() -> bool {
+    mem::size_of::<F>() <= mem::size_of::<Storage>()
+        && mem::align_of::<F>() <= mem::align_of::<Storage>()
+}
+
+impl Callback {
+    /// Wraps `f`: inline if it fits in [`INLINE`] bytes at pointer alignment, boxed otherwise.
+    #[inline]
+    pub(crate) fn new<F>(f: F) -> Callback
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        if fits::<F>() {
+            Callback::inline(f)
+        } else {
+            // `Box<F>` is one pointer: it always fits.
+            Callback::inline(Box::new(f))
+        }
+    }
+
+    /// Whether `f`'s type would be stored without a box (for docs and tests).
+    #[allow(dead_code)] // for tests and the examples' reports
+    pub(crate) const fn is_inline<F>(_: &F) -> bool {
+        fits::<F>()
+    }
+
+    /// Stores `f` in `data`. `F` must fit: `new` only calls it for types that do. (A
+    /// `const` assertion would also fire for the branch `new` never takes; this one is
+    /// folded away.)
+    #[inline]
+    fn inline<F>(f: F) -> Callback
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        assert!(fits::<F>(), "Callback::inline: F does not fit");
+        let mut data = Storage::uninit();
+        // SAFETY: `F` fits `data`'s size and alignment (asserted above), and `data` is fresh,
+        // so this writes the one `F` the storage will hold, which `vtable` names.
+        unsafe { data.as_mut_ptr().cast::<F>().write(f) };
+        Callback {
+            data,
+            vtable: const {
+                &VTable {
+                    call: call_erased::<F>,
+                    drop: drop_erased::<F>,
+                }
+            },
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Runs the callback, consuming it. A panic propagates to the caller, with the callback's
+    /// captured state dropped by the unwinding as usual.
+    #[inline]
+    pub(crate) fn call(self) {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `data` holds the live `F` that `vtable` was made for (module docs), and
+        // `this` is never used or dropped again, so the value is moved out exactly once.
+        unsafe { (this.vtable.call)(&mut this.data) }
+    }
+}
+
+impl Drop for Callback {
+    fn drop(&mut self) {
+        // SAFETY: as in `call`: the `F` is live (a `Callback` that was called never drops),
+        // and `self` is not used again after `drop`.
+        unsafe { (self.vtable.drop)(&mut self.data) }
+    }
+}
+
+impl fmt::Debug for Callback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Callback").finish_non_exhaustive()
+    }
+}
+
+/// # Safety
+///
+/// `data` holds a live `F`, which is moved out: the caller must not touch it again.
+unsafe fn call_erased<F: FnOnce()>(data: *mut Storage) {
+    // SAFETY: the caller guarantees a live, properly aligned `F` it gives up.
+    let f = unsafe { ptr::read(data.cast::<F>()) };
+    f();
+}
+
+/// # Safety
+///
+/// As [`call_erased`].
+unsafe fn drop_erased<F>(data: *mut Storage) {
+    // SAFETY: the caller guarantees a live, properly aligned `F` it gives up.
+    unsafe { ptr::drop_in_place(data.cast::<F>()) };
+}
+
+#[cfg(test)]
+mod tests {
+    //! Run under Miri by `.ci/run` (`cargo +nightly miri test --lib service::callback`).
+
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts drops of the values it is cloned into.
+    #[derive(Clone)]
+    struct Tracked(Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> Arc<AtomicUsize> {
+        Arc::new(AtomicUsize::new(0))
+    }
+
+    #[test]
+    fn small_closures_are_inline_and_large_or_over_aligned_ones_boxed() {
+        let id = 7u64;
+        let arc = counter();
+        let small = move || drop((id, arc));
+        assert!(Callback::is_inline(&small));
+        let big = [1u64; 3];
+        let large = move || assert_eq!(big[0], 1);
+        assert!(!Callback::is_inline(&large));
+        #[repr(align(16))]
+        struct Wide(u8);
+        impl Wide {
+            fn byte(&self) -> u8 {
+                self.0
+            }
+        }
+        let wide = Wide(1);
+        // A method call captures the whole `wide`, not just its field.
+        let aligned = move || assert_eq!(wide.byte(), 1);
+        assert!(!Callback::is_inline(&aligned));
+        assert!(Callback::is_inline(&|| {}));
+        // Two words of state plus a vtable pointer: a `Callback` is three words.
+        assert_eq!(mem::size_of::<Callback>(), 3 * mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn calls_run_once_and_drop_the_captured_state_once() {
+        // The counter gets 100 per run and 1 per drop of the tracker. Captures of one word
+        // (the tracker), two (inline at the limit) and four (boxed).
+        for words in [1usize, 2, 4] {
+            let count = counter();
+            let t = Tracked(count.clone());
+            let callback = match words {
+                1 => Callback::new(move || {
+                    t.0.fetch_add(100, Ordering::SeqCst);
+                }),
+                2 => {
+                    let run = 100usize;
+                    assert!(Callback::is_inline(&(&t, run)));
+                    Callback::new(move || {
+                        t.0.fetch_add(run, Ordering::SeqCst);
+                    })
+                }
+                _ => {
+                    let runs = [0, 0, 100usize];
+                    Callback::new(move || {
+                        t.0.fetch_add(runs[2], Ordering::SeqCst);
+                    })
+                }
+            };
+            assert_eq!(count.load(Ordering::SeqCst), 0);
+            callback.call();
+            assert_eq!(count.load(Ordering::SeqCst), 101, "{words} words");
+        }
+    }
+
+    #[test]
+    fn dropping_uncalled_drops_the_state_once_and_never_calls() {
+        let ran = counter();
+        let drops = counter();
+        let (r, t) = (ran.clone(), Tracked(drops.clone()));
+        let inline = Callback::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+            drop(t);
+        });
+        let (r, t, big) = (ran.clone(), Tracked(drops.clone()), [9u64; 5]);
+        let boxed = Callback::new(move || {
+            r.fetch_add(big[0] as usize, Ordering::SeqCst);
+            drop(t);
+        });
+        drop(inline);
+        drop(boxed);
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_panicking_callback_drops_its_state_once() {
+        for boxed in [false, true] {
+            let drops = counter();
+            let t = Tracked(drops.clone());
+            let big = [1u64; 4];
+            let callback = if boxed {
+                Callback::new(move || {
+                    let _keep = (&t, big);
+                    panic!("boom");
+                })
+            } else {
+                Callback::new(move || {
+                    let _keep = &t;
+                    panic!("boom");
+                })
+            };
+            let result = catch_unwind(AssertUnwindSafe(|| callback.call()));
+            assert!(result.is_err());
+            assert_eq!(drops.load(Ordering::SeqCst), 1, "boxed {boxed}");
+        }
+    }
+
+    #[test]
+    fn callbacks_move_across_threads() {
+        let ran = counter();
+        let callbacks: Vec<Callback> = (0..4)
+            .map(|i| {
+                let ran = ran.clone();
+                Callback::new(move || {
+                    ran.fetch_add(i, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        std::thread::spawn(move || callbacks.into_iter().for_each(Callback::call))
+            .join()
+            .unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 6);
+    }
+}
