@@ -110,6 +110,9 @@ const RING_MASK: u64 = RING as u64 - 1;
 const COMPACT_SLACK: usize = 32;
 /// Items an absorption step moves at least, so that small slots go in one step.
 pub const MIN_STEP: usize = 256;
+/// Items whose slab entries a slot walk loads together ahead of use, so that their cache
+/// misses overlap (expiry and absorption validate every item they pass).
+const TOUCH: usize = 16;
 /// Polls an absorption is spread over, at most.
 const STEPS: u64 = SLOTS as u64;
 
@@ -458,6 +461,10 @@ impl<T> Wheel<T> {
         let end = items.len().min(cursor.saturating_add(quota));
         let mut moved = 0;
         while cursor < end {
+            if cursor % TOUCH == 0 {
+                self.slab
+                    .touch(&items[cursor..items.len().min(cursor + TOUCH)]);
+            }
             let key = items[cursor];
             if let Some(index) = self.valid(key, number, cursor) {
                 let deadline = self.slab.link(index).deadline;
@@ -517,12 +524,23 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// Loads the entries of the ready slot's next [`TOUCH`] items from `pos` on, so their cache
+    /// misses overlap (see [`Slab::touch`]).
+    #[inline]
+    fn touch_ahead(&self, number: usize, pos: usize) {
+        let items = &self.slots[number].items;
+        self.slab.touch(&items[pos..items.len().min(pos + TOUCH)]);
+    }
+
     /// Removes and returns the next timer of the ready slot.
     #[inline]
     fn pop_ready(&mut self) -> Option<(TimerKey, T)> {
         let number = self.ready_slot();
         while let Some(&key) = self.slots[number].items.get(self.cursor) {
             let pos = self.cursor;
+            if pos % TOUCH == 0 {
+                self.touch_ahead(number, pos);
+            }
             self.cursor += 1;
             let Some(index) = self.valid(key, number, pos) else {
                 continue;
