@@ -104,3 +104,36 @@ fn schedule_and_cancel_race_from_many_threads() {
     assert_eq!(stats.fired as usize, ran);
     assert_eq!(stats.cancelled as usize, cancelled);
 }
+
+/// The timer thread asks for 1 ns of timer slack, so its sleeps to a tick's start are not
+/// stretched by the kernel's default 50 µs (`driver.rs`, `precise_sleeps`).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_timer_thread_sleeps_with_minimal_timer_slack() {
+    let service = TimerService::builder()
+        .thread_name("slackprobe")
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    // Once a timer has fired, the timer thread is past its setup.
+    service.schedule(Duration::ZERO, || {}).wait();
+    // Thread names are cut to 15 bytes in `comm`.
+    let timer_tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|task| task.unwrap().path())
+        .find(|task| {
+            std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "slackprobe-time")
+        })
+        .and_then(|task| Some(task.file_name()?.to_str()?.to_owned()))
+        .expect("the timer thread is running");
+    let slack = std::fs::read_to_string(format!("/proc/{timer_tid}/timerslack_ns")).unwrap();
+    assert_eq!(slack.trim(), "1");
+    // It is the timer thread's own setting; the thread that built the service keeps its own.
+    assert_ne!(
+        std::fs::read_to_string("/proc/self/timerslack_ns")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    service.shutdown();
+}

@@ -130,6 +130,7 @@ impl Shared {
     /// The timer thread's loop; returns at shutdown.
     pub(crate) fn run_driver(&self) {
         self.core.set_driver(thread::current());
+        precise_sleeps();
         while !self.stopping.load(StdOrdering::Acquire) {
             let now = self.core.now_tick();
             self.drain_due(now);
@@ -160,4 +161,15 @@ impl Shared {
             }
         }
     }
+}
+
+/// Asks the kernel to end this thread's timed sleeps on time. Linux lets a thread's timed
+/// sleep end up to its *timer slack* late (50 µs by default) to batch wakeups; the timer
+/// thread sleeps to a tick's start and every microsecond it oversleeps is lateness for every
+/// timer of that tick. Measured with 10^6 W4 tasks at 1 ms resolution: the first callback of
+/// a tick started ~130 µs after the tick's start with the default slack, ~85 µs with 1 ns.
+/// A failure (a seccomp filter, say) leaves the default: timers are then up to 50 µs later.
+fn precise_sleeps() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::set_current_timer_slack(core::num::NonZeroU64::new(1));
 }
