@@ -11,10 +11,11 @@
 //! Prints the schedule rate, lateness p50/p99/p99.9/max (measured from each task's exact
 //! deadline `schedule instant + delay`, so it includes the round-up to the tick), early fires
 //! (must be 0), CPU time and peak memory (Linux: `/proc/self/stat`, `/proc/self/status`),
-//! then the CPU the idle service uses over one second.
+//! then the CPU the idle service uses over one second. Lateness is also split by phase: tasks
+//! due while the producer was still scheduling (sharing the cores with it) and tasks due after.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,12 +33,15 @@ struct Recorder {
 
 const LINEAR_US: usize = 100_000;
 
-/// Every thread's recorder, to sum at the end.
-static RECORDERS: Mutex<Vec<Arc<Recorder>>> = Mutex::new(Vec::new());
+/// Every thread's recorders (due while scheduling, due after), to sum at the end.
+static RECORDERS: Mutex<Vec<[Arc<Recorder>; 2]>> = Mutex::new(Vec::new());
+
+/// When the producer finished scheduling; unset until then.
+static SCHEDULED_BY: OnceLock<Instant> = OnceLock::new();
 
 thread_local! {
-    static LOCAL: Arc<Recorder> = {
-        let r = Arc::new(Recorder::new());
+    static LOCAL: [Arc<Recorder>; 2] = {
+        let r = [Arc::new(Recorder::new()), Arc::new(Recorder::new())];
         RECORDERS.lock().unwrap().push(r.clone());
         r
     };
@@ -60,7 +64,9 @@ impl Recorder {
     /// Called by a task: how late is it, measured from its exact deadline.
     fn record(due: Instant) {
         let now = Instant::now();
+        let after = SCHEDULED_BY.get().is_some_and(|&end| due >= end);
         LOCAL.with(|r| {
+            let r = &r[usize::from(after)];
             if now < due {
                 bump(&r.early, 1);
             }
@@ -76,10 +82,11 @@ impl Recorder {
         });
     }
 
-    /// The sum of every thread's recorder.
-    fn total() -> Recorder {
+    /// The sum of every thread's recorders of `phases` (0: due while scheduling, 1: after).
+    fn total(phases: &[usize]) -> Recorder {
         let sum = Recorder::new();
-        for r in RECORDERS.lock().unwrap().iter() {
+        let all = RECORDERS.lock().unwrap();
+        for r in all.iter().flat_map(|r| phases.iter().map(move |&p| &r[p])) {
             for (s, b) in sum.buckets.iter().zip(&r.buckets) {
                 bump(s, b.load(Ordering::Relaxed));
             }
@@ -89,6 +96,12 @@ impl Recorder {
                 .fetch_max(r.max_ns.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         sum
+    }
+
+    /// How many samples it holds.
+    fn count(&self) -> u64 {
+        let counted: u64 = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum();
+        counted + self.overflow.load(Ordering::Relaxed)
     }
 
     /// The upper edge (µs) of the bucket holding quantile `q` of `total` samples.
@@ -189,6 +202,7 @@ fn main() {
         service.schedule(delay, move || Recorder::record(due));
     }
     let scheduling = start.elapsed();
+    let _ = SCHEDULED_BY.set(Instant::now());
     let (_, rss_scheduled) = usage();
     println!(
         "scheduled {n} tasks in {scheduling:?}: {:.1} M/s (resolution {resolution:?}, {:?})",
@@ -213,7 +227,7 @@ fn main() {
     service.settle();
     let wall = start.elapsed();
     let (cpu1, rss1) = usage();
-    let recorder = Recorder::total();
+    let recorder = Recorder::total(&[0, 1]);
     println!("all fired after {wall:?}");
     println!(
         "lateness: p50 {}  p99 {}  p99.9 {}  max {:?}  (over {LINEAR_US} µs: {})",
@@ -223,6 +237,20 @@ fn main() {
         Duration::from_nanos(recorder.max_ns.load(Ordering::Relaxed)),
         recorder.overflow.load(Ordering::Relaxed),
     );
+    for (phase, what) in ["due while scheduling", "due after"]
+        .into_iter()
+        .enumerate()
+    {
+        let part = Recorder::total(&[phase]);
+        let count = part.count();
+        if count > 0 {
+            println!(
+                "  {what}: {count} tasks, p50 {}  p99 {}",
+                part.quantile_us(0.50, count),
+                part.quantile_us(0.99, count)
+            );
+        }
+    }
     println!("early fires: {}", recorder.early.load(Ordering::Relaxed));
     println!(
         "CPU time: {:.2} s (user + system, whole process)",

@@ -3,10 +3,30 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tickwheel::service::{QueueFlavor, TimerHandle, TimerService};
+use tickwheel::service::{Builder, QueueFlavor, TimerHandle, TimerService};
 use tickwheel::time::ManualClock;
+
+/// `builder` on a fresh `ManualClock`, and that clock.
+fn manual_with(builder: Builder) -> (ManualClock, TimerService) {
+    let clock = ManualClock::new();
+    let service = builder.clock(clock.clone()).build().unwrap();
+    (clock, service)
+}
+
+/// A service with the default settings on a fresh `ManualClock`.
+fn manual() -> (ManualClock, TimerService) {
+    manual_with(TimerService::builder())
+}
+
+/// A callback that counts its runs in `runs`.
+fn counting(runs: &Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
+    let runs = runs.clone();
+    move || {
+        runs.fetch_add(1, Ordering::SeqCst);
+    }
+}
 
 /// SplitMix64: a small seeded generator, so every run sees the same timers.
 struct Rng(u64);
@@ -95,15 +115,12 @@ fn tick_of(delay: Duration) -> u64 {
 }
 
 fn run_random_deadlines(workers: usize, flavor: QueueFlavor, seed: u64) {
-    let clock = ManualClock::new();
-    let service = Arc::new(
+    let (clock, service) = manual_with(
         TimerService::builder()
-            .clock(clock.clone())
             .queue(flavor)
-            .worker_threads(workers)
-            .build()
-            .unwrap(),
+            .worker_threads(workers),
     );
+    let service = Arc::new(service);
     let plan = plan(seed);
     let handles = schedule_all(&service, &clock, &plan);
     assert_eq!(service.stats().pending, TIMERS);
@@ -193,27 +210,17 @@ fn the_hashed_wheel_flavor_keeps_the_same_contract() {
 
 #[test]
 fn duration_max_and_far_future_never_fire_and_never_overflow() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .resolution(Duration::from_micros(1))
-        .build()
-        .unwrap();
+    let (clock, service) =
+        manual_with(TimerService::builder().resolution(Duration::from_micros(1)));
     let fired = Arc::new(AtomicUsize::new(0));
-    let f = |fired: &Arc<AtomicUsize>| {
-        let fired = fired.clone();
-        move || {
-            fired.fetch_add(1, Ordering::SeqCst);
-        }
-    };
-    let never = service.schedule(Duration::MAX, f(&fired));
+    let never = service.schedule(Duration::MAX, counting(&fired));
     // 2^64 µs (585 000 years) is past the tick range at 1 µs: "never".
     let beyond = clock
         .now()
         .checked_add(Duration::from_secs(600_000 * 365 * 86_400));
-    let beyond = beyond.map(|at| service.schedule_at(at, f(&fired)));
+    let beyond = beyond.map(|at| service.schedule_at(at, counting(&fired)));
     // 100 years is in range: it must fire once the clock gets there.
-    let century = service.schedule(Duration::from_secs(100 * 365 * 86_400), f(&fired));
+    let century = service.schedule(Duration::from_secs(100 * 365 * 86_400), counting(&fired));
     assert_eq!(never.deadline(), None);
     assert!(century.deadline().is_some());
     for _ in 0..3 {
@@ -233,23 +240,16 @@ fn duration_max_and_far_future_never_fire_and_never_overflow() {
         assert!(beyond.cancel());
     }
     // A past instant fires at once.
-    service.schedule_at(clock.now() - Duration::from_secs(1), f(&fired));
+    service.schedule_at(clock.now() - Duration::from_secs(1), counting(&fired));
     service.settle();
     assert_eq!(fired.load(Ordering::SeqCst), 2);
 }
 
 #[test]
 fn sub_tick_delay_waits_one_tick() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (clock, service) = manual();
     let fired = Arc::new(AtomicUsize::new(0));
-    let f2 = fired.clone();
-    let h = service.schedule(Duration::from_nanos(1), move || {
-        f2.fetch_add(1, Ordering::SeqCst);
-    });
+    let h = service.schedule(Duration::from_nanos(1), counting(&fired));
     assert_eq!(
         h.deadline(),
         Some(service.ticks().origin() + Duration::from_millis(1))
@@ -266,16 +266,9 @@ fn sub_tick_delay_waits_one_tick() {
 
 #[test]
 fn reset_moves_a_pending_timer_and_fails_after_it_fired() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (clock, service) = manual();
     let fired = Arc::new(AtomicUsize::new(0));
-    let f2 = fired.clone();
-    let h = service.schedule(Duration::from_millis(10), move || {
-        f2.fetch_add(1, Ordering::SeqCst);
-    });
+    let h = service.schedule(Duration::from_millis(10), counting(&fired));
     assert!(h.reset(Duration::from_millis(20)));
     clock.advance(Duration::from_millis(15));
     service.settle();
@@ -296,13 +289,8 @@ fn reset_moves_a_pending_timer_and_fails_after_it_fired() {
 
 #[test]
 fn wait_returns_when_fired_or_cancelled() {
-    let clock = ManualClock::new();
-    let service = Arc::new(
-        TimerService::builder()
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    let (clock, service) = manual();
+    let service = Arc::new(service);
     let a = Arc::new(service.schedule(Duration::from_millis(5), || {}));
     let b = Arc::new(service.schedule(Duration::from_millis(5), || {}));
     let waiters: Vec<_> = [a.clone(), b.clone()]
@@ -323,12 +311,7 @@ fn wait_returns_when_fired_or_cancelled() {
 
 #[test]
 fn try_schedule_respects_the_cap() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .max_pending(3)
-        .build()
-        .unwrap();
+    let (clock, service) = manual_with(TimerService::builder().max_pending(3));
     let hs: Vec<_> = (0..3)
         .map(|i| {
             service
@@ -364,11 +347,7 @@ impl Drop for DropFlag {
 
 #[test]
 fn shutdown_discards_pending_timers_and_joins() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (_clock, service) = manual();
     let dropped = Arc::new(AtomicUsize::new(0));
     let ran = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..10)
@@ -401,13 +380,8 @@ fn shutdown_discards_pending_timers_and_joins() {
 
 #[test]
 fn callbacks_can_schedule_and_settle_waits_for_them() {
-    let clock = ManualClock::new();
-    let service = Arc::new(
-        TimerService::builder()
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    let (clock, service) = manual();
+    let service = Arc::new(service);
     let hits = Arc::new(AtomicUsize::new(0));
     let (s2, h2) = (Arc::downgrade(&service), hits.clone());
     service.schedule(Duration::from_millis(1), move || {
@@ -426,11 +400,7 @@ fn callbacks_can_schedule_and_settle_waits_for_them() {
 
 #[test]
 fn stats_count_and_high_water() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let (clock, service) = manual();
     let hs: Vec<_> = (0..100)
         .map(|i| service.schedule(Duration::from_millis(i % 10 + 1), || {}))
         .collect();
@@ -449,5 +419,4 @@ fn stats_count_and_high_water() {
     // On a manual clock advanced past every deadline at once, lateness is what the clock says.
     assert_eq!(stats.lateness.count(), 90);
     assert!(stats.lateness.max() <= Duration::from_millis(9));
-    let _ = Instant::now();
 }

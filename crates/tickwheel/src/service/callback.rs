@@ -80,8 +80,8 @@ impl Callback {
         }
     }
 
-    /// Whether `f`'s type would be stored without a box (for docs and tests).
-    #[allow(dead_code)] // for tests and the examples' reports
+    /// Whether `f`'s type would be stored without a box.
+    #[cfg(test)]
     pub(crate) const fn is_inline<F>(_: &F) -> bool {
         fits::<F>()
     }
