@@ -239,7 +239,13 @@ pub struct Wheel<T> {
     /// Items of the ready slot already consumed.
     cursor: usize,
     now: u64,
+    /// `now >> LEVEL_BITS` when a pass of [`absorb_ahead`](Self::absorb_ahead) last found
+    /// nothing under way and nothing to start; [`UNSETTLED`] when it must look again.
+    settled: u64,
 }
+
+/// [`Wheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
+const UNSETTLED: u64 = u64::MAX;
 
 impl<T> Wheel<T> {
     /// An empty wheel at tick 0.
@@ -259,6 +265,7 @@ impl<T> Wheel<T> {
             })),
             cursor: 0,
             now: tick,
+            settled: UNSETTLED,
         }
     }
 
@@ -442,6 +449,7 @@ impl<T> Wheel<T> {
 
     /// Starts absorbing the next parent slot at `level`; an empty one is absorbed at once.
     fn start_absorbing(&mut self, level: usize) {
+        self.settled = UNSETTLED;
         let next = self.levels[level].absorbed + 1;
         let number = (level + 1) * RING + ring(next);
         if self.slots[number].live == 0 {
@@ -498,7 +506,17 @@ impl<T> Wheel<T> {
 
     /// Paced work done when a poll has caught up: start what may start, and move a step of
     /// every absorption in progress.
+    ///
+    /// Most polls have nothing to do here, and a pass over every level costs a few hundred
+    /// instructions, more than popping a timer. Once a pass leaves no absorption under way and
+    /// none that may start, none can start before `now` enters the next 64-tick block: a
+    /// level starts when `now` enters a new parent slot (a block boundary at every level) or
+    /// when the level above advances `absorbed`, which only an absorption, [`jump`](Self::jump)
+    /// or [`start_absorbing`](Self::start_absorbing) does — and those two mark it unsettled.
     fn absorb_ahead(&mut self) {
+        if self.now >> LEVEL_BITS == self.settled {
+            return;
+        }
         for level in 0..LEVELS - 1 {
             if self.can_absorb(level) {
                 self.start_absorbing(level);
@@ -511,12 +529,19 @@ impl<T> Wheel<T> {
             let steps = self.ticks_left(level).clamp(1, STEPS) as usize;
             self.absorb(level, remaining.div_ceil(steps) + MIN_STEP);
         }
+        // A level may start only now that the one above it moved on in this same pass.
+        if (0..LEVELS - 1)
+            .all(|level| self.levels[level].absorbing.is_none() && !self.can_absorb(level))
+        {
+            self.settled = self.now >> LEVEL_BITS;
+        }
     }
 
     /// Moves the clock to `to` over a stretch with no timer: every level below the lowest
     /// non-empty one is empty, and no absorption in progress takes in a slot due by `to`.
     fn jump(&mut self, to: u64) {
         self.now = to;
+        self.settled = UNSETTLED;
         for (level, state) in self.levels.iter_mut().enumerate() {
             // Empty levels catch up; a non-empty level already reaches `to` (its timers are
             // later than `to`, and lie within its absorbed range).
