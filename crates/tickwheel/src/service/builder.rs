@@ -34,6 +34,7 @@ pub struct Builder {
     pub(crate) cap: Option<usize>,
     pub(crate) on_panic: Option<super::worker::PanicHandler>,
     pub(crate) name: String,
+    pub(crate) busy_wait: Duration,
 }
 
 impl Default for Builder {
@@ -47,6 +48,7 @@ impl Default for Builder {
             cap: None,
             on_panic: None,
             name: "tickwheel".into(),
+            busy_wait: DEFAULT_BUSY_WAIT,
         }
     }
 }
@@ -104,6 +106,20 @@ impl Builder {
         self
     }
 
+    /// The longest the timer thread may spin before a tick instead of sleeping (default
+    /// 100 µs; `Duration::ZERO` never spins).
+    ///
+    /// A timed sleep ends late (on the reference VM 26 µs at the median, 80 µs at p99), and
+    /// that is lateness for every timer of the tick. The timer thread measures how late its
+    /// sleeps end, wakes twice that early (at most `max`) and spins to the tick's start. It
+    /// spins only when it has timers due and the sleep is at least four such margins long, so
+    /// an idle service still uses no CPU and a fine resolution with a timer every tick does
+    /// not turn the timer thread into a busy loop. With a virtual clock it never spins.
+    pub fn busy_wait(mut self, max: Duration) -> Self {
+        self.busy_wait = max;
+        self
+    }
+
     /// The prefix of the service's thread names (default `tickwheel`).
     pub fn thread_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -130,6 +146,9 @@ impl Builder {
     }
 }
 
+/// The default [`Builder::busy_wait`].
+const DEFAULT_BUSY_WAIT: Duration = Duration::from_micros(100);
+
 /// The default for worker threads: the available cores.
 pub(crate) fn default_parallelism() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -144,6 +163,7 @@ impl fmt::Debug for Builder {
             .field("workers", &self.workers)
             .field("shards", &self.shards)
             .field("cap", &self.cap)
+            .field("busy_wait", &self.busy_wait)
             .finish_non_exhaustive()
     }
 }

@@ -25,9 +25,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::thread;
+use std::time::Duration;
 
 use super::core::{Core, AWAKE};
 use super::shard::{Closed, Drained, Expiry, Shard};
+use super::sleeper::{Plan, Sleeper};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use crate::sync::{lock, Arc, Mutex};
 
@@ -128,9 +130,10 @@ impl Shared {
     }
 
     /// The timer thread's loop; returns at shutdown.
-    pub(crate) fn run_driver(&self) {
+    pub(crate) fn run_driver(&self, busy_wait: Duration) {
         self.core.set_driver(thread::current());
         precise_sleeps();
+        let mut sleeper = Sleeper::new(busy_wait);
         while !self.stopping.load(StdOrdering::Acquire) {
             let now = self.core.now_tick();
             self.drain_due(now);
@@ -141,24 +144,43 @@ impl Shared {
             self.core.set_sleeping_until(next);
             // Re-read after publishing the target: an insert that missed it is seen here.
             if self.earliest() >= next && !self.stopping.load(StdOrdering::Acquire) {
-                self.sleep_towards(next);
+                self.sleep_towards(next, &mut sleeper);
             }
             self.core.set_sleeping_until(AWAKE);
         }
     }
 
-    fn sleep_towards(&self, tick: u64) {
+    /// Sleeps until `tick` starts, or until unparked; with a [`Plan::SleepThenSpin`] the
+    /// last stretch is spun (see [`sleeper`](super::sleeper)).
+    fn sleep_towards(&self, tick: u64, sleeper: &mut Sleeper) {
         if self.virtual_clock {
             return thread::park();
         }
-        match self.core.ticks.instant_of(tick) {
-            None => thread::park(),
-            Some(at) => {
-                let now = self.core.clock.now();
-                if at > now {
-                    thread::park_timeout(at - now);
-                }
+        let Some(at) = self.core.ticks.instant_of(tick) else {
+            return thread::park();
+        };
+        let clock = &self.core.clock;
+        let now = clock.now();
+        if at <= now {
+            return;
+        }
+        let (nap, spin) = match sleeper.plan(at - now) {
+            Plan::Sleep(nap) => (nap, false),
+            Plan::SleepThenSpin(nap) => (nap, true),
+        };
+        let wake_at = now + nap;
+        thread::park_timeout(nap);
+        let woke = clock.now();
+        sleeper.observe(wake_at, woke);
+        if !spin || woke < wake_at {
+            // Unparked early: a new earliest timer or shutdown; the loop looks again.
+            return;
+        }
+        while clock.now() < at {
+            if self.earliest() < tick || self.stopping.load(StdOrdering::Acquire) {
+                return;
             }
+            std::hint::spin_loop();
         }
     }
 }

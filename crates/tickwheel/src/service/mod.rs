@@ -82,6 +82,7 @@ mod driver;
 mod flavor;
 mod handle;
 mod shard;
+mod sleeper;
 mod stats;
 mod worker;
 
@@ -208,7 +209,10 @@ impl TimerService {
             threads: StdMutex::new(Vec::with_capacity(workers + 1)),
             _listener: virtual_clock.then_some(listener),
         };
-        service.spawn(format!("{}-timer", b.name), |s| s.run_driver())?;
+        let busy_wait = b.busy_wait;
+        service.spawn(format!("{}-timer", b.name), move |s| {
+            s.run_driver(busy_wait)
+        })?;
         for i in 0..workers {
             service.spawn(format!("{}-worker-{i}", b.name), move |s| {
                 WORKER_OF.with(|w| w.set(Arc::as_ptr(s) as usize));

