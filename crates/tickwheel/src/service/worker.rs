@@ -153,9 +153,8 @@ pub(crate) fn run(
 }
 
 fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHandler>) {
-    let now = core.clock.now();
-    if let Some(due) = core.ticks.instant_of(job.deadline) {
-        stats.lateness.record(now.saturating_duration_since(due));
+    if let Some(late_ns) = core.ticks.nanos_after(job.deadline, core.clock.now()) {
+        stats.lateness.record(late_ns);
     }
     if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.callback.call())) {
         stats.panicked.fetch_add(1, StdOrdering::Relaxed);

@@ -108,6 +108,18 @@ impl Ticks {
         tick.min(MAX_NOW_TICK)
     }
 
+    /// How long after the start of tick `tick` the instant `now` is, in nanoseconds: 0 if
+    /// `now` is earlier, `None` for [`NEVER`] and past 2^64 ns (585 years) from the origin.
+    /// All in `u64` (no 128-bit division): workers call it for every callback they start.
+    #[inline]
+    pub(crate) fn nanos_after(&self, tick: u64, now: Instant) -> Option<u64> {
+        if tick == NEVER {
+            return None;
+        }
+        let start = tick.checked_mul(self.resolution_ns)?;
+        Some(nanos_since(self.origin, now)?.saturating_sub(start))
+    }
+
     /// The instant tick `tick` starts at; `None` for [`NEVER`] and for ticks past what
     /// `Instant` can represent.
     #[inline]
@@ -219,6 +231,26 @@ mod tests {
                 assert_eq!(t.now_tick(at), floor.min(MAX_NOW_TICK));
             }
         }
+    }
+
+    #[test]
+    fn nanos_after_agrees_with_instant_of() {
+        let (origin, t) = ticks(Duration::from_micros(10));
+        for (tick, at_us) in [(0, 0), (0, 7), (3, 30), (3, 31), (3, 29), (100, 12_345)] {
+            let now = origin + Duration::from_micros(at_us);
+            let expected = now.saturating_duration_since(t.instant_of(tick).unwrap());
+            assert_eq!(
+                t.nanos_after(tick, now),
+                Some(expected.as_nanos() as u64),
+                "tick {tick} at {at_us} us"
+            );
+        }
+        assert_eq!(t.nanos_after(NEVER, origin), None);
+        assert_eq!(
+            t.nanos_after(u64::MAX / 2, origin),
+            None,
+            "tick start overflows u64 ns"
+        );
     }
 
     #[test]
