@@ -112,9 +112,10 @@ impl Builder {
     /// A timed sleep ends late (on the reference VM 26 µs at the median, 80 µs at p99), and
     /// that is lateness for every timer of the tick. The timer thread measures how late its
     /// sleeps end, wakes twice that early (at most `max`) and spins to the tick's start. It
-    /// spins only when it has timers due and the sleep is at least 500 µs and four such margins long, so
-    /// an idle service still uses no CPU and a fine resolution with a timer every tick does
-    /// not turn the timer thread into a busy loop. With a virtual clock it never spins.
+    /// spins only when it has timers due and the sleep is at least 500 µs and four such
+    /// margins long, so an idle service still uses no CPU and a fine resolution with a timer
+    /// every tick does not turn the timer thread into a busy loop. With a virtual clock it
+    /// never spins.
     pub fn busy_wait(mut self, max: Duration) -> Self {
         self.busy_wait = max;
         self
