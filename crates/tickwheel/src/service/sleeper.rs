@@ -1,12 +1,12 @@
 //! [`Sleeper`]: how the timer thread sleeps until a tick's start without oversleeping it.
 //!
 //! A timed sleep ends late: the kernel's timer fires, then the thread has to be scheduled
-//! again. On the 2-core reference VM a `park_timeout` of 1 ms ended 26 µs late at the median
-//! and 80 µs at p99, even with 1 ns of timer slack — lateness added to every timer of the
-//! tick. So the timer thread measures how late its sleeps end (an exponentially weighted
+//! again. On the 2-core reference VM a `park_timeout` of 1 ms ended 26–46 µs late at the
+//! median and 75–147 µs at p99, even with 1 ns of timer slack — lateness added to every
+//! timer of the tick (`examples/sleep_overshoot.rs` measures it). So the timer thread measures how late its sleeps end (an exponentially weighted
 //! average), sleeps until that long *twice over* before the tick (at most the builder's
-//! [`busy_wait`](super::Builder::busy_wait) limit), and spins the rest. With a spin of up to
-//! 80 µs the same sleeps ended 0 µs late at p90 and 8 µs at p99.
+//! [`busy_wait`](super::Builder::busy_wait) limit), and spins the rest. With an 80 µs spin
+//! the same sleeps ended 0 µs late at p90 and 8–40 µs at p99.
 //!
 //! Spinning costs CPU only just before a tick with work due: an idle service still parks
 //! without a timeout, and a sleep shorter than four margins or 500 µs is not split at all (at
