@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use tickwheel::TimerService;
 
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
-/// wheels): each task is a callback scheduled with `schedule(delay, f)`.
+/// wheels): each task is a callback scheduled with `schedule_at(deadline, f)`, the instant the
+/// harness already read, as the other entrants do (`schedule(delay, f)` would read the clock
+/// a second time).
 pub struct Service {
     service: TimerService,
 }
@@ -24,10 +26,10 @@ impl Service {
 }
 
 impl Driver for Service {
-    fn schedule(&self, id: u32, delay: Duration, _deadline: Instant, log: &Arc<Log>) {
+    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         // The handle is not needed: W4 never cancels (dropping it does not cancel).
-        let _handle = self.service.schedule(delay, move || log.fire(id));
+        let _handle = self.service.schedule_at(deadline, move || log.fire(id));
     }
 
     fn shutdown(self: Box<Self>) {
