@@ -199,7 +199,8 @@ fn main() {
         // Uniform in [0, 1000] ms, at 1 µs granularity.
         let delay = Duration::from_micros(rng.next() % 1_000_001);
         let due = Instant::now() + delay;
-        service.schedule(delay, move || Recorder::record(due));
+        // `schedule_at` the instant just read: `schedule(delay, ..)` would read the clock again.
+        service.schedule_at(due, move || Recorder::record(due));
     }
     let scheduling = start.elapsed();
     let _ = SCHEDULED_BY.set(Instant::now());

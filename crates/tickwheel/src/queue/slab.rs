@@ -94,7 +94,11 @@ impl<L: Link, T> Slab<L, T> {
             entry.generation += 1;
             entry.link = link;
             entry.value = Some(value);
-            return (index, TimerKey::new(index, entry.generation));
+            let key = TimerKey::new(index, entry.generation);
+            if self.free != NIL {
+                prefetch(self.entries.as_ptr().wrapping_add(self.free as usize));
+            }
+            return (index, key);
         }
         let index = u32::try_from(self.entries.len())
             .ok()
@@ -193,6 +197,21 @@ impl<L: Link, T> Slab<L, T> {
     }
 }
 
+/// Asks the CPU to start loading the free list's new head, which the next insert reads. In
+/// a service the timer thread frees entries and a producer thread reuses them, so the head
+/// is usually in another core's cache: without this every insert waits for that transfer.
+#[inline(always)]
+fn prefetch<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE (which
+    // provides it) is part of the x86_64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +239,22 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(slab.find(a), None);
         assert_eq!(slab.find(b), Some(j));
+    }
+
+    #[test]
+    fn free_list_is_reused_last_freed_first() {
+        // Popping a head with more behind it prefetches the next one (the `unsafe` hint that
+        // Miri runs over in CI).
+        let mut slab: Slab<Next, u32> = Slab::new();
+        let indices: Vec<u32> = (0..4).map(|v| slab.insert(Next(0), v).0).collect();
+        for &i in &indices[..3] {
+            slab.remove(i);
+        }
+        let reused: Vec<u32> = (10..13).map(|v| slab.insert(Next(0), v).0).collect();
+        assert_eq!(reused, [indices[2], indices[1], indices[0]]);
+        assert_eq!(slab.len(), 4);
+        let (fresh, _) = slab.insert(Next(0), 13);
+        assert_eq!(fresh, 4, "an empty free list grows the slab");
     }
 
     #[test]
