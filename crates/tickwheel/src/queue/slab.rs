@@ -4,7 +4,9 @@
 //!
 //! Entries live in one `Vec`. A vacant entry holds no value and sits on a singly linked free
 //! list threaded through its link field ([`Link::next_free`]), so insert and remove never
-//! allocate once the vector has grown to the high-water mark (slab's design).
+//! allocate once the vector has grown to the high-water mark (slab's design). An insert that
+//! pops the free list prefetches the new head for the next insert: in a service another
+//! thread freed it, and it is usually in another core's cache (docs/DESIGN-NOTES.md).
 //!
 //! # Generations
 //!

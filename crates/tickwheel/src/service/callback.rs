@@ -14,7 +14,8 @@
 //!
 //! # Safety argument
 //!
-//! This is the crate's only `unsafe`, and Miri runs this module's tests in CI.
+//! This is the service's only `unsafe` (the queues have one prefetch hint), and Miri runs this
+//! module's tests in CI.
 //!
 //! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until
 //!   `call` or `drop` moves it out, and nothing else ever reads or writes it. `new` writes it
