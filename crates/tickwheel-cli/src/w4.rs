@@ -77,9 +77,9 @@ impl Log {
 
 /// A real-time timer that runs W4's callbacks.
 pub trait Driver {
-    /// Schedules `log.fire(id)` after `delay` (`deadline` = now + `delay`, for timers that
-    /// take an instant).
-    fn schedule(&self, id: u32, delay: Duration, deadline: Instant, log: &Arc<Log>);
+    /// Schedules `log.fire(id)` at `deadline` (the harness's `Instant::now()` plus the task's
+    /// delay: every entrant gets the instant the harness read, none reads the clock again).
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>);
     /// Stops the timer and joins its threads.
     fn shutdown(self: Box<Self>);
 }
@@ -182,7 +182,7 @@ pub fn run(
         let now = Instant::now();
         let delay = Duration::from_millis(delay_ms);
         deadlines[id] = (now - log.base).as_nanos() as u64 + delay.as_nanos() as u64;
-        driver.schedule(id as u32, delay, now + delay, &log);
+        driver.schedule(id as u32, now + delay, &log);
     }
     let schedule = Duration::from_nanos(log.stamp() - start);
     let max_delay = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));

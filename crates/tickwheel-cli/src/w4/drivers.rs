@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use tickwheel::TimerService;
 
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
-/// wheels): each task is a callback scheduled with `schedule_at(deadline, f)`, the instant the
-/// harness already read, as the other entrants do (`schedule(delay, f)` would read the clock
-/// a second time).
+/// wheels): each task is a callback scheduled with `schedule_at(deadline, f)` (not
+/// `schedule(delay, f)`, which would read the clock a second time).
 pub struct Service {
     service: TimerService,
 }
@@ -26,7 +25,7 @@ impl Service {
 }
 
 impl Driver for Service {
-    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         // The handle is not needed: W4 never cancels (dropping it does not cancel).
         let _handle = self.service.schedule_at(deadline, move || log.fire(id));
@@ -55,7 +54,7 @@ impl TokioSleep {
 }
 
 impl Driver for TokioSleep {
-    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         let deadline = tokio::time::Instant::from_std(deadline);
         self.runtime.spawn(async move {
@@ -170,7 +169,7 @@ fn timer_thread(shared: &Shared) {
 }
 
 impl Driver for HeapThread {
-    fn schedule(&self, id: u32, _delay: Duration, deadline: Instant, log: &Arc<Log>) {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         let mut state = self.shared.lock();
         state.sequence += 1;
