@@ -153,11 +153,24 @@ fn stale_keys_touch_nothing<F: Flavor>() {
         assert_eq!(q.remove(stale), None);
         assert!(!q.reset(stale, 1_000));
         assert_eq!(q.deadline(stale), None);
+        assert_eq!(q.get_mut(stale), None);
     }
     assert_eq!(q.len(), 5);
     assert_eq!(q.deadline(live), Some(60));
     assert_eq!(drain(&mut q, 100), [3, 10, 11, 12, 13]);
     assert_eq!(q.remove(live), None, "fired keys are stale");
+}
+
+fn get_mut_changes_the_value_in_place<F: Flavor>() {
+    let mut q = F::make();
+    let a = q.insert(5, 1);
+    let b = q.insert(5, 2);
+    *q.get_mut(a).unwrap() = 10;
+    assert_eq!(q.get_mut(b).copied(), Some(2));
+    // Changing a value moves nothing: same deadline, same place in the firing order.
+    assert_eq!(q.deadline(a), Some(5));
+    assert_eq!(drain(&mut q, 5), [10, 2]);
+    assert_eq!(q.get_mut(a), None, "fired keys are stale");
 }
 
 fn keys_are_never_reissued<F: Flavor>() {
@@ -410,6 +423,7 @@ macro_rules! suite {
                 never_early,
                 u64_max_is_stored_and_fires_only_at_max,
                 stale_keys_touch_nothing,
+                get_mut_changes_the_value_in_place,
                 keys_are_never_reissued,
                 poll_behind_now_changes_nothing,
                 huge_jumps_return_promptly,

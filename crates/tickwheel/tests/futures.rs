@@ -339,7 +339,7 @@ fn interval_edge_periods() {
 }
 
 #[test]
-fn shutdown_wakes_a_pending_sleep_which_then_never_completes() {
+fn shutdown_wakes_a_pending_sleep_once_and_nothing_wakes_it_again() {
     let (clock, service) = manual();
     let (count, waker) = counter();
     let mut sleep = service.sleep(10 * MS);
@@ -347,10 +347,41 @@ fn shutdown_wakes_a_pending_sleep_which_then_never_completes() {
     service.shutdown();
     assert_eq!(count.get(), 1);
     assert!(poll(&mut sleep, &waker).is_pending());
+    // A sleep first polled after shutdown is woken at once (its timer is refused).
+    let (after_count, after_waker) = counter();
     let mut after = service.sleep(10 * MS);
-    assert!(poll(&mut after, &waker).is_pending());
+    assert!(poll(&mut after, &after_waker).is_pending());
+    assert_eq!(after_count.get(), 1);
     clock.advance(5 * MS);
+    assert!(
+        poll(&mut sleep, &waker).is_pending(),
+        "never early, even discarded"
+    );
+    clock.advance(5 * MS);
+    // Nothing wakes a discarded sleep; polled after its deadline it is done (documented).
+    assert_eq!((count.get(), after_count.get()), (1, 1));
+    assert!(sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_ready());
     drop((sleep, after)); // nothing left to cancel: no panic
+}
+
+#[test]
+fn a_poll_from_another_task_moves_the_wakeup_to_it() {
+    let (clock, service) = manual();
+    let (first, first_waker) = counter();
+    let (second, second_waker) = counter();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &first_waker).is_pending());
+    // Polled again by the same task: the waker in the queue entry is kept.
+    assert!(poll(&mut sleep, &first_waker).is_pending());
+    // Moved to another task: only that task is woken.
+    assert!(poll(&mut sleep, &second_waker).is_pending());
+    advance(&clock, &service, 10 * MS);
+    assert_eq!((first.get(), second.get()), (0, 1));
+    assert!(poll(&mut sleep, &second_waker).is_ready());
+    // Woken wakers are consumed, replaced ones dropped: only the test holds them now.
+    assert_eq!(Arc::strong_count(&first), 2);
+    assert_eq!(Arc::strong_count(&second), 2);
 }
 
 /// Many tasks on one executor, each sleeping a seeded delay; the clock moves a tick at a time

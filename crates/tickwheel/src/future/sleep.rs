@@ -4,114 +4,37 @@
 //!
 //! * **Nothing before the first poll.** Creating a `Sleep` reads the clock once; it registers
 //!   no timer, so creating and dropping one unpolled takes no lock and allocates nothing.
-//! * **One allocation per registration**: an `Arc<SleepState>` shared by the future and the
-//!   queue entry (`Expire` target). The timer thread calls `expire` on it once: it stores the
-//!   outcome, then takes the waker under the state's lock and wakes it after unlocking. `poll`
-//!   stores its waker under that same lock, then re-reads the outcome. Whichever of the two
-//!   takes the lock second sees the other's write, so no wake-up is lost (loom test below).
-//! * **A state belongs to one registration.** Once its timer left the queue, a late `expire`
-//!   may still be on its way to the state, so `reset` never re-arms a state the timer thread
-//!   can still reach: it reuses it only when the future holds the only reference
-//!   (`Arc::get_mut`), else it allocates a fresh one. A late `expire` then wakes the old waker
-//!   at worst (a spurious wake-up), never completes the new deadline early.
-//! * **Drop cancels.** Dropping a registered, unfired `Sleep` cancels its timer (one shard
-//!   lock); the entry and the state are freed by whichever side drops the last `Arc`, once.
-//!   The service decides cancel-vs-fire exactly once (loom-tested in `service/shard.rs`).
-//! * **Never early.** A poll completes once the timer fired or the service's clock reads at
-//!   or after the deadline. The timer fires at the deadline's tick, rounded *up*, so it implies
-//!   the latter. The tick is computed only when a timer is registered (a 128-bit division kept
-//!   off the create/drop path). `Duration::MAX` has no deadline instant and is registered at
-//!   tick [`NEVER`], which the clock never reaches: it stays pending, nothing overflows.
-//! * **Shutdown.** If the service shuts down, a pending timer is discarded: the task is woken
-//!   once and the `Sleep` then never completes (the callback layer's rule: a discarded timer
-//!   never runs). The default service never shuts down.
+//! * **The waker lives in the queue entry.** A registration is a timer whose callback is the
+//!   task's `Waker` ([`Callback::waker`](crate::service)): no allocation besides the queue's
+//!   own storage, and no state shared outside the shard. The timer thread takes the entry out
+//!   under the shard lock and wakes the waker after unlocking; a later poll that brings
+//!   another task's waker swaps it in place under the same lock. The shard decides each entry
+//!   once — swapped before the drain (the new waker is woken) or drained first (the swap finds
+//!   nothing) — so no wake-up is lost (loom tests in `service/shard.rs`).
+//! * **Done means the clock says so.** A poll completes once the service's clock reads at or
+//!   after the deadline. The timer fires at the start of the deadline's tick, rounded *up*,
+//!   read from that same clock, which never goes back: a fired timer implies a clock at or
+//!   past the deadline, so a poll needs no shared "fired" flag. A poll that finds its entry
+//!   gone reads the clock again, which then shows the deadline passed — unless the service
+//!   discarded the timer at shutdown.
+//! * **Drop cancels.** Dropping a registered `Sleep` removes its entry if it is still queued
+//!   (one shard lock); the service decides cancel-vs-fire exactly once.
+//! * **Never early.** The tick is computed only when a timer is registered (a 128-bit division
+//!   kept off the create/drop path). `Duration::MAX` has no deadline instant and is registered
+//!   at tick [`NEVER`], which the clock never reaches: it stays pending, nothing overflows.
+//! * **Shutdown.** If the service shuts down, a pending timer is discarded: its task is woken
+//!   once, and the `Sleep` completes only if polled again after its deadline (nothing wakes it
+//!   then). A `Sleep` first polled after shutdown is woken at once, likewise. The default
+//!   service never shuts down.
 
 use std::fmt;
 use std::future::Future;
-// Trait objects use std's `Arc` (loom's cannot coerce to `dyn`).
 use std::pin::Pin;
-use std::sync::Arc as StdArc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::service::{Expire, Expiry, ServiceRef, TimerHandle};
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::service::{ServiceRef, TimerHandle};
 use crate::time::NEVER;
-
-/// `SleepState::outcome` while the timer is queued.
-const WAITING: usize = 0;
-/// `SleepState::outcome` once the timer fired.
-const FIRED: usize = 1;
-/// `SleepState::outcome` once the service discarded the timer at shutdown.
-const DISCARDED: usize = 2;
-
-/// What the future and its queue entry share: the outcome and the waker to wake.
-pub(crate) struct SleepState {
-    outcome: AtomicUsize,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl SleepState {
-    pub(crate) fn new(waker: Option<Waker>) -> SleepState {
-        SleepState {
-            outcome: AtomicUsize::new(WAITING),
-            waker: Mutex::new(waker),
-        }
-    }
-
-    fn outcome(&self) -> usize {
-        self.outcome.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn fired(&self) -> bool {
-        self.outcome() == FIRED
-    }
-
-    /// `Ready` once fired; otherwise stores `cx`'s waker to be woken by `expire`.
-    pub(crate) fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.fired() {
-            return Poll::Ready(());
-        }
-        {
-            let mut slot = lock(&self.waker);
-            match &*slot {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => *slot = Some(cx.waker().clone()),
-            }
-        }
-        // Re-read after publishing the waker: an `expire` that took the lock first is seen.
-        if self.fired() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-
-    fn take_waker(&self) -> Option<Waker> {
-        lock(&self.waker).take()
-    }
-}
-
-impl Expire for SleepState {
-    fn expire(&self, how: Expiry) {
-        let outcome = match how {
-            Expiry::Fired => FIRED,
-            Expiry::Discarded => DISCARDED,
-        };
-        self.outcome.store(outcome, Ordering::Release);
-        // Wake outside the lock: the executor's wake code must not run under it.
-        let waker = self.take_waker();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
-/// A registered timer: the service's handle and the state its entry points to.
-struct Registration {
-    handle: TimerHandle,
-    state: StdArc<SleepState>,
-}
 
 /// A future that completes at a deadline (never before it). Created by [`sleep`](super::sleep),
 /// [`sleep_until`](super::sleep_until) or the same methods of a
@@ -145,7 +68,8 @@ pub struct Sleep {
     /// be due, and polled late it is registered at a past tick, which the timer thread fires at
     /// once (a `Pending`, then a prompt wake-up — never early).
     check_first_poll: bool,
-    registration: Option<Registration>,
+    /// The queued timer whose callback wakes the task, once polled.
+    timer: Option<TimerHandle>,
 }
 
 impl Sleep {
@@ -155,7 +79,7 @@ impl Sleep {
             service,
             deadline,
             check_first_poll: true,
-            registration: None,
+            timer: None,
         }
     }
 
@@ -184,13 +108,10 @@ impl Sleep {
         self.deadline
     }
 
-    /// Whether the deadline has passed: the timer fired, or the service's clock reads at or
-    /// after the deadline. A registered sleep then completes at its next poll; a `sleep(d)`
-    /// first polled after its deadline registers a past-due timer and is woken at once by the
-    /// timer thread (that first poll returns `Pending`: it does not read the clock).
+    /// Whether the deadline has passed: the service's clock reads at or after it (its timer
+    /// fires at that moment or just after). The next poll then completes.
     pub fn is_elapsed(&self) -> bool {
-        let fired = self.registration.as_ref().is_some_and(|r| r.state.fired());
-        fired || self.clock_reached()
+        self.clock_reached()
     }
 
     /// Whether the service's clock reads at or after the deadline (never without one).
@@ -205,12 +126,10 @@ impl Sleep {
     }
 
     /// Moves the deadline to `deadline`, whether or not the sleep has completed (a completed
-    /// sleep becomes pending again if `deadline` is ahead; poll it again to be woken). The
-    /// waker of a poll that returned `Pending` stays registered, so that task is woken at the
-    /// new deadline without polling again.
-    ///
-    /// A registered timer is moved in place (one shard lock); one that already fired is
-    /// re-registered, reusing its state when the timer thread no longer holds it.
+    /// sleep becomes pending again if `deadline` is ahead; poll it again to be woken). A timer
+    /// still queued is moved in place (one shard lock) and keeps the waker of the last poll
+    /// that returned `Pending`, so that task is woken at the new deadline without polling
+    /// again. A timer that already fired has woken its task; the next poll registers a new one.
     pub fn reset(&mut self, deadline: Instant) {
         self.reset_to(Some(deadline));
     }
@@ -219,30 +138,12 @@ impl Sleep {
     pub(crate) fn reset_to(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
         self.check_first_poll = true;
-        if self.registration.is_none() {
+        let Some(timer) = &self.timer else {
             return; // Registered at the first poll.
-        }
-        let tick = self.tick();
-        let Some(reg) = self.registration.as_mut() else {
-            return;
         };
-        if reg.state.outcome() == WAITING && reg.handle.reset_tick(tick) {
-            return; // Still queued, so not fired: moved in place.
+        if !timer.reset_tick(self.tick()) {
+            self.timer = None; // Fired (its task was woken) or discarded: re-register.
         }
-        // The timer left the queue; its `expire` may still be on its way to the old state.
-        let waker = reg.state.take_waker();
-        match StdArc::get_mut(&mut reg.state) {
-            Some(state) => *state = SleepState::new(waker),
-            None => reg.state = StdArc::new(SleepState::new(waker)),
-        }
-        reg.handle = self.service.schedule_notify(tick, reg.state.clone());
-    }
-
-    /// Registers the timer with `cx`'s waker already in place, so no wake-up can be missed.
-    fn register(&mut self, cx: &mut Context<'_>) {
-        let state = StdArc::new(SleepState::new(Some(cx.waker().clone())));
-        let handle = self.service.schedule_notify(self.tick(), state.clone());
-        self.registration = Some(Registration { handle, state });
     }
 }
 
@@ -251,9 +152,15 @@ impl Future for Sleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        match &this.registration {
-            Some(reg) => {
-                if reg.state.poll_fired(cx).is_ready() || this.clock_reached() {
+        match &this.timer {
+            Some(timer) => {
+                if this.clock_reached() {
+                    return Poll::Ready(());
+                }
+                // Not due by the clock, so not fired: normally still queued, and the swap
+                // makes sure the timer wakes *this* task. If it is gone it fired between the
+                // clock read and the lock (the clock now shows it), or was discarded.
+                if !timer.update_waker(cx.waker()) && this.clock_reached() {
                     return Poll::Ready(());
                 }
             }
@@ -261,7 +168,9 @@ impl Future for Sleep {
                 if this.check_first_poll && this.clock_reached() {
                     return Poll::Ready(()); // Due already: no timer at all.
                 }
-                this.register(cx);
+                // The waker is in the entry from the start, so no wake-up can be missed.
+                let tick = this.tick();
+                this.timer = Some(this.service.schedule_waker(tick, cx.waker().clone()));
             }
         }
         Poll::Pending
@@ -270,11 +179,9 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Some(reg) = self.registration.take() {
-            // A fired or discarded timer has left the queue: nothing to cancel, no lock.
-            if reg.state.outcome() == WAITING {
-                reg.handle.cancel();
-            }
+        if let Some(timer) = self.timer.take() {
+            // Removes the entry if it is still queued; a fired one is a stale key (no-op).
+            timer.cancel();
         }
     }
 }
@@ -283,106 +190,7 @@ impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
-            .field("registered", &self.registration.is_some())
+            .field("registered", &self.timer.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// Drop vs wake of one registration, plain or under loom (`--cfg loom`, see [`crate::sync`]).
-///
-/// The queue entry is modelled as a slot the "timer thread" takes the target out of (the
-/// service's real cancel-vs-drain decision is loom-tested in `service/shard.rs`); the state,
-/// its waker protocol and the `Arc` ownership are the real ones.
-#[cfg(test)]
-mod tests {
-    use std::task::Wake;
-
-    use super::*;
-    use crate::sync::{model, spawn, Arc, JoinHandle};
-
-    /// Counts wake-ups (a std `Arc`, as `Waker`s require).
-    struct CountWaker(AtomicUsize);
-
-    impl Wake for CountWaker {
-        fn wake(self: StdArc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting_waker() -> (StdArc<CountWaker>, Waker) {
-        let count = StdArc::new(CountWaker(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
-
-    /// The queue entry: the timer thread or a cancel takes the target out, exactly once.
-    type Entry = Arc<Mutex<Option<StdArc<dyn Expire>>>>;
-
-    fn entry_of(state: &StdArc<SleepState>) -> Entry {
-        let target: StdArc<dyn Expire> = state.clone();
-        Arc::new(Mutex::new(Some(target)))
-    }
-
-    /// The timer thread's side: take the entry (unless the future cancelled it first) and
-    /// expire it.
-    fn fire_on_timer_thread(entry: &Entry) -> JoinHandle<()> {
-        let entry = entry.clone();
-        spawn(move || {
-            let target = lock(&entry).take();
-            if let Some(target) = target {
-                target.expire(Expiry::Fired);
-            }
-        })
-    }
-
-    #[test]
-    fn loom_poll_vs_expire_loses_no_wakeup() {
-        model(|| {
-            let state = StdArc::new(SleepState::new(None));
-            let entry = entry_of(&state);
-            let timer = fire_on_timer_thread(&entry);
-            let (count, waker) = counting_waker();
-            let mut cx = Context::from_waker(&waker);
-            let ready = state.poll_fired(&mut cx).is_ready();
-            timer.join().unwrap();
-            // Either the poll saw the firing, or the firing woke the waker the poll stored.
-            let woken = count.0.load(Ordering::SeqCst);
-            assert!(ready || woken == 1, "lost wake-up");
-            assert!(woken <= 1);
-            assert!(state.fired());
-        });
-    }
-
-    #[test]
-    fn loom_drop_vs_expire_frees_once() {
-        model(|| {
-            let state = StdArc::new(SleepState::new(None));
-            let entry = entry_of(&state);
-            let (count, waker) = counting_waker();
-            let mut cx = Context::from_waker(&waker);
-            assert!(state.poll_fired(&mut cx).is_pending());
-            let timer = fire_on_timer_thread(&entry);
-            // The future is dropped: it cancels (takes the entry) if it was not fired.
-            let cancelled = lock(&entry).take().is_some();
-            let weak = StdArc::downgrade(&state);
-            drop(state);
-            timer.join().unwrap();
-            // Exactly one side had the entry; a wake-up happened exactly when the timer won.
-            assert_eq!(count.0.load(Ordering::SeqCst), usize::from(!cancelled));
-            // Both references are gone: the state was freed, once, by the last owner.
-            assert!(weak.upgrade().is_none());
-        });
-    }
-
-    #[test]
-    fn discarded_wakes_but_never_completes() {
-        model(|| {
-            let state = SleepState::new(None);
-            let (count, waker) = counting_waker();
-            let mut cx = Context::from_waker(&waker);
-            assert!(state.poll_fired(&mut cx).is_pending());
-            state.expire(Expiry::Discarded);
-            assert_eq!(count.0.load(Ordering::SeqCst), 1);
-            assert!(state.poll_fired(&mut cx).is_pending());
-        });
     }
 }

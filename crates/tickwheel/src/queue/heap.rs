@@ -263,6 +263,11 @@ impl<T> TimerQueue<T> for Heap<T> {
     }
 
     #[inline]
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        self.slab.get_mut(key)
+    }
+
+    #[inline]
     fn len(&self) -> usize {
         self.nodes.len()
     }

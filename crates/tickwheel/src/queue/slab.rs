@@ -122,6 +122,16 @@ impl<L: Link, T> Slab<L, T> {
         (entry.generation == key.generation() && entry.value.is_some()).then_some(index)
     }
 
+    /// The value of the live entry `key` names, if it is still live.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        let entry = self.entries.get_mut(key.index() as usize)?;
+        if entry.generation != key.generation() {
+            return None;
+        }
+        entry.value.as_mut()
+    }
+
     /// The key of the live entry at `index`.
     #[inline]
     #[allow(dead_code)] // for flavors that keep indices rather than keys

@@ -616,6 +616,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     #[inline]
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        self.slab.get_mut(key)
+    }
+
+    #[inline]
     fn len(&self) -> usize {
         self.slab.len()
     }

@@ -12,6 +12,11 @@
 //! batch, called from there. Larger or over-aligned closures are boxed, and the box (one
 //! pointer) is stored inline instead.
 //!
+//! The service's own entries are callbacks too, run on the timer thread rather than on a
+//! worker: a `Sleep`'s [`Waker`] ([`Callback::waker`], swappable in place) and a `Deadlines`
+//! notification ([`Callback::notify`]). One type for every entry keeps `Option<Callback>` at
+//! three words (the vtable reference is its niche), where an enum beside it took four.
+//!
 //! # Safety argument
 //!
 //! This is the service's only `unsafe` (the queues have one prefetch hint), and Miri runs this
@@ -20,11 +25,18 @@
 //! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until
 //!   `call` or `drop` moves it out, and nothing else ever reads or writes it. `new` writes it
 //!   only after checking that `F` fits `data`'s size and alignment.
+//! * A [`Callback::waker`] is the same with `F = Waker` and the `WAKER` vtable (its `call`
+//!   wakes). It is the only callback whose value is reachable in place: `waker_mut` lends
+//!   the `Waker` out for as long as the `Callback` is mutably borrowed, so a poll can swap in
+//!   a new waker; it checks the vtable's `waker` flag, which only `Callback::waker` sets.
+//!   [`Callback::notify`] is the same with `F = Arc<dyn Expire>` and the `NOTIFY` vtable.
+//! * `discard` takes the value out once, like `call`.
 //! * `call` and `drop` each take the `F` out once: `call` consumes `self` without running
 //!   `Drop` (`ManuallyDrop`), so the value is read exactly once whichever path is taken,
 //!   panicking callbacks included (a panic unwinds through `F`'s own call, which has already
 //!   taken ownership of it).
-//! * `Callback` is `Send` because every `F` stored is `Send` (the bound on `new`); it is not
+//! * `Callback` is `Send` because every `F` stored is `Send` (the bound on `new`; `Waker` is
+//!   `Send`); it is not
 //!   `Sync` (a shared reference gives no access to `data` anyway).
 
 use alloc::boxed::Box;
@@ -32,6 +44,9 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::mem::{self, ManuallyDrop, MaybeUninit};
 use core::ptr;
+use core::task::Waker;
+// Trait objects use std's `Arc` (loom's cannot coerce to `dyn`).
+use std::sync::Arc as StdArc;
 
 /// Bytes of captured state a callback may have and still be stored without a box: two
 /// words, room for an `Arc` and an id, or a channel sender.
@@ -40,12 +55,55 @@ pub(crate) const INLINE: usize = 2 * mem::size_of::<usize>();
 /// The inline storage: [`INLINE`] bytes, aligned like a pointer.
 type Storage = MaybeUninit<[usize; INLINE / mem::size_of::<usize>()]>;
 
-/// The two operations on an erased `F`.
+/// The operations on an erased `F`, and what kind of callback it is.
 struct VTable {
     /// Moves the `F` out of the storage and calls it.
     call: unsafe fn(*mut Storage),
     /// Moves the `F` out of the storage and drops it.
     drop: unsafe fn(*mut Storage),
+    /// Moves the `F` out of the storage for good at shutdown: drops a user closure, tells an
+    /// internal entry.
+    discard: unsafe fn(*mut Storage),
+    /// Runs on the timer thread itself rather than on a worker (wakers, notifications).
+    inline: bool,
+    /// The storage holds a [`Waker`] ([`Callback::waker`]).
+    waker: bool,
+}
+
+/// The vtable of a [`Callback::waker`]: the storage holds a `Waker`; calling or discarding
+/// wakes it.
+static WAKER: VTable = VTable {
+    call: wake_erased,
+    drop: drop_erased::<Waker>,
+    discard: wake_erased,
+    inline: true,
+    waker: true,
+};
+
+/// The vtable of a [`Callback::notify`]: the storage holds an `Arc<dyn Expire>`.
+static NOTIFY: VTable = VTable {
+    call: expire_erased::<true>,
+    drop: drop_erased::<StdArc<dyn Expire>>,
+    discard: expire_erased::<false>,
+    inline: true,
+    waker: false,
+};
+
+/// How an entry made by [`Callback::notify`] left the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// Its deadline passed; called on the timer thread.
+    Fired,
+    /// The service shut down with the entry still pending.
+    Discarded,
+}
+
+/// The cheap, non-blocking action of an entry that expires *on the timer thread* (the hook of
+/// `Deadlines`). It must not block or panic: it runs on the thread that keeps every other
+/// timer on time.
+pub(crate) trait Expire: Send + Sync + 'static {
+    /// Called exactly once per scheduling that was neither cancelled nor reset away.
+    fn expire(&self, how: Expiry);
 }
 
 /// A callback run at most once; small ones are stored without allocating.
@@ -83,7 +141,7 @@ impl Callback {
 
     /// Whether `f`'s type would be stored without a box.
     #[cfg(test)]
-    pub(crate) const fn is_inline<F>(_: &F) -> bool {
+    pub(crate) const fn fits_inline<F>(_: &F) -> bool {
         fits::<F>()
     }
 
@@ -106,10 +164,70 @@ impl Callback {
                 &VTable {
                     call: call_erased::<F>,
                     drop: drop_erased::<F>,
+                    discard: drop_erased::<F>,
+                    inline: false,
+                    waker: false,
                 }
             },
             _not_sync: PhantomData,
         }
+    }
+
+    /// A callback that wakes `waker`: the futures layer's timer entry. It is run on the
+    /// timer thread itself ([`is_inline`](Self::is_inline)), and the waker stays reachable
+    /// ([`waker_mut`](Self::waker_mut)) so a poll can replace it in place.
+    #[inline]
+    pub(crate) fn waker(waker: Waker) -> Callback {
+        const { assert!(fits::<Waker>()) };
+        let mut data = Storage::uninit();
+        // SAFETY: a `Waker` fits `data` (asserted at compile time) and `data` is fresh; the
+        // `WAKER` vtable is the one made for a `Waker`.
+        unsafe { data.as_mut_ptr().cast::<Waker>().write(waker) };
+        Callback {
+            data,
+            vtable: &WAKER,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// A callback that calls `target.expire(Fired)` on the timer thread, or
+    /// `expire(Discarded)` if the service shuts down first (`Deadlines`' timer entry).
+    pub(crate) fn notify(target: StdArc<dyn Expire>) -> Callback {
+        const { assert!(fits::<StdArc<dyn Expire>>()) };
+        let mut data = Storage::uninit();
+        // SAFETY: an `Arc<dyn Expire>` fits `data` (asserted at compile time) and `data` is
+        // fresh; the `NOTIFY` vtable is the one made for it.
+        unsafe { data.as_mut_ptr().cast::<StdArc<dyn Expire>>().write(target) };
+        Callback {
+            data,
+            vtable: &NOTIFY,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Whether this runs on the timer thread rather than on a worker: a
+    /// [`waker`](Self::waker) or a [`notify`](Self::notify) (cheap and non-blocking).
+    #[inline]
+    pub(crate) fn is_inline(&self) -> bool {
+        self.vtable.inline
+    }
+
+    /// Whether this is a [`waker`](Self::waker) callback.
+    #[cfg(test)]
+    pub(crate) fn is_waker(&self) -> bool {
+        self.vtable.waker
+    }
+
+    /// The waker of a [`waker`](Self::waker) callback; `None` for any other.
+    #[inline]
+    pub(crate) fn waker_mut(&mut self) -> Option<&mut Waker> {
+        if !self.vtable.waker {
+            return None;
+        }
+        // SAFETY: only `Callback::waker` sets the `WAKER` vtable, after writing a `Waker` into
+        // `data`; it stays live and in place until `call` or `drop` moves it out, which both
+        // take the whole `Callback`, so it is live while `self` is borrowed.
+        Some(unsafe { &mut *self.data.as_mut_ptr().cast::<Waker>() })
     }
 
     /// Runs the callback, consuming it. A panic propagates to the caller, with the callback's
@@ -120,6 +238,16 @@ impl Callback {
         // SAFETY: `data` holds the live `F` that `vtable` was made for (module docs), and
         // `this` is never used or dropped again, so the value is moved out exactly once.
         unsafe { (this.vtable.call)(&mut this.data) }
+    }
+}
+
+impl Callback {
+    /// Gives the callback up at shutdown: a user closure is dropped without running, a waker
+    /// is woken (its `Sleep` then sees its timer gone), a notification gets `Discarded`.
+    pub(crate) fn discard(self) {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: as in `call`: the value is live and moved out exactly once.
+        unsafe { (this.vtable.discard)(&mut this.data) }
     }
 }
 
@@ -144,6 +272,29 @@ unsafe fn call_erased<F: FnOnce()>(data: *mut Storage) {
     // SAFETY: the caller guarantees a live, properly aligned `F` it gives up.
     let f = unsafe { ptr::read(data.cast::<F>()) };
     f();
+}
+
+/// # Safety
+///
+/// `data` holds a live `Waker`, which is moved out: the caller must not touch it again.
+unsafe fn wake_erased(data: *mut Storage) {
+    // SAFETY: the caller guarantees a live, properly aligned `Waker` it gives up.
+    let waker = unsafe { ptr::read(data.cast::<Waker>()) };
+    waker.wake();
+}
+
+/// # Safety
+///
+/// `data` holds a live `Arc<dyn Expire>`, which is moved out: the caller must not touch it
+/// again.
+unsafe fn expire_erased<const FIRED: bool>(data: *mut Storage) {
+    // SAFETY: the caller guarantees a live, properly aligned `Arc<dyn Expire>` it gives up.
+    let target = unsafe { ptr::read(data.cast::<StdArc<dyn Expire>>()) };
+    target.expire(if FIRED {
+        Expiry::Fired
+    } else {
+        Expiry::Discarded
+    });
 }
 
 /// # Safety
@@ -182,10 +333,10 @@ mod tests {
         let id = 7u64;
         let arc = counter();
         let small = move || drop((id, arc));
-        assert!(Callback::is_inline(&small));
+        assert!(Callback::fits_inline(&small));
         let big = [1u64; 3];
         let large = move || assert_eq!(big[0], 1);
-        assert!(!Callback::is_inline(&large));
+        assert!(!Callback::fits_inline(&large));
         #[repr(align(16))]
         struct Wide(u8);
         impl Wide {
@@ -196,10 +347,16 @@ mod tests {
         let wide = Wide(1);
         // A method call captures the whole `wide`, not just its field.
         let aligned = move || assert_eq!(wide.byte(), 1);
-        assert!(!Callback::is_inline(&aligned));
-        assert!(Callback::is_inline(&|| {}));
+        assert!(!Callback::fits_inline(&aligned));
+        assert!(Callback::fits_inline(&|| {}));
         // Two words of state plus a vtable pointer: a `Callback` is three words.
         assert_eq!(mem::size_of::<Callback>(), 3 * mem::size_of::<usize>());
+        // The vtable reference is never null, so a vacant slab entry costs no extra word:
+        // wakers and notifications are callbacks too, not a second enum variant.
+        assert_eq!(
+            mem::size_of::<Option<Callback>>(),
+            3 * mem::size_of::<usize>()
+        );
     }
 
     #[test]
@@ -215,7 +372,7 @@ mod tests {
                 }),
                 2 => {
                     let run = 100usize;
-                    assert!(Callback::is_inline(&(&t, run)));
+                    assert!(Callback::fits_inline(&(&t, run)));
                     Callback::new(move || {
                         t.0.fetch_add(run, Ordering::SeqCst);
                     })
@@ -291,5 +448,42 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 6);
+    }
+
+    /// Counts wake-ups and drops of the wakers made from it.
+    struct CountWake(AtomicUsize);
+
+    impl std::task::Wake for CountWake {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_waker_callback_wakes_once_can_be_swapped_and_frees_its_waker() {
+        let first = Arc::new(CountWake(AtomicUsize::new(0)));
+        let second = Arc::new(CountWake(AtomicUsize::new(0)));
+        let mut callback = Callback::waker(Waker::from(first.clone()));
+        assert!(callback.is_waker());
+        assert!(!Callback::new(|| {}).is_waker());
+        assert!(Callback::new(|| {}).waker_mut().is_none());
+        // A poll with another task's waker swaps it in place; the old one is dropped.
+        let slot = callback.waker_mut().unwrap();
+        *slot = Waker::from(second.clone());
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "the replaced waker was dropped"
+        );
+        callback.call();
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(Arc::strong_count(&second), 1, "waking consumed the waker");
+        // Dropped without being called: the waker is dropped, not woken.
+        let dropped = Callback::waker(Waker::from(second.clone()));
+        assert_eq!(Arc::strong_count(&second), 2);
+        drop(dropped);
+        assert_eq!(Arc::strong_count(&second), 1);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
     }
 }

@@ -28,7 +28,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::core::{Core, AWAKE};
-use super::shard::{Closed, Drained, Expiry, Shard};
+use super::shard::{Closed, Drained, Shard};
 use super::sleeper::{Plan, Sleeper};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use crate::sync::{lock, Arc, Mutex};
@@ -109,13 +109,13 @@ impl Shared {
 
     /// Runs the notifications and gives the callbacks of `drained` to the workers, in order.
     fn hand_off(&self, scratch: &mut Drained) {
-        let notifies = scratch.notifies.len();
-        for target in scratch.notifies.drain(..) {
-            // `expire` must not panic; should one anyway, the timer thread survives it.
-            let _ = catch_unwind(AssertUnwindSafe(|| target.expire(Expiry::Fired)));
+        let inline = scratch.inline.len();
+        for callback in scratch.inline.drain(..) {
+            // A waker or an `expire` must not panic; should one anyway, the timer thread
+            // survives it.
+            let _ = catch_unwind(AssertUnwindSafe(|| callback.call()));
         }
-        self.notified
-            .fetch_add(notifies as u64, StdOrdering::Relaxed);
+        self.notified.fetch_add(inline as u64, StdOrdering::Relaxed);
         self.dispatch.push(&mut scratch.jobs);
     }
 

@@ -69,6 +69,11 @@ impl<T> AnyQueue<T> {
     }
 
     #[inline]
+    pub(crate) fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        each!(self, q => q.get_mut(key))
+    }
+
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         each!(self, q => q.len())
     }

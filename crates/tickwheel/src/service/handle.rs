@@ -7,6 +7,7 @@
 //! operation a harmless no-op, even after the queue reused the timer's storage.
 
 use std::fmt;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::shard::Shard;
@@ -70,6 +71,13 @@ impl TimerHandle {
             Some(key) => self.shard.reset(key, tick),
             None => false,
         }
+    }
+
+    /// Makes a pending waker timer ([`ServiceRef::schedule_waker`](super::ServiceRef)) wake
+    /// `waker` instead; `false` if it is no longer pending (fired, cancelled or discarded).
+    pub(crate) fn update_waker(&self, waker: &Waker) -> bool {
+        self.key
+            .is_some_and(|key| self.shard.update_waker(key, waker))
     }
 
     /// When a pending timer fires: the start of its deadline tick (never before the deadline

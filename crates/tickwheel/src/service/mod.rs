@@ -53,16 +53,24 @@
 //! [`ScheduleError::ShutDown`] and [`schedule`](TimerService::schedule) drops the closure and
 //! returns a handle that is not pending.
 //!
-//! # The futures layer's hook (crate-internal)
+//! # The futures layer's hooks (crate-internal)
 //!
-//! `TimerService::schedule_notify(tick, Arc<dyn Expire>)` queues an entry whose expiry calls
-//! `Expire::expire(Expiry::Fired)` on the timer thread (or on a thread inside `settle`), with
-//! no hand-off to a worker; the caller's `Arc` is the only allocation. `TimerHandle::cancel`
-//! removes it (`true`: `expire` was not and will not be called), `TimerHandle::reset_tick`
-//! moves it. Ticks come from [`TimerService::ticks`], the clock from `TimerService::clock()`,
-//! the lazily started service from [`TimerService::default_service`]. At shutdown a pending
-//! entry gets `expire(Expiry::Discarded)`. `expire` must not block — it runs on the thread
-//! that keeps every other timer on time; a panic in it is caught and ignored.
+//! Two kinds of entries run on the timer thread itself (or on a thread inside `settle`),
+//! with no hand-off to a worker; both are `Callback`s, so they cost no more queue storage
+//! than a user callback and allocate nothing of their own:
+//!
+//! * `ServiceRef::schedule_waker(tick, Waker)`: a `Sleep`'s timer. It wakes the waker;
+//!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued (`false`
+//!   once it is not). At shutdown a pending one is woken.
+//! * `TimerService::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
+//!   `Expire::expire(Expiry::Fired)`; at shutdown a pending one gets
+//!   `expire(Expiry::Discarded)`.
+//!
+//! `TimerHandle::cancel` removes either (`true`: it was not and will not be run),
+//! `TimerHandle::reset_tick` moves it. Ticks come from [`TimerService::ticks`], the clock
+//! from `TimerService::clock()`, the lazily started service from
+//! [`TimerService::default_service`]. Wakers and `expire` must not block — they run on the
+//! thread that keeps every other timer on time; a panic in one is caught and ignored.
 //!
 //! # Where the time goes (measured, see `benches/service.rs` and `examples/delayed_tasks.rs`)
 //!
@@ -91,6 +99,7 @@ use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::{Mutex as StdMutex, OnceLock};
+use std::task::Waker;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -100,14 +109,14 @@ pub use handle::TimerHandle;
 pub use stats::{LatenessHistogram, Stats};
 
 #[allow(unused_imports)] // The futures layer's hook.
-pub(crate) use shard::{Expire, Expiry};
+pub(crate) use callback::{Expire, Expiry};
 
 use self::core::Core;
 use crate::sync::Arc;
 use crate::time::{Clock, Ticks};
 use callback::Callback;
 use driver::Shared;
-use shard::{Closed, Payload, Shard};
+use shard::{Closed, Shard};
 
 /// Why [`TimerService::try_schedule`] did not schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,7 +280,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
         self.shared
-            .schedule_payload(tick, Payload::Callback(Callback::new(f)), false)
+            .schedule_callback(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -283,7 +292,7 @@ impl TimerService {
     {
         let tick = self.ticks().deadline_tick(deadline);
         self.shared
-            .schedule_payload(tick, Payload::Callback(Callback::new(f)), false)
+            .schedule_callback(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -298,8 +307,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
-        self.shared
-            .schedule_payload(tick, Payload::Callback(Callback::new(f)), true)
+        self.shared.schedule_callback(tick, Callback::new(f), true)
     }
 
     /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (the
@@ -409,7 +417,7 @@ impl TimerService {
         for closed in pending {
             match closed {
                 Closed::Queue(queue, _) => drop(queue),
-                Closed::Payloads(all) => all.into_iter().for_each(discard),
+                Closed::Callbacks(all) => all.into_iter().for_each(Callback::discard),
             }
         }
         self.join_threads();
@@ -428,35 +436,41 @@ impl TimerService {
 
 impl Shared {
     /// The one implementation behind [`TimerService::schedule_notify`] and
-    /// [`ServiceRef::schedule_notify`]: after shutdown the entry is dropped and the handle is
-    /// inert.
+    /// [`ServiceRef::schedule_notify`]: after shutdown the target is told `Discarded` and the
+    /// handle is inert.
     #[inline]
     fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
-        match self.schedule_payload(tick, Payload::Notify(target), false) {
-            Ok(handle) => handle,
-            Err(_) => self.inert_handle(),
-        }
+        self.schedule_callback(tick, Callback::notify(target), false)
+            .unwrap_or_else(|_| self.inert_handle())
+    }
+
+    /// Queues an entry that wakes `waker` on the timer thread (the futures layer's timer):
+    /// after shutdown the waker is woken at once and the handle is inert.
+    #[inline]
+    fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
+        self.schedule_callback(tick, Callback::waker(waker), false)
+            .unwrap_or_else(|_| self.inert_handle())
     }
 
     #[inline]
-    fn schedule_payload(
+    fn schedule_callback(
         &self,
         tick: u64,
-        payload: Payload,
+        callback: Callback,
         enforce_cap: bool,
     ) -> Result<TimerHandle, ScheduleError> {
         if !self.core.reserve(enforce_cap) {
             return Err(ScheduleError::Full);
         }
         let shard = self.local_shard();
-        match shard.insert(tick, payload) {
+        match shard.insert(tick, callback) {
             Ok(key) => Ok(TimerHandle {
                 shard: shard.clone(),
                 key: Some(key),
             }),
-            Err(payload) => {
+            Err(callback) => {
                 self.core.release(1);
-                discard(payload);
+                callback.discard();
                 Err(ScheduleError::ShutDown)
             }
         }
@@ -514,6 +528,13 @@ impl ServiceRef {
         }
     }
 
+    /// A timer at `tick` that wakes `waker` on the timer thread, on the referenced service.
+    /// [`TimerHandle::update_waker`] swaps the waker in place.
+    #[inline]
+    pub(crate) fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
+        self.shared().schedule_waker(tick, waker)
+    }
+
     /// [`TimerService::schedule_notify`] on the referenced service.
     #[inline]
     pub(crate) fn schedule_notify(
@@ -534,14 +555,6 @@ impl ServiceRef {
     #[inline]
     pub(crate) fn now(&self) -> Instant {
         self.shared().core.clock.now()
-    }
-}
-
-/// Drops a payload that will never fire, telling an internal target.
-fn discard(payload: Payload) {
-    match payload {
-        Payload::Callback(callback) => drop(callback),
-        Payload::Notify(target) => target.expire(Expiry::Discarded),
     }
 }
 

@@ -18,8 +18,7 @@
 //!   look the table up only when it is non-empty, so timers nobody waits for pay nothing.
 
 use std::fmt;
-// Trait objects use std's `Arc` (loom's cannot coerce to `dyn`); they are not modelled.
-use std::sync::Arc as StdArc;
+use std::task::Waker;
 
 use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
@@ -42,31 +41,6 @@ const DRAIN_SPINS: u32 = 2;
 
 pub(crate) use super::callback::Callback;
 
-/// How an entry scheduled with [`Payload::Notify`] left the service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Expiry {
-    /// Its deadline passed; called on the timer thread.
-    Fired,
-    /// The service shut down with the entry still pending.
-    Discarded,
-}
-
-/// The cheap, non-blocking action of an entry that expires *on the timer thread* (the hook of
-/// the futures layer: wake a `Waker`). It must not block or panic: it runs on the thread that
-/// keeps every other timer on time.
-pub(crate) trait Expire: Send + Sync + 'static {
-    /// Called exactly once per scheduling that was neither cancelled nor reset away.
-    fn expire(&self, how: Expiry);
-}
-
-/// What a queue entry holds.
-pub(crate) enum Payload {
-    /// A user callback, handed to the workers.
-    Callback(Callback),
-    /// A notification run on the timer thread.
-    Notify(StdArc<dyn Expire>),
-}
-
 /// A due callback on its way to a worker, with the tick it was due at.
 pub(crate) struct Job {
     pub(crate) callback: Callback,
@@ -77,7 +51,9 @@ pub(crate) struct Job {
 #[derive(Default)]
 pub(crate) struct Drained {
     pub(crate) jobs: Vec<Job>,
-    pub(crate) notifies: Vec<StdArc<dyn Expire>>,
+    /// Callbacks to run on the timer thread itself ([`Callback::is_inline`]: wakers and
+    /// notifications).
+    pub(crate) inline: Vec<Callback>,
 }
 
 /// Blocks `wait()` callers until their timer left the queue.
@@ -108,13 +84,13 @@ impl WaitSlot {
 }
 
 struct ShardState {
-    queue: AnyQueue<Payload>,
+    queue: AnyQueue<Callback>,
     waiters: Vec<(TimerKey, Arc<WaitSlot>)>,
     /// Set at shutdown: inserts are refused from then on.
     closed: bool,
-    /// Pending `Payload::Notify` entries; when there are none, shutdown drops the queue
-    /// whole instead of polling every timer out of it.
-    notifies: usize,
+    /// Pending inline entries (wakers, notifications); when there are none, shutdown drops
+    /// the queue whole instead of polling every timer out of it.
+    inline: usize,
     flavor: QueueFlavor,
     scheduled: u64,
     cancelled: u64,
@@ -123,10 +99,10 @@ struct ShardState {
 
 /// What a shard held when it closed.
 pub(crate) enum Closed {
-    /// The whole queue of callbacks (dropping it drops them) and how many it held.
-    Queue(AnyQueue<Payload>, usize),
-    /// Every payload, when some need telling (`Notify`).
-    Payloads(Vec<Payload>),
+    /// The whole queue of worker callbacks (dropping it drops them) and how many it held.
+    Queue(AnyQueue<Callback>, usize),
+    /// Every callback, when some need telling (inline ones: see [`Callback::discard`]).
+    Callbacks(Vec<Callback>),
 }
 
 impl Closed {
@@ -134,7 +110,7 @@ impl Closed {
     pub(crate) fn len(&self) -> usize {
         match self {
             Closed::Queue(_, n) => *n,
-            Closed::Payloads(all) => all.len(),
+            Closed::Callbacks(all) => all.len(),
         }
     }
 }
@@ -167,7 +143,7 @@ impl Shard {
                 queue: AnyQueue::new(flavor),
                 waiters: Vec::new(),
                 closed: false,
-                notifies: 0,
+                inline: 0,
                 flavor,
                 scheduled: 0,
                 cancelled: 0,
@@ -179,15 +155,15 @@ impl Shard {
         }
     }
 
-    /// Queues `payload` at `tick`; gives it back if the shard is closed.
+    /// Queues `callback` at `tick`; gives it back if the shard is closed.
     #[inline]
-    pub(crate) fn insert(&self, tick: u64, payload: Payload) -> Result<TimerKey, Payload> {
+    pub(crate) fn insert(&self, tick: u64, callback: Callback) -> Result<TimerKey, Callback> {
         let mut st = self.lock_producer();
         if st.closed {
-            return Err(payload);
+            return Err(callback);
         }
-        st.notifies += usize::from(matches!(payload, Payload::Notify(_)));
-        let key = st.queue.insert(tick, payload);
+        st.inline += usize::from(callback.is_inline());
+        let key = st.queue.insert(tick, callback);
         st.scheduled += 1;
         st.high_water = st.high_water.max(st.queue.len());
         let lowered = tick < self.earliest.load(Ordering::Relaxed);
@@ -202,17 +178,34 @@ impl Shard {
     }
 
     /// Removes a pending timer. `Some` exactly when it had not been taken out to run.
-    pub(crate) fn cancel(&self, key: TimerKey) -> Option<Payload> {
+    pub(crate) fn cancel(&self, key: TimerKey) -> Option<Callback> {
         let mut st = self.lock_producer();
-        let payload = st.queue.remove(key)?;
+        let callback = st.queue.remove(key)?;
         st.cancelled += 1;
-        st.notifies -= usize::from(matches!(payload, Payload::Notify(_)));
+        st.inline -= usize::from(callback.is_inline());
         if !st.waiters.is_empty() {
             complete_waiter(&mut st.waiters, key);
         }
         drop(st);
         self.core.release(1);
-        Some(payload)
+        Some(callback)
+    }
+
+    /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
+    /// The waker is cloned only when it would not wake the same task; the one it replaces is
+    /// dropped after the lock is released (an executor's waker `Drop` is user code).
+    pub(crate) fn update_waker(&self, key: TimerKey, waker: &Waker) -> bool {
+        let mut st = self.lock_producer();
+        let Some(slot) = st.queue.get_mut(key).and_then(Callback::waker_mut) else {
+            return false;
+        };
+        if slot.will_wake(waker) {
+            return true;
+        }
+        let old = std::mem::replace(slot, waker.clone());
+        drop(st);
+        drop(old);
+        true
     }
 
     /// Moves a pending timer to `tick`; `false` if it already fired or was cancelled.
@@ -316,7 +309,7 @@ impl Shard {
         let st = &mut *st;
         let mut n = 0;
         while n < DRAIN_CHUNK {
-            let Some((key, payload)) = st.queue.poll_expired(now) else {
+            let Some((key, callback)) = st.queue.poll_expired(now) else {
                 let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
                 self.earliest.store(next, Ordering::SeqCst);
                 return (n, false);
@@ -325,15 +318,14 @@ impl Shard {
             if !st.waiters.is_empty() {
                 complete_waiter(&mut st.waiters, key);
             }
-            match payload {
-                Payload::Callback(callback) => out.jobs.push(Job {
+            if callback.is_inline() {
+                st.inline -= 1;
+                out.inline.push(callback);
+            } else {
+                out.jobs.push(Job {
                     callback,
                     deadline: st.queue.now(),
-                }),
-                Payload::Notify(target) => {
-                    st.notifies -= 1;
-                    out.notifies.push(target);
-                }
+                });
             }
         }
         (n, true)
@@ -345,17 +337,17 @@ impl Shard {
         let mut st = lock(&self.state);
         st.closed = true;
         let count = st.queue.len();
-        let closed = if st.notifies == 0 {
+        let closed = if st.inline == 0 {
             // Only callbacks: nobody needs telling, drop the queue whole (no cascades).
             let fresh = AnyQueue::new(st.flavor);
             Closed::Queue(std::mem::replace(&mut st.queue, fresh), count)
         } else {
             let mut all = Vec::with_capacity(count);
-            while let Some((_, payload)) = st.queue.poll_expired(NEVER) {
-                all.push(payload);
+            while let Some((_, callback)) = st.queue.poll_expired(NEVER) {
+                all.push(callback);
             }
-            st.notifies = 0;
-            Closed::Payloads(all)
+            st.inline = 0;
+            Closed::Callbacks(all)
         };
         for (_, slot) in st.waiters.drain(..) {
             slot.complete();
@@ -400,6 +392,8 @@ impl fmt::Debug for Shard {
 /// The races that decide a timer's fate, under loom with `--cfg loom` (see [`crate::sync`]).
 #[cfg(test)]
 mod tests {
+    // The clock is a trait object in std's `Arc` (loom's cannot coerce to `dyn`).
+    use std::sync::Arc as StdArc;
     use std::time::Duration;
 
     use super::*;
@@ -420,7 +414,7 @@ mod tests {
             ran.fetch_add(1, Ordering::SeqCst);
         });
         shard
-            .insert(tick, Payload::Callback(callback))
+            .insert(tick, callback)
             .unwrap_or_else(|_| panic!("shard closed"))
     }
 
@@ -501,6 +495,97 @@ mod tests {
         });
     }
 
+    /// Counts the wake-ups of the wakers made from it (a std `Arc`, as `Waker`s require).
+    struct CountWake(AtomicUsize);
+
+    impl std::task::Wake for CountWake {
+        fn wake(self: StdArc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn count_wake() -> StdArc<CountWake> {
+        StdArc::new(CountWake(AtomicUsize::new(0)))
+    }
+
+    fn wakes(count: &StdArc<CountWake>) -> usize {
+        count.0.load(Ordering::SeqCst)
+    }
+
+    /// A `Sleep`'s timer: an entry whose callback wakes `count`'s waker.
+    fn waker_entry(shard: &Shard, tick: u64, count: &StdArc<CountWake>) -> TimerKey {
+        let waker = Waker::from(count.clone());
+        shard
+            .insert(tick, Callback::waker(waker))
+            .unwrap_or_else(|_| panic!("shard closed"))
+    }
+
+    /// Drains at `now` and runs the inline callbacks, as the timer thread does.
+    fn fire_inline(shard: &Shard, now: u64) -> usize {
+        let mut out = Drained::default();
+        let n = shard.drain(now, &mut out, |_| {});
+        out.inline.into_iter().for_each(Callback::call);
+        n
+    }
+
+    #[test]
+    fn loom_waker_swap_vs_fire_loses_no_wakeup() {
+        model(|| {
+            let shard = shard();
+            let (first, second) = (count_wake(), count_wake());
+            let key = waker_entry(&shard, 1, &first);
+            let firer = {
+                let shard = shard.clone();
+                spawn(move || fire_inline(&shard, 1))
+            };
+            // A `Sleep` polled again from another task brings `second`'s waker.
+            let swapped = shard.update_waker(key, &Waker::from(second.clone()));
+            firer.join().unwrap();
+            // Swapped first: the new task is woken. Fired first: the old one was, and the
+            // poll sees its entry gone (and the clock past the deadline).
+            assert_eq!(
+                (wakes(&first), wakes(&second)),
+                if swapped { (0, 1) } else { (1, 0) }
+            );
+            // Every waker was woken or dropped: only the test's references remain.
+            assert_eq!(StdArc::strong_count(&first), 1);
+            assert_eq!(StdArc::strong_count(&second), 1);
+        });
+    }
+
+    #[test]
+    fn loom_drop_vs_wake_wakes_exactly_when_not_cancelled() {
+        model(|| {
+            let shard = shard();
+            let count = count_wake();
+            let key = waker_entry(&shard, 1, &count);
+            let firer = {
+                let shard = shard.clone();
+                spawn(move || fire_inline(&shard, 1))
+            };
+            // The `Sleep` is dropped: it cancels its entry if still queued.
+            let cancelled = shard.cancel(key).is_some();
+            firer.join().unwrap();
+            assert_eq!(wakes(&count), usize::from(!cancelled));
+            // The waker was dropped once, by whichever side had the entry.
+            assert_eq!(StdArc::strong_count(&count), 1);
+        });
+    }
+
+    #[test]
+    fn a_waker_is_woken_not_dropped_when_discarded() {
+        let shard = shard();
+        let count = count_wake();
+        let key = waker_entry(&shard, 5, &count);
+        let Closed::Callbacks(all) = shard.close() else {
+            panic!("a shard with a waker entry must hand every callback back");
+        };
+        assert_eq!(all.len(), 1);
+        all.into_iter().for_each(Callback::discard);
+        assert_eq!(wakes(&count), 1);
+        assert!(!shard.update_waker(key, &Waker::from(count.clone())));
+    }
+
     #[test]
     fn close_discards_everything_and_refuses_inserts() {
         let shard = shard();
@@ -510,7 +595,7 @@ mod tests {
         assert_eq!(shard.close().len(), 2);
         assert_eq!(shard.close().len(), 0, "closing twice finds nothing");
         assert!(shard.cancel(key).is_none());
-        let refused = shard.insert(1, Payload::Callback(Callback::new(|| {})));
+        let refused = shard.insert(1, Callback::new(|| {}));
         assert!(refused.is_err());
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }

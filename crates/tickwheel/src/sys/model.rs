@@ -51,6 +51,10 @@ impl<T> TimerQueue<T> for ModelQueue<T> {
         self.entries.get(&key.index()).map(|e| e.0)
     }
 
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        self.entries.get_mut(&key.index()).map(|e| &mut e.2)
+    }
+
     fn len(&self) -> usize {
         self.entries.len()
     }
