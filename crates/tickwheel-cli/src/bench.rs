@@ -103,6 +103,14 @@ fn caveats(s: &Settings) -> Vec<String> {
                 .to_owned(),
         );
     }
+    if s.workloads.contains(&Workload::W4) && has(Entrant::DelayQueueChannel) {
+        notes.push(
+            "delayqueue-channel: schedule sends (deadline, boxed task) on an unbounded tokio \
+             channel; one task on its own current-thread runtime inserts into a DelayQueue and \
+             runs expired tasks itself"
+                .to_owned(),
+        );
+    }
     if s.workloads.contains(&Workload::W4) {
         notes.push(
             "W4 lateness counts from Instant::now() just before scheduling plus the delay; on a \

@@ -24,7 +24,7 @@ pub struct DemoSettings {
 pub fn run(s: &DemoSettings) -> Result<(), String> {
     if !s.entrant.is_realtime() {
         return Err(format!(
-            "{} is not a real-time entrant; use tickwheel-service, tokio-sleep or binaryheap-thread",
+            "{} is not a real-time entrant; use tickwheel-service, tokio-sleep, delayqueue-channel or binaryheap-thread",
             s.entrant
         ));
     }

@@ -2,7 +2,8 @@
 //!
 //! * `tickwheel bench` runs DESIGN.md's workloads W1–W4 on tickwheel's queues and service and
 //!   on peers (std `BinaryHeap`, `BTreeMap` à la async-io, tokio-util's `DelayQueue`,
-//!   `hierarchical_hash_wheel_timer`, tokio `sleep` tasks, a heap-plus-thread baseline) with
+//!   `hierarchical_hash_wheel_timer`, tokio `sleep` tasks, a `DelayQueue` behind a channel, a
+//!   heap-plus-thread baseline) with
 //!   identical seeded input, verifies W2's exactly-once / never-early promise for every entrant,
 //!   and writes a table, CSV, JSON and SVG plots.
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.

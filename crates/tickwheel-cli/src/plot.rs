@@ -19,7 +19,7 @@ fn color(entrant: Entrant) -> RGBColor {
         Entrant::Heap => RGBColor(148, 103, 189),
         Entrant::BinaryHeap | Entrant::TokioSleep => RGBColor(31, 119, 180),
         Entrant::BTreeMap | Entrant::HeapThread => RGBColor(44, 160, 44),
-        Entrant::DelayQueue => RGBColor(140, 86, 75),
+        Entrant::DelayQueue | Entrant::DelayQueueChannel => RGBColor(140, 86, 75),
         Entrant::Hhwt => RGBColor(90, 90, 90),
     }
 }

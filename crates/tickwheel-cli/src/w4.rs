@@ -157,6 +157,7 @@ pub fn driver(entrant: Entrant) -> Result<Box<dyn Driver>, String> {
     Ok(match entrant {
         Entrant::Service => Box::new(drivers::Service::new()?),
         Entrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
+        Entrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
         Entrant::HeapThread => Box::new(drivers::HeapThread::new()?),
         other => return Err(format!("{other} is not a real-time entrant")),
     })
@@ -332,7 +333,12 @@ mod tests {
     #[test]
     fn peers_run_a_tiny_w4_exactly_once_never_early() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
-        for entrant in [Entrant::Service, Entrant::TokioSleep, Entrant::HeapThread] {
+        for entrant in [
+            Entrant::Service,
+            Entrant::TokioSleep,
+            Entrant::DelayQueueChannel,
+            Entrant::HeapThread,
+        ] {
             let sample = run(entrant, &delays, None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);

@@ -22,7 +22,12 @@ const VIRTUAL: [&str; 7] = [
     "tokio-delayqueue",
     "hhwt",
 ];
-const REALTIME: [&str; 3] = ["tickwheel-service", "tokio-sleep", "binaryheap-thread"];
+const REALTIME: [&str; 4] = [
+    "tickwheel-service",
+    "tokio-sleep",
+    "delayqueue-channel",
+    "binaryheap-thread",
+];
 
 fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).expect("results.json written");

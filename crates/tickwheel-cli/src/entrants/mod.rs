@@ -71,13 +71,15 @@ pub enum Entrant {
     Service,
     /// W4: tokio `sleep` tasks on a multi-thread runtime.
     TokioSleep,
+    /// W4: tokio-util's `DelayQueue` in one task, fed through an unbounded channel.
+    DelayQueueChannel,
     /// W4: a `BinaryHeap` behind a mutex plus one timer thread.
     HeapThread,
 }
 
 impl Entrant {
     /// All entrants, in table order.
-    pub const ALL: [Entrant; 10] = [
+    pub const ALL: [Entrant; 11] = [
         Entrant::Wheel,
         Entrant::HashedWheel,
         Entrant::Heap,
@@ -87,6 +89,7 @@ impl Entrant {
         Entrant::Hhwt,
         Entrant::Service,
         Entrant::TokioSleep,
+        Entrant::DelayQueueChannel,
         Entrant::HeapThread,
     ];
 
@@ -102,6 +105,7 @@ impl Entrant {
             Entrant::Hhwt => "hhwt",
             Entrant::Service => "tickwheel-service",
             Entrant::TokioSleep => "tokio-sleep",
+            Entrant::DelayQueueChannel => "delayqueue-channel",
             Entrant::HeapThread => "binaryheap-thread",
         }
     }
@@ -123,7 +127,10 @@ impl Entrant {
     pub fn is_realtime(self) -> bool {
         matches!(
             self,
-            Entrant::Service | Entrant::TokioSleep | Entrant::HeapThread
+            Entrant::Service
+                | Entrant::TokioSleep
+                | Entrant::DelayQueueChannel
+                | Entrant::HeapThread
         )
     }
 }

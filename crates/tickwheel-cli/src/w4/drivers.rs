@@ -1,13 +1,16 @@
-//! W4's real-time entrants: tickwheel's `TimerService`, tokio `sleep` tasks, and a
-//! `BinaryHeap`-plus-thread baseline.
+//! W4's real-time entrants: tickwheel's `TimerService`, tokio `sleep` tasks, tokio-util's
+//! `DelayQueue` fed through a channel, and a `BinaryHeap`-plus-thread baseline.
 
 use super::{Driver, Log};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tickwheel::TimerService;
+use tokio::sync::mpsc;
+use tokio_util::time::DelayQueue;
 
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
 /// wheels): each task is a callback scheduled with `schedule_at(deadline, f)` (not
@@ -69,6 +72,92 @@ impl Driver for TokioSleep {
 }
 
 type Task = Box<dyn FnOnce() + Send>;
+
+/// Timers the `DelayQueue` task takes off the channel before it looks at expiry again.
+const CHANNEL_BATCH: usize = 1024;
+
+/// The usual way to put tokio-util's `DelayQueue` (which is `!Sync` and lives in one task)
+/// behind a cheap schedule call: producers send `(deadline, task)` on an unbounded channel;
+/// one task on a current-thread runtime, on its own thread, moves what arrived into the
+/// queue and runs the expired tasks itself. Accepting a timer is a channel send; how late it
+/// fires depends on how far that one task is behind. Tasks are boxed callbacks, as in the
+/// `BinaryHeap` entrant.
+pub struct DelayQueueChannel {
+    sender: Option<mpsc::UnboundedSender<(Instant, Task)>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DelayQueueChannel {
+    /// Starts the runtime thread and its queue task.
+    pub fn new() -> Result<DelayQueueChannel, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("delay-queue".into())
+            .spawn(move || runtime.block_on(delay_queue_task(receiver)))
+            .map_err(|e| format!("cannot start the delay queue thread: {e}"))?;
+        Ok(DelayQueueChannel {
+            sender: Some(sender),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Until the channel is closed and the queue empty: take in up to [`CHANNEL_BATCH`] sent
+/// timers, run every expired one, repeat; sleep (`Pending`) when neither made progress.
+async fn delay_queue_task(mut receiver: mpsc::UnboundedReceiver<(Instant, Task)>) {
+    let mut queue: DelayQueue<Task> = DelayQueue::new();
+    let mut closed = false;
+    std::future::poll_fn(|cx| loop {
+        let mut progressed = false;
+        for _ in 0..CHANNEL_BATCH {
+            match receiver.poll_recv(cx) {
+                Poll::Ready(Some((deadline, task))) => {
+                    queue.insert_at(task, deadline.into());
+                    progressed = true;
+                }
+                Poll::Ready(None) => {
+                    closed = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        while let Poll::Ready(Some(expired)) = queue.poll_expired(cx) {
+            (expired.into_inner())();
+            progressed = true;
+        }
+        if closed && queue.is_empty() {
+            return Poll::Ready(());
+        }
+        if !progressed {
+            return Poll::Pending;
+        }
+    })
+    .await;
+}
+
+impl Driver for DelayQueueChannel {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
+        let log = Arc::clone(log);
+        let task: Task = Box::new(move || log.fire(id));
+        if let Some(sender) = &self.sender {
+            // Fails only once the queue task is gone, which `shutdown` alone causes.
+            let _ = sender.send((deadline, task));
+        }
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        // Closing the channel ends the task once the queue is empty.
+        self.sender = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// One heap entry; ordered so the `BinaryHeap` (a max-heap) pops the earliest first.
 struct Entry {
