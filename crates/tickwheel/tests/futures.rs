@@ -91,6 +91,26 @@ fn sub_tick_sleep_wakes_at_the_next_tick_and_is_never_early() {
     assert!(poll(&mut sleep, &waker).is_ready());
 }
 
+/// A poll that completes because the clock passed the deadline, before the timer's tick,
+/// takes the timer out: the task that got `Ready` is not woken again at the tick.
+#[test]
+fn a_sleep_done_by_the_clock_is_not_woken_afterwards() {
+    let (clock, service) = manual();
+    clock.advance(Duration::from_micros(500));
+    let (count, waker) = counter();
+    let mut sleep = service.sleep(Duration::from_micros(100)); // due at 0.6 ms: tick 1
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, Duration::from_micros(100)); // 0.6 ms: the deadline
+    assert!(poll(&mut sleep, &waker).is_ready());
+    advance(&clock, &service, Duration::from_micros(400)); // 1 ms: tick 1
+    assert_eq!(count.get(), 0, "woken after Ready");
+    assert!(poll(&mut sleep, &waker).is_ready(), "done stays done");
+    let stats = service.stats();
+    assert_eq!((stats.fired, stats.cancelled, stats.pending), (0, 1, 0));
+    drop(sleep);
+    assert_eq!(service.stats().cancelled, 1);
+}
+
 /// `sleep(d)`'s first poll does not read the clock: polled after its deadline it registers a
 /// past-due timer, which the timer thread fires at once.
 #[test]

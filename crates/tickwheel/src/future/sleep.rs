@@ -18,7 +18,8 @@
 //!   gone reads the clock again, which then shows the deadline passed — unless the service
 //!   discarded the timer at shutdown.
 //! * **Drop cancels.** Dropping a registered `Sleep` removes its entry if it is still queued
-//!   (one shard lock); the service decides cancel-vs-fire exactly once.
+//!   (one shard lock); the service decides cancel-vs-fire exactly once. A poll that
+//!   completes does the same, so no wake-up arrives after `Ready`.
 //! * **Never early.** The tick is computed only when a timer is registered (a 128-bit division
 //!   kept off the create/drop path). `Duration::MAX` has no deadline instant and is registered
 //!   at tick [`NEVER`], which the clock never reaches: it stays pending, nothing overflows.
@@ -147,6 +148,19 @@ impl Sleep {
     }
 }
 
+impl Sleep {
+    /// Drops the timer of a sleep that is done by the clock. The clock can reach the deadline
+    /// before the timer fires (the deadline sits inside its tick, and the timer thread fires
+    /// at the tick's end): a timer left queued would later wake a task that already got
+    /// `Ready`. Later polls see the clock and complete without registering.
+    fn complete(&mut self) {
+        if let Some(timer) = self.timer.take() {
+            timer.cancel(); // a fired timer's key is stale: a no-op
+        }
+        self.check_first_poll = true;
+    }
+}
+
 impl Future for Sleep {
     type Output = ();
 
@@ -155,12 +169,14 @@ impl Future for Sleep {
         match &this.timer {
             Some(timer) => {
                 if this.clock_reached() {
+                    this.complete();
                     return Poll::Ready(());
                 }
                 // Not due by the clock, so not fired: normally still queued, and the swap
                 // makes sure the timer wakes *this* task. If it is gone it fired between the
                 // clock read and the lock (the clock now shows it), or was discarded.
                 if !timer.update_waker(cx.waker()) && this.clock_reached() {
+                    this.complete();
                     return Poll::Ready(());
                 }
             }
