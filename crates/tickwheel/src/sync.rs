@@ -3,7 +3,7 @@
 //! Every lock, condition variable and atomic that the service (and the futures built on it)
 //! shares between threads is imported from here, never from `std::sync` directly, so that
 //! building with `RUSTFLAGS="--cfg loom"` swaps them all for loom's model-checked versions.
-//! [`model`] runs a test body once under plain `std`, or under every interleaving loom
+//! `model` (test builds only) runs a test body once under plain `std`, or under every interleaving loom
 //! explores with `--cfg loom`:
 //!
 //! ```text

@@ -40,13 +40,13 @@ impl MissedTickBehavior {
     }
 }
 
-/// A stream of ticks at `start + k·period`. Created by [`interval`](super::interval),
+/// A stream of ticks at `start + k·period`. Created by [`interval`](fn@super::interval),
 /// [`interval_at`](super::interval_at) or the same methods of a
 /// [`TimerService`](crate::TimerService). `Send + Sync + Unpin`; dropping it cancels its timer.
 ///
 /// # Ticks and missed ticks
 ///
-/// The first tick completes at `start` (at once for [`interval`](super::interval)); each tick
+/// The first tick completes at `start` (at once for [`interval`](fn@super::interval)); each tick
 /// yields the instant it was *scheduled* for, not the time it was observed. When a tick is
 /// yielded so late that the next one is already due (`now >= scheduled + period`), the
 /// [`MissedTickBehavior`] picks the next deadline — tokio's three policies, with tokio's

@@ -1,5 +1,5 @@
-//! Futures (layer 4): [`sleep`], [`timeout`], [`interval`] and their `_until`/`_at` forms,
-//! runtime-agnostic.
+//! Futures (layer 4): [`sleep`](fn@sleep), [`timeout`](fn@timeout), [`interval`](fn@interval)
+//! and their `_until`/`_at` forms, runtime-agnostic.
 //!
 //! They run under any executor — tokio, smol, `futures::executor`, a hand-written one — because
 //! they need no reactor of their own: the [`TimerService`]'s timer thread wakes their `Waker`
@@ -95,7 +95,7 @@ fn new_interval(service: ServiceRef, start: Instant, period: Duration) -> Interv
 
 /// The futures of this module, on this service (its clock, its timer thread).
 impl TimerService {
-    /// [`sleep`] on this service.
+    /// [`sleep`](fn@sleep) on this service.
     pub fn sleep(&self, duration: Duration) -> Sleep {
         Sleep::after(self.service_ref(), duration)
     }
@@ -105,7 +105,7 @@ impl TimerService {
         Sleep::until(self.service_ref(), Some(deadline))
     }
 
-    /// [`timeout`] on this service.
+    /// [`timeout`](fn@timeout) on this service.
     pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
         Timeout::new(future.into_future(), self.sleep(duration))
     }
@@ -119,7 +119,7 @@ impl TimerService {
         Timeout::new(future.into_future(), self.sleep_until(deadline))
     }
 
-    /// [`interval`] on this service.
+    /// [`interval`](fn@interval) on this service.
     pub fn interval(&self, period: Duration) -> Interval {
         new_interval(self.service_ref(), self.now(), period)
     }
@@ -140,7 +140,7 @@ impl TimerService {
 /// assert!(out.is_err());
 /// ```
 pub trait FutureExt: Future + Sized {
-    /// [`timeout`]`(duration, self)`.
+    /// [`timeout`](fn@timeout)`(duration, self)`.
     fn timeout(self, duration: Duration) -> Timeout<Self> {
         timeout(duration, self)
     }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::service::{ServiceRef, TimerHandle};
 use crate::time::NEVER;
 
-/// A future that completes at a deadline (never before it). Created by [`sleep`](super::sleep),
+/// A future that completes at a deadline (never before it). Created by [`sleep`](fn@super::sleep),
 /// [`sleep_until`](super::sleep_until) or the same methods of a
 /// [`TimerService`](crate::TimerService).
 ///
