@@ -260,10 +260,11 @@ fn timer_thread(shared: &Shared) {
 impl Driver for HeapThread {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
+        // Allocated before locking: the timer thread pops under the same lock.
+        let task: Task = Box::new(move || log.fire(id));
         let mut state = self.shared.lock();
         state.sequence += 1;
         let sequence = state.sequence;
-        let task: Task = Box::new(move || log.fire(id));
         state.heap.push(Entry {
             deadline,
             sequence,
