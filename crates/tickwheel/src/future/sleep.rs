@@ -176,6 +176,7 @@ impl Future for Sleep {
                 // makes sure the timer wakes *this* task. If it is gone it fired between the
                 // clock read and the lock (the clock now shows it), or was discarded.
                 if !timer.update_waker(cx.waker()) && this.clock_reached() {
+                    this.timer = None; // known gone: nothing to cancel
                     this.complete();
                     return Poll::Ready(());
                 }

@@ -134,7 +134,6 @@ impl<L: Link, T> Slab<L, T> {
 
     /// The key of the live entry at `index`.
     #[inline]
-    #[allow(dead_code)] // for flavors that keep indices rather than keys
     pub(crate) fn key(&self, index: u32) -> TimerKey {
         TimerKey::new(index, self.entries[index as usize].generation)
     }

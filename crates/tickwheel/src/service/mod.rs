@@ -62,7 +62,7 @@
 //! * `ServiceRef::schedule_waker(tick, Waker)`: a `Sleep`'s timer. It wakes the waker;
 //!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued (`false`
 //!   once it is not). At shutdown a pending one is woken.
-//! * `TimerService::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
+//! * `ServiceRef::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
 //!   `Expire::expire(Expiry::Fired)`; at shutdown a pending one gets
 //!   `expire(Expiry::Discarded)`.
 //!
@@ -113,7 +113,7 @@ pub(crate) use callback::{Expire, Expiry};
 
 use self::core::Core;
 use crate::sync::Arc;
-use crate::time::{Clock, Ticks};
+use crate::time::Ticks;
 use callback::Callback;
 use driver::Shared;
 use shard::{Closed, Shard};
@@ -310,18 +310,6 @@ impl TimerService {
         self.shared.schedule_callback(tick, Callback::new(f), true)
     }
 
-    /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (the
-    /// futures layer's hook: waking a `Waker` costs no worker hand-off). At shutdown a pending
-    /// entry gets `expire(Discarded)`. Ignores the cap.
-    #[allow(dead_code)] // Used by the futures layer.
-    pub(crate) fn schedule_notify(
-        &self,
-        tick: u64,
-        target: std::sync::Arc<dyn Expire>,
-    ) -> TimerHandle {
-        self.shared.schedule_notify(tick, target)
-    }
-
     fn inert_handle(&self) -> TimerHandle {
         self.shared.inert_handle()
     }
@@ -339,12 +327,6 @@ impl TimerService {
     /// The current time of the service's clock.
     pub fn now(&self) -> Instant {
         self.shared.core.clock.now()
-    }
-
-    /// The service's clock.
-    #[allow(dead_code)] // Used by the futures layer.
-    pub(crate) fn clock(&self) -> &std::sync::Arc<dyn Clock> {
-        &self.shared.core.clock
     }
 
     /// Returns once every timer due at the clock's current time has fired **and its callback
@@ -435,8 +417,7 @@ impl TimerService {
 }
 
 impl Shared {
-    /// The one implementation behind [`TimerService::schedule_notify`] and
-    /// [`ServiceRef::schedule_notify`]: after shutdown the target is told `Discarded` and the
+    /// The implementation of [`ServiceRef::schedule_notify`]: after shutdown the target is told `Discarded` and the
     /// handle is inert.
     #[inline]
     fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
@@ -496,7 +477,6 @@ impl Shared {
 /// reference (no reference count touched), any other by a clone of its shared state. It keeps
 /// the queues alive, not the threads: after shutdown it schedules nothing.
 #[derive(Clone)]
-#[allow(dead_code)] // Used by the futures layer.
 pub(crate) enum ServiceRef {
     /// A service that lives forever (the default one).
     Static(&'static Shared),
@@ -504,7 +484,6 @@ pub(crate) enum ServiceRef {
     Owned(Arc<Shared>),
 }
 
-#[allow(dead_code)] // Used by the futures layer.
 impl TimerService {
     /// A `'static` reference to this service's state, for the futures layer.
     pub(crate) fn service_ref(&self) -> ServiceRef {
@@ -518,7 +497,6 @@ impl TimerService {
     }
 }
 
-#[allow(dead_code)] // Used by the futures layer.
 impl ServiceRef {
     #[inline]
     fn shared(&self) -> &Shared {
@@ -535,7 +513,9 @@ impl ServiceRef {
         self.shared().schedule_waker(tick, waker)
     }
 
-    /// [`TimerService::schedule_notify`] on the referenced service.
+    /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (no
+    /// worker hand-off), on the referenced service. At shutdown a pending entry gets
+    /// `expire(Discarded)`. Ignores the cap.
     #[inline]
     pub(crate) fn schedule_notify(
         &self,
@@ -611,15 +591,16 @@ mod tests {
             .build()
             .unwrap();
         let probe = StdArc::new(Probe::default());
+        let notify = service.service_ref(); // how `Deadlines` reaches the service
         let tick = |ms| {
             service
                 .ticks()
                 .delay_tick(clock.now(), Duration::from_millis(ms))
         };
-        let fires = service.schedule_notify(tick(1), probe.clone());
-        let cancelled = service.schedule_notify(tick(1), probe.clone());
-        let moved = service.schedule_notify(tick(1), probe.clone());
-        let pending = service.schedule_notify(tick(50), probe.clone());
+        let fires = notify.schedule_notify(tick(1), probe.clone());
+        let cancelled = notify.schedule_notify(tick(1), probe.clone());
+        let moved = notify.schedule_notify(tick(1), probe.clone());
+        let pending = notify.schedule_notify(tick(50), probe.clone());
         assert!(cancelled.cancel());
         assert!(moved.reset_tick(tick(2)));
         clock.advance(Duration::from_millis(1));
