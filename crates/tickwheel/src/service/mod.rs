@@ -108,7 +108,6 @@ pub use flavor::QueueFlavor;
 pub use handle::TimerHandle;
 pub use stats::{LatenessHistogram, Stats};
 
-#[allow(unused_imports)] // The futures layer's hook.
 pub(crate) use callback::{Expire, Expiry};
 
 use self::core::Core;
