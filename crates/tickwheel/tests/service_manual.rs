@@ -378,24 +378,29 @@ fn shutdown_discards_pending_timers_and_joins() {
     service.shutdown(); // idempotent
 }
 
+/// Each round's callback schedules a due timer, which the timer thread (woken by that
+/// schedule) and `settle` race to drain. `settle` must not return while the timer thread holds
+/// it between the queue and the workers: run often enough that the race is hit.
 #[test]
 fn callbacks_can_schedule_and_settle_waits_for_them() {
-    let (clock, service) = manual();
-    let service = Arc::new(service);
-    let hits = Arc::new(AtomicUsize::new(0));
-    let (s2, h2) = (Arc::downgrade(&service), hits.clone());
-    service.schedule(Duration::from_millis(1), move || {
-        let h3 = h2.clone();
-        if let Some(s) = s2.upgrade() {
-            s.schedule(Duration::ZERO, move || {
-                h3.fetch_add(1, Ordering::SeqCst);
-            });
-        }
-        h2.fetch_add(1, Ordering::SeqCst);
-    });
-    clock.advance(Duration::from_millis(1));
-    service.settle();
-    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    for round in 0..1000 {
+        let (clock, service) = manual();
+        let service = Arc::new(service);
+        let hits = Arc::new(AtomicUsize::new(0));
+        let (s2, h2) = (Arc::downgrade(&service), hits.clone());
+        service.schedule(Duration::from_millis(1), move || {
+            let h3 = h2.clone();
+            if let Some(s) = s2.upgrade() {
+                s.schedule(Duration::ZERO, move || {
+                    h3.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            h2.fetch_add(1, Ordering::SeqCst);
+        });
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(hits.load(Ordering::SeqCst), 2, "round {round}");
+    }
 }
 
 #[test]

@@ -347,7 +347,7 @@ impl TimerService {
                 return;
             }
             self.shared.dispatch.wait_idle();
-            if self.shared.earliest() > self.shared.core.now_tick() {
+            if self.shared.settled(self.shared.core.now_tick()) {
                 return;
             }
         }

@@ -438,7 +438,11 @@ mod tests {
                 let shard = shard.clone();
                 spawn(move || fire(&shard, 1))
             };
-            let cancelled = shard.cancel(key).is_some();
+            let canceller = {
+                let shard = shard.clone();
+                spawn(move || shard.cancel(key).is_some())
+            };
+            let cancelled = canceller.join().unwrap();
             let drained = firer.join().unwrap();
             // true exactly when the callback never ran and never will.
             assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
@@ -458,7 +462,11 @@ mod tests {
                 let shard = shard.clone();
                 spawn(move || fire(&shard, 1))
             };
-            let moved = shard.reset(key, 5);
+            let resetter = {
+                let shard = shard.clone();
+                spawn(move || shard.reset(key, 5))
+            };
+            let moved = resetter.join().unwrap();
             firer.join().unwrap();
             // Reset won: nothing ran at tick 1. Fire won: the reset did nothing.
             assert_eq!(ran.load(Ordering::SeqCst), usize::from(!moved));
@@ -488,7 +496,11 @@ mod tests {
                 let shard = shard.clone();
                 spawn(move || shard.cancel(key).is_some())
             };
-            fire(&shard, 1);
+            let firer = {
+                let shard = shard.clone();
+                spawn(move || fire(&shard, 1))
+            };
+            firer.join().unwrap();
             let cancelled = canceller.join().unwrap();
             waiter.join().unwrap();
             assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
@@ -539,7 +551,11 @@ mod tests {
                 spawn(move || fire_inline(&shard, 1))
             };
             // A `Sleep` polled again from another task brings `second`'s waker.
-            let swapped = shard.update_waker(key, &Waker::from(second.clone()));
+            let swapper = {
+                let (shard, waker) = (shard.clone(), Waker::from(second.clone()));
+                spawn(move || shard.update_waker(key, &waker))
+            };
+            let swapped = swapper.join().unwrap();
             firer.join().unwrap();
             // Swapped first: the new task is woken. Fired first: the old one was, and the
             // poll sees its entry gone (and the clock past the deadline).
@@ -564,7 +580,11 @@ mod tests {
                 spawn(move || fire_inline(&shard, 1))
             };
             // The `Sleep` is dropped: it cancels its entry if still queued.
-            let cancelled = shard.cancel(key).is_some();
+            let dropper = {
+                let shard = shard.clone();
+                spawn(move || shard.cancel(key).is_some())
+            };
+            let cancelled = dropper.join().unwrap();
             firer.join().unwrap();
             assert_eq!(wakes(&count), usize::from(!cancelled));
             // The waker was dropped once, by whichever side had the entry.

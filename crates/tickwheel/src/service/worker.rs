@@ -16,7 +16,7 @@
 //! # Idle
 //!
 //! `in_flight` counts callbacks pushed but not finished; `settle` waits on `idle` until it is
-//! zero. Idle workers block on a condition variable: no polling.
+//! zero, then checks under the driver's drain lock that it still is and nothing is due. Idle workers block on a condition variable: no polling.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -106,6 +106,11 @@ impl Dispatch {
         while q.in_flight > 0 {
             q = wait(&self.idle, q);
         }
+    }
+
+    /// Whether no callback is queued or running.
+    pub(crate) fn is_idle(&self) -> bool {
+        lock(&self.queue).in_flight == 0
     }
 
     /// Tells the workers to finish the queued batches and exit.
