@@ -208,6 +208,12 @@ fn the_hashed_wheel_flavor_keeps_the_same_contract() {
     run_random_deadlines(2, QueueFlavor::HashedWheel, 4);
 }
 
+/// 8 slots for delays of up to 1000 ticks: most timers wait out many rotations.
+#[test]
+fn a_hashed_wheel_with_few_slots_keeps_the_same_contract() {
+    run_random_deadlines(2, QueueFlavor::HashedWheelWithSlots(8), 5);
+}
+
 #[test]
 fn duration_max_and_far_future_never_fire_and_never_overflow() {
     let (clock, service) =

@@ -20,6 +20,10 @@ pub enum QueueFlavor {
     /// the slot count in ticks; long delays at a fine resolution make it scan long slots every
     /// tick (measured: 1 s delays at 10 µs resolution fell tens of seconds behind).
     HashedWheel,
+    /// The [`HashedWheel`] with `slots` slots, rounded up to a power of two and clamped to
+    /// `1..=`[`HashedWheel::MAX_SLOTS`] (as [`HashedWheel::with_slots`] does). Choose about
+    /// the longest common delay in ticks, so that most timers wait less than a rotation.
+    HashedWheelWithSlots(usize),
 }
 
 /// One queue of whichever flavor.
@@ -45,6 +49,9 @@ impl<T> AnyQueue<T> {
             QueueFlavor::Wheel => AnyQueue::Wheel(Wheel::new()),
             QueueFlavor::Heap => AnyQueue::Heap(Heap::new()),
             QueueFlavor::HashedWheel => AnyQueue::Hashed(HashedWheel::new()),
+            QueueFlavor::HashedWheelWithSlots(slots) => {
+                AnyQueue::Hashed(HashedWheel::with_slots(slots))
+            }
         }
     }
 
