@@ -16,7 +16,8 @@
 //! # Idle
 //!
 //! `in_flight` counts callbacks pushed but not finished; `settle` waits on `idle` until it is
-//! zero, then checks under the driver's drain lock that it still is and nothing is due. Idle workers block on a condition variable: no polling.
+//! zero, then checks under the driver's drain lock that it still is and nothing is due.
+//! Idle workers block on a condition variable: no polling.
 
 use std::any::Any;
 use std::collections::VecDeque;
