@@ -397,7 +397,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::sync::{model, spawn, AtomicUsize};
+    use crate::sync::{model, spawn, AtomicUsize, JoinHandle};
     use crate::time::{ManualClock, Ticks};
 
     fn shard() -> Arc<Shard> {
@@ -428,20 +428,24 @@ mod tests {
         n
     }
 
+    /// Runs `f` on `shard` in a spawned thread: one side of a race. Every side of a race
+    /// runs this way, none on the model's main thread (see [`crate::sync`]).
+    fn race<T: Send + 'static>(
+        shard: &Arc<Shard>,
+        f: impl FnOnce(&Shard) -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        let shard = shard.clone();
+        spawn(move || f(&shard))
+    }
+
     #[test]
     fn loom_cancel_vs_fire_decides_exactly_once() {
         model(|| {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
             let key = counting(&shard, 1, &ran);
-            let firer = {
-                let shard = shard.clone();
-                spawn(move || fire(&shard, 1))
-            };
-            let canceller = {
-                let shard = shard.clone();
-                spawn(move || shard.cancel(key).is_some())
-            };
+            let firer = race(&shard, |shard| fire(shard, 1));
+            let canceller = race(&shard, move |shard| shard.cancel(key).is_some());
             let cancelled = canceller.join().unwrap();
             let drained = firer.join().unwrap();
             // true exactly when the callback never ran and never will.
@@ -458,14 +462,8 @@ mod tests {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
             let key = counting(&shard, 1, &ran);
-            let firer = {
-                let shard = shard.clone();
-                spawn(move || fire(&shard, 1))
-            };
-            let resetter = {
-                let shard = shard.clone();
-                spawn(move || shard.reset(key, 5))
-            };
+            let firer = race(&shard, |shard| fire(shard, 1));
+            let resetter = race(&shard, move |shard| shard.reset(key, 5));
             let moved = resetter.join().unwrap();
             firer.join().unwrap();
             // Reset won: nothing ran at tick 1. Fire won: the reset did nothing.
@@ -482,24 +480,15 @@ mod tests {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
             let key = counting(&shard, 1, &ran);
-            let waiter = {
-                let shard = shard.clone();
-                spawn(move || {
-                    if let Some(slot) = shard.register_waiter(key) {
-                        slot.block();
-                    }
-                    // Released only once the timer left the queue.
-                    assert!(shard.deadline(key).is_none());
-                })
-            };
-            let canceller = {
-                let shard = shard.clone();
-                spawn(move || shard.cancel(key).is_some())
-            };
-            let firer = {
-                let shard = shard.clone();
-                spawn(move || fire(&shard, 1))
-            };
+            let waiter = race(&shard, move |shard| {
+                if let Some(slot) = shard.register_waiter(key) {
+                    slot.block();
+                }
+                // Released only once the timer left the queue.
+                assert!(shard.deadline(key).is_none());
+            });
+            let canceller = race(&shard, move |shard| shard.cancel(key).is_some());
+            let firer = race(&shard, |shard| fire(shard, 1));
             firer.join().unwrap();
             let cancelled = canceller.join().unwrap();
             waiter.join().unwrap();
@@ -546,15 +535,10 @@ mod tests {
             let shard = shard();
             let (first, second) = (count_wake(), count_wake());
             let key = waker_entry(&shard, 1, &first);
-            let firer = {
-                let shard = shard.clone();
-                spawn(move || fire_inline(&shard, 1))
-            };
+            let firer = race(&shard, |shard| fire_inline(shard, 1));
             // A `Sleep` polled again from another task brings `second`'s waker.
-            let swapper = {
-                let (shard, waker) = (shard.clone(), Waker::from(second.clone()));
-                spawn(move || shard.update_waker(key, &waker))
-            };
+            let waker = Waker::from(second.clone());
+            let swapper = race(&shard, move |shard| shard.update_waker(key, &waker));
             let swapped = swapper.join().unwrap();
             firer.join().unwrap();
             // Swapped first: the new task is woken. Fired first: the old one was, and the
@@ -575,15 +559,9 @@ mod tests {
             let shard = shard();
             let count = count_wake();
             let key = waker_entry(&shard, 1, &count);
-            let firer = {
-                let shard = shard.clone();
-                spawn(move || fire_inline(&shard, 1))
-            };
+            let firer = race(&shard, |shard| fire_inline(shard, 1));
             // The `Sleep` is dropped: it cancels its entry if still queued.
-            let dropper = {
-                let shard = shard.clone();
-                spawn(move || shard.cancel(key).is_some())
-            };
+            let dropper = race(&shard, move |shard| shard.cancel(key).is_some());
             let cancelled = dropper.join().unwrap();
             firer.join().unwrap();
             assert_eq!(wakes(&count), usize::from(!cancelled));
