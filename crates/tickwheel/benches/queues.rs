@@ -3,6 +3,9 @@
 //!
 //! * **W1 schedule+cancel**: insert N timers with delays uniform in [1, 60000], then remove
 //!   them all in a seeded random order. Timed: the inserts and the removes.
+//! * **W1 steady state**: the same on a queue that already held N timers, cancelled in another
+//!   random order and polled past: every insert reuses memory freed in random order, as in a
+//!   long-running program. Timed: the inserts and the removes.
 //! * **W2 schedule+fire**: insert N timers with delays uniform in [1, 10000], then poll tick by
 //!   tick until all have fired (counted, and checked against N). Timed: inserts and polls.
 //! * **W3 reset**: N live timers with delays uniform in [1, 30000], then N resets of random
@@ -192,16 +195,34 @@ impl SplitMix64 {
 /// W1: insert all, cancel all in `order`.
 fn w1<Q: BenchQueue>(delays: &[u64], order: &[usize]) -> Q {
     let mut q = Q::make();
+    w1_on(&mut q, delays, order, 0);
+    q
+}
+
+/// W1's operations on `q`, deadlines `base + delay`.
+fn w1_on<Q: BenchQueue>(q: &mut Q, delays: &[u64], order: &[usize], base: u64) {
     let keys: Vec<Q::Key> = delays
         .iter()
         .enumerate()
-        .map(|(i, &d)| q.insert(d, i as u32))
+        .map(|(i, &d)| q.insert(base + d, i as u32))
         .collect();
     for &i in order {
         black_box(q.cancel(keys[i]));
     }
+}
+
+/// W1 steady-state setup: a queue that already held N timers, cancelled in `churn` order,
+/// and then polled past them all (so the lazy heap drops its stale entries too). Every insert
+/// of the timed W1 then reuses memory freed in random order, as in a long-running program.
+fn w1_warm_setup<Q: BenchQueue>(delays: &[u64], churn: &[usize]) -> Q {
+    let mut q = Q::make();
+    w1_on(&mut q, delays, churn, 0);
+    while q.poll(W1_WARM_BASE).is_some() {}
     q
 }
+
+/// Where the steady-state W1's deadlines start: past every deadline of its setup.
+const W1_WARM_BASE: u64 = 60_001;
 
 /// W2: insert all, poll every tick up to the latest delay; returns the queue and the count.
 fn w2<Q: BenchQueue>(delays: &[u64], horizon: u64) -> (Q, usize) {
@@ -288,6 +309,30 @@ fn bench_w1(c: &mut Criterion) {
     group.finish();
 }
 
+fn bench_w1_warm(c: &mut Criterion) {
+    let mut group = c.benchmark_group("W1_steady_state");
+    for n in SIZES {
+        let mut rng = SplitMix64(1);
+        let delays = rng.delays(n, 60_000);
+        let order = rng.permutation(n);
+        let churn = rng.permutation(n);
+        group.throughput(Throughput::Elements(n as u64));
+        for_each_queue!(|name, Q| {
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter_batched(
+                    || w1_warm_setup::<Q>(&delays, &churn),
+                    |mut q| {
+                        w1_on(&mut q, &delays, &order, W1_WARM_BASE);
+                        q
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
 fn bench_w2(c: &mut Criterion) {
     let mut group = c.benchmark_group("W2_schedule_fire");
     for n in SIZES {
@@ -345,6 +390,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = queues;
     config = config();
-    targets = bench_w1, bench_w2, bench_w3
+    targets = bench_w1, bench_w1_warm, bench_w2, bench_w3
 }
 criterion_main!(queues);

@@ -49,7 +49,7 @@
 
 use core::fmt;
 
-use super::slab::{Link, Slab, NIL};
+use super::slab::{Slab, NIL};
 use super::{TimerKey, TimerQueue};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -57,29 +57,12 @@ use alloc::vec::Vec;
 /// Bits in one bitmap word.
 const WORD_BITS: usize = u64::BITS as usize;
 
-/// The slab link: list neighbours and the effective deadline; `next` threads the free list
-/// while the entry is vacant.
+/// The slab link: list neighbours and the effective deadline.
 #[derive(Clone, Copy)]
 struct HashLink {
     next: u32,
     prev: u32,
     deadline: u64,
-}
-
-impl Link for HashLink {
-    #[inline]
-    fn vacant(next_free: u32) -> Self {
-        HashLink {
-            next: next_free,
-            prev: NIL,
-            deadline: 0,
-        }
-    }
-
-    #[inline]
-    fn next_free(&self) -> u32 {
-        self.next
-    }
 }
 
 /// Head and tail of one doubly linked list of slab entries.

@@ -10,7 +10,7 @@
 //! [`next_expiration`](TimerQueue::next_expiration) is exact.
 //!
 //! The timer values live in the shared slab; each occupied slab entry's link holds the heap
-//! position of its node (a vacant entry's link threads the slab's free list), so
+//! position of its node, so
 //! [`remove`](TimerQueue::remove) and [`reset`](TimerQueue::reset) find their node in O(1) and
 //! restore the heap in O(log n). Four children a node halve the depth of a binary heap and keep
 //! the children of a node in one or two cache lines (the usual d-ary heap trade: a few more
@@ -26,7 +26,7 @@
 
 use core::fmt;
 
-use super::slab::{Link, Slab};
+use super::slab::Slab;
 use super::{TimerKey, TimerQueue};
 use alloc::vec::Vec;
 
@@ -52,21 +52,9 @@ impl Node {
     }
 }
 
-/// The slab link: the node's heap position while occupied, the next free entry while vacant.
+/// The slab link: the node's position in the heap.
 #[derive(Clone, Copy)]
 struct HeapPos(u32);
-
-impl Link for HeapPos {
-    #[inline]
-    fn vacant(next_free: u32) -> Self {
-        HeapPos(next_free)
-    }
-
-    #[inline]
-    fn next_free(&self) -> u32 {
-        self.0
-    }
-}
 
 /// An indexed 4-ary min-heap of timers: O(log n) insert, remove, reset and expiry, exact
 /// [`next_expiration`](TimerQueue::next_expiration).

@@ -2,11 +2,17 @@
 //!
 //! # Implementation
 //!
-//! Entries live in one `Vec`. A vacant entry holds no value and sits on a singly linked free
-//! list threaded through its link field ([`Link::next_free`]), so insert and remove never
-//! allocate once the vector has grown to the high-water mark (slab's design). An insert that
-//! pops the free list prefetches the new head for the next insert: in a service another
-//! thread freed it, and it is usually in another core's cache (docs/DESIGN-NOTES.md).
+//! Entries live in one `Vec`. A vacant entry holds no value; its index waits on a stack of
+//! free indices (last freed on top), so insert and remove never allocate once both vectors
+//! have grown to the high-water mark. The stack is a separate `Vec<u32>`, not a list threaded
+//! through the vacant entries as in the `slab` crate: popping a threaded list reads the entry
+//! it pops to find the next head, so after frees in random order (timers fire in deadline
+//! order, not insertion order) every insert waited for the previous one's cache miss. Popping
+//! the stack reads memory that is already in cache, and the inserts' misses overlap
+//! (docs/DESIGN-NOTES.md, "Why is the free list a stack of indices?"). It costs 4 bytes per
+//! vacant entry. An insert prefetches the entry the insert [`PREFETCH_AHEAD`] pops later will
+//! reuse — the stack knows it already — so a run of inserts finds its entries in cache; in a
+//! service another thread freed them, and they are often in another core's cache.
 //!
 //! # Generations
 //!
@@ -27,38 +33,43 @@ use super::TimerKey;
 /// The "no entry" index: list ends, empty free list. No entry is ever stored at it.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// How many pops ahead an insert prefetches the entry it will reuse: far enough for the
+/// miss to be over when that insert comes (in a loop of inserts), near enough that frees in
+/// between rarely bury it. 8 measured best of 1, 4, 8 and 16 (docs/DESIGN-NOTES.md).
+const PREFETCH_AHEAD: usize = 8;
+
 /// The largest generation an entry may reach before it is retired.
 const MAX_GENERATION: u32 = u32::MAX;
 
-/// The per-queue link data of an entry; while vacant it threads the free list.
-pub(crate) trait Link: Copy {
-    /// The link of a vacant entry pointing at the next vacant entry.
-    fn vacant(next_free: u32) -> Self;
-    /// The next vacant entry, read from a vacant entry's link.
-    fn next_free(&self) -> u32;
-}
-
+/// A slot of the slab. `link` is the queue's own per-timer data (meaningless while vacant).
 pub(crate) struct Entry<L, T> {
     pub(crate) link: L,
     generation: u32,
     pub(crate) value: Option<T>,
 }
 
+impl<L, T> Entry<L, T> {
+    /// Vacant and not retired: may go on the free list.
+    fn vacant_for_reuse(&self) -> bool {
+        self.value.is_none() && self.generation < MAX_GENERATION
+    }
+}
+
 pub(crate) struct Slab<L, T> {
     entries: Vec<Entry<L, T>>,
-    /// Head of the free list, or [`NIL`].
-    free: u32,
+    /// Vacant entries' indices, the last freed on top.
+    free: Vec<u32>,
     /// Occupied entries.
     len: usize,
     /// Generation of an entry pushed past the end; raised by `shrink_to_fit`.
     fresh_generation: u32,
 }
 
-impl<L: Link, T> Slab<L, T> {
+impl<L, T> Slab<L, T> {
     pub(crate) const fn new() -> Self {
         Slab {
             entries: Vec::new(),
-            free: NIL,
+            free: Vec::new(),
             len: 0,
             fresh_generation: 1,
         }
@@ -89,18 +100,19 @@ impl<L: Link, T> Slab<L, T> {
     #[inline]
     pub(crate) fn insert(&mut self, link: L, value: T) -> (u32, TimerKey) {
         self.len += 1;
-        if self.free != NIL {
-            let index = self.free;
+        if let Some(index) = self.free.pop() {
+            if let Some(ahead) = self.free.len().checked_sub(PREFETCH_AHEAD) {
+                prefetch(
+                    self.entries
+                        .as_ptr()
+                        .wrapping_add(self.free[ahead] as usize),
+                );
+            }
             let entry = &mut self.entries[index as usize];
-            self.free = entry.link.next_free();
             entry.generation += 1;
             entry.link = link;
             entry.value = Some(value);
-            let key = TimerKey::new(index, entry.generation);
-            if self.free != NIL {
-                prefetch(self.entries.as_ptr().wrapping_add(self.free as usize));
-            }
-            return (index, key);
+            return (index, TimerKey::new(index, entry.generation));
         }
         let index = u32::try_from(self.entries.len())
             .ok()
@@ -157,8 +169,10 @@ impl<L: Link, T> Slab<L, T> {
         debug_assert!(value.is_some(), "slab: freeing a vacant entry");
         self.len -= 1;
         if entry.generation < MAX_GENERATION {
-            entry.link = L::vacant(self.free);
-            self.free = index;
+            if self.free.len() == self.free.capacity() {
+                grow(&mut self.free);
+            }
+            self.free.push(index);
         }
         // Only live entries are ever freed, so `value` is `Some`; `expect` documents it.
         value.expect("slab: freeing a vacant entry")
@@ -196,21 +210,38 @@ impl<L: Link, T> Slab<L, T> {
         self.fresh_generation = self.fresh_generation.max(dropped_max.saturating_add(1));
         self.entries.truncate(keep);
         self.entries.shrink_to_fit();
-        // Rebuild the free list over what is left, lowest index first.
-        self.free = NIL;
-        for index in (0..keep).rev() {
-            let entry = &mut self.entries[index];
-            if entry.value.is_none() && entry.generation < MAX_GENERATION {
-                entry.link = L::vacant(self.free);
-                self.free = index as u32;
-            }
-        }
+        // Rebuild the free list over what is left, lowest index on top.
+        self.free.clear();
+        self.free.extend(
+            (0..keep as u32)
+                .rev()
+                .filter(|&i| self.entries[i as usize].vacant_for_reuse()),
+        );
+        self.free.shrink_to_fit();
     }
 }
 
-/// Asks the CPU to start loading the free list's new head, which the next insert reads. In
-/// a service the timer thread frees entries and a producer thread reuses them, so the head
-/// is usually in another core's cache: without this every insert waits for that transfer.
+/// Doubles a full vector by allocating a new one and copying, not by `realloc`.
+///
+/// `realloc` serves the block from the arena that allocated it, and under glibc a large
+/// request first consolidates every small block freed into that arena since the last one. In a
+/// timer service that arena is the producer's, and the small blocks are the callbacks the
+/// workers freed: hundreds of thousands of them, tens of milliseconds spent by the timer
+/// thread: with W4 at 10^6 timers, drains of ~1000 timers took 20–30 ms of CPU every ~128
+/// ticks (timed with temporary instrumentation of the timer thread, not kept; what stays
+/// reproducible is `examples/delayed_tasks.rs`, whose p99 fell from ~35 ms to ~1.5 ms with
+/// this and paced absorption). A fresh allocation comes from the growing thread's own arena.
+#[cold]
+#[inline(never)]
+pub(crate) fn grow<T: Copy>(items: &mut Vec<T>) {
+    let mut grown = Vec::with_capacity((2 * items.capacity()).max(8));
+    grown.extend_from_slice(items);
+    *items = grown;
+}
+
+/// Asks the CPU to start loading the entry a coming insert reuses. In a service the timer
+/// thread frees entries and a producer thread reuses them, so the entry is often in another
+/// core's cache, and after frees in deadline order it is a random one of the slab's.
 #[inline(always)]
 fn prefetch<T>(ptr: *const T) {
     #[cfg(target_arch = "x86_64")]
@@ -227,25 +258,18 @@ fn prefetch<T>(ptr: *const T) {
 mod tests {
     use super::*;
 
+    /// A stand-in for a queue's link; the slab never looks at it.
     #[derive(Clone, Copy)]
-    struct Next(u32);
-    impl Link for Next {
-        fn vacant(next_free: u32) -> Self {
-            Next(next_free)
-        }
-        fn next_free(&self) -> u32 {
-            self.0
-        }
-    }
+    struct Next;
 
     #[test]
     fn reuse_bumps_generation_and_stales_old_keys() {
         let mut slab: Slab<Next, &str> = Slab::new();
-        let (i, a) = slab.insert(Next(0), "a");
+        let (i, a) = slab.insert(Next, "a");
         assert_eq!(slab.find(a), Some(i));
         assert_eq!(slab.remove(i), "a");
         assert_eq!(slab.find(a), None);
-        let (j, b) = slab.insert(Next(0), "b");
+        let (j, b) = slab.insert(Next, "b");
         assert_eq!(i, j, "the free entry is reused");
         assert_ne!(a, b);
         assert_eq!(slab.find(a), None);
@@ -254,37 +278,62 @@ mod tests {
 
     #[test]
     fn free_list_is_reused_last_freed_first() {
-        // Popping a head with more behind it prefetches the next one (the `unsafe` hint that
-        // Miri runs over in CI).
+        // Popping with more than PREFETCH_AHEAD behind prefetches one of them (the `unsafe`
+        // hint that Miri runs over in CI).
         let mut slab: Slab<Next, u32> = Slab::new();
-        let indices: Vec<u32> = (0..4).map(|v| slab.insert(Next(0), v).0).collect();
-        for &i in &indices[..3] {
+        let indices: Vec<u32> = (0..13).map(|v| slab.insert(Next, v).0).collect();
+        for &i in &indices[..12] {
             slab.remove(i);
         }
-        let reused: Vec<u32> = (10..13).map(|v| slab.insert(Next(0), v).0).collect();
-        assert_eq!(reused, [indices[2], indices[1], indices[0]]);
-        assert_eq!(slab.len(), 4);
-        let (fresh, _) = slab.insert(Next(0), 13);
-        assert_eq!(fresh, 4, "an empty free list grows the slab");
+        let reused: Vec<u32> = (20..32).map(|v| slab.insert(Next, v).0).collect();
+        let expected: Vec<u32> = indices[..12].iter().rev().copied().collect();
+        assert_eq!(reused, expected);
+        assert_eq!(slab.len(), 13);
+        let (fresh, _) = slab.insert(Next, 99);
+        assert_eq!(fresh, 13, "an empty free list grows the slab");
     }
 
     #[test]
     fn exhausted_generation_is_retired() {
         let mut slab: Slab<Next, u8> = Slab::new();
-        let (i, _) = slab.insert(Next(0), 1);
+        let (i, _) = slab.insert(Next, 1);
         slab.entries[i as usize].generation = MAX_GENERATION;
         let last = slab.key(i);
         slab.remove(i);
-        let (j, fresh) = slab.insert(Next(0), 2);
+        let (j, fresh) = slab.insert(Next, 2);
         assert_ne!(i, j, "a retired entry is never handed out again");
         assert_eq!(slab.find(last), None);
         assert_eq!(slab.find(fresh), Some(j));
     }
 
     #[test]
+    fn shrink_rebuilds_the_free_stack_lowest_index_first_without_retired_entries() {
+        let mut slab: Slab<Next, u32> = Slab::new();
+        for v in 0..6 {
+            slab.insert(Next, v);
+        }
+        slab.entries[2].generation = MAX_GENERATION;
+        for i in [1, 2, 3, 5] {
+            slab.remove(i);
+        }
+        slab.shrink_to_fit();
+        assert_eq!(slab.entries.len(), 5, "the vacant tail (5) is dropped");
+        assert!(
+            slab.free.capacity() < 8,
+            "the stack is shrunk too (it grew to 8)"
+        );
+        let reused: Vec<u32> = (0..3).map(|v| slab.insert(Next, v).0).collect();
+        assert_eq!(
+            reused,
+            [1, 3, 5],
+            "lowest first, retired 2 skipped, then growth"
+        );
+    }
+
+    #[test]
     fn shrink_keeps_stale_keys_stale() {
         let mut slab: Slab<Next, u8> = Slab::new();
-        let keys: Vec<_> = (0..4).map(|v| slab.insert(Next(0), v)).collect();
+        let keys: Vec<_> = (0..4).map(|v| slab.insert(Next, v)).collect();
         for &(i, _) in &keys[1..] {
             slab.remove(i);
         }
@@ -292,7 +341,7 @@ mod tests {
         assert_eq!(slab.entries.len(), 1);
         assert_eq!(slab.find(keys[0].1), Some(0));
         for _ in 0..3 {
-            let (i, k) = slab.insert(Next(0), 9);
+            let (i, k) = slab.insert(Next, 9);
             assert!(
                 keys.iter().all(|&(_, old)| old != k),
                 "index {i} reissued a stale key"

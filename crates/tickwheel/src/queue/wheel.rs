@@ -86,14 +86,15 @@
 //! timer is moved at most once a level. Memory a pending timer: an 8-byte item plus a slab
 //! entry of 20 bytes (deadline, slot, position, generation) and the value as `Option<T>`: 28
 //! bytes, plus `T`'s tag where `T` has no niche, plus at most as much again in stale items
-//! awaiting compaction. The wheel itself is `LEVELS * RING` slot headers (44 KiB), allocated
-//! once.
+//! awaiting compaction. A freed timer's entry stays in the slab for reuse, with 4 bytes on the
+//! slab's free stack, until [`shrink_to_fit`](TimerQueue::shrink_to_fit). The wheel itself is
+//! `LEVELS * RING` slot headers (44 KiB), allocated once.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::slab::{Link, Slab, NIL};
+use super::slab::{grow, Slab, NIL};
 use super::{TimerKey, TimerQueue};
 
 /// Bits of the deadline resolved by one level.
@@ -125,20 +126,13 @@ struct Node {
     pos: u32,
 }
 
-impl Link for Node {
-    #[inline]
-    fn vacant(next_free: u32) -> Node {
-        Node {
-            deadline: 0,
-            slot: NIL,
-            pos: next_free,
-        }
-    }
-
-    #[inline]
-    fn next_free(&self) -> u32 {
-        self.pos
-    }
+impl Node {
+    /// The link of a timer not yet placed in a slot: [`Wheel::link_at`] fills it in.
+    const UNLINKED: Node = Node {
+        deadline: 0,
+        slot: NIL,
+        pos: NIL,
+    };
 }
 
 /// One slot: items in insertion order, some of them stale.
@@ -183,24 +177,6 @@ pub(crate) fn parent(tick: u64, level: usize) -> u64 {
 #[inline]
 pub(crate) fn start(index: u64, level: usize) -> u64 {
     u64::try_from(u128::from(index) << shift(level)).unwrap_or(u64::MAX)
-}
-
-/// Doubles a full slot vector by allocating a new one and copying, not by `realloc`.
-///
-/// `realloc` serves the block from the arena that allocated it, and under glibc a large
-/// request first consolidates every small block freed into that arena since the last one. In a
-/// timer service that arena is the producer's, and the small blocks are the callbacks the
-/// workers freed: hundreds of thousands of them, tens of milliseconds spent by the timer
-/// thread: with W4 at 10^6 timers, drains of ~1000 timers took 20–30 ms of CPU every ~128
-/// ticks (timed with temporary instrumentation of the timer thread, not kept; what stays
-/// reproducible is `examples/delayed_tasks.rs`, whose p99 fell from ~35 ms to ~1.5 ms with
-/// this and paced absorption). A fresh allocation comes from the growing thread's own arena.
-#[cold]
-#[inline(never)]
-fn grow(items: &mut Vec<TimerKey>) {
-    let mut grown = Vec::with_capacity((2 * items.capacity()).max(8));
-    grown.extend_from_slice(items);
-    *items = grown;
 }
 
 /// The ring slot of slot index `index`.
@@ -584,7 +560,7 @@ impl<T> Wheel<T> {
 impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let (_, key) = self.slab.insert(Node::vacant(NIL), value);
+        let (_, key) = self.slab.insert(Node::UNLINKED, value);
         let deadline = deadline.max(self.now);
         self.link_at(key, deadline, self.level_of(deadline));
         key
