@@ -30,7 +30,8 @@ use alloc::vec::Vec;
 
 use super::TimerKey;
 
-/// The "no entry" index: list ends, empty free list. No entry is ever stored at it.
+/// The "no entry" index (the queues use it for list ends and unplaced links). No entry is
+/// ever stored at it.
 pub(crate) const NIL: u32 = u32::MAX;
 
 /// How many pops ahead an insert prefetches the entry it will reuse: far enough for the
