@@ -431,3 +431,72 @@ fn stats_count_and_high_water() {
     assert_eq!(stats.lateness.count(), 90);
     assert!(stats.lateness.max() <= Duration::from_millis(9));
 }
+
+#[test]
+fn shrink_to_fit_returns_the_memory_of_gone_timers_and_keeps_pending_ones() {
+    for flavor in [
+        QueueFlavor::Wheel,
+        QueueFlavor::Heap,
+        QueueFlavor::HashedWheel,
+    ] {
+        let (clock, service) = manual_with(TimerService::builder().queue(flavor));
+        let runs = Arc::new(AtomicUsize::new(0));
+        // Scheduled first, so it has the lowest entry and the burst is the queue's tail.
+        let survivor = service.schedule(Duration::from_secs(60), counting(&runs));
+        let burst: Vec<_> = (0..10_000)
+            .map(|_| service.schedule(Duration::from_millis(1), counting(&runs)))
+            .collect();
+        clock.advance(Duration::from_millis(1));
+        service.settle();
+        assert_eq!(runs.load(Ordering::SeqCst), 10_000);
+        let before = service.stats();
+        assert_eq!(before.pending, 1);
+        assert!(before.capacity > 10_000, "{flavor:?}: {}", before.capacity);
+
+        service.shrink_to_fit();
+        let after = service.stats();
+        assert!(after.capacity < 100, "{flavor:?}: {}", after.capacity);
+        assert_eq!(after.pending, 1);
+        assert!(
+            burst.iter().all(|h| !h.cancel()),
+            "fired handles stay stale"
+        );
+        assert!(survivor.is_pending());
+
+        let later = service.schedule(Duration::from_secs(1), counting(&runs));
+        clock.advance(Duration::from_secs(60));
+        service.settle();
+        assert_eq!(runs.load(Ordering::SeqCst), 10_002, "{flavor:?}");
+        assert!(!survivor.cancel() && !later.cancel());
+    }
+}
+
+#[test]
+fn after_shrink_to_fit_new_timers_take_low_entries_so_a_later_call_frees_the_tail() {
+    let (clock, service) = manual();
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..10_000 {
+        service.schedule(Duration::from_millis(1), counting(&runs));
+    }
+    // The last entry stays in use past the burst, pinning the queue's tail.
+    service.schedule(Duration::from_millis(2), counting(&runs));
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    service.shrink_to_fit();
+    assert!(
+        service.stats().capacity > 10_000,
+        "the tail is still in use"
+    );
+
+    // These reuse the lowest entries, not the last freed (the end of the burst).
+    for _ in 0..100 {
+        service.schedule(Duration::from_secs(60), counting(&runs));
+    }
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    assert_eq!(runs.load(Ordering::SeqCst), 10_001);
+    service.shrink_to_fit();
+    let stats = service.stats();
+    assert_eq!(stats.pending, 100);
+    assert!(stats.capacity < 1_000, "{}", stats.capacity);
+}

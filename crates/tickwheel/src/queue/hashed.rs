@@ -146,6 +146,11 @@ impl<T> HashedWheel<T> {
         HashedWheel::with_slots_and_start(Self::DEFAULT_SLOTS, 0)
     }
 
+    /// How many timers the slab holds room for without allocating.
+    pub fn capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
     /// An empty wheel at tick 0 with `slots` rounded up to a power of two, at least 1 and at
     /// most [`MAX_SLOTS`](Self::MAX_SLOTS).
     ///

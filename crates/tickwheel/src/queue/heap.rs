@@ -108,6 +108,11 @@ impl<T> Heap<T> {
         }
     }
 
+    /// How many timers the slab holds room for without allocating.
+    pub fn capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
     /// An empty heap whose clock starts at tick `start` ([`now()`](TimerQueue::now)` == start`).
     ///
     /// ```

@@ -55,6 +55,15 @@ impl<T> AnyQueue<T> {
         }
     }
 
+    /// Timers the queue holds memory for, pending or vacant.
+    pub(crate) fn capacity(&self) -> usize {
+        each!(self, q => q.capacity())
+    }
+
+    pub(crate) fn shrink_to_fit(&mut self) {
+        each!(self, q => q.shrink_to_fit())
+    }
+
     #[inline]
     pub(crate) fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         each!(self, q => q.insert(deadline, value))

@@ -360,6 +360,7 @@ impl TimerService {
             let c = shard.counts();
             stats.pending += c.pending;
             stats.high_water += c.high_water;
+            stats.capacity += c.capacity;
             stats.scheduled += c.scheduled;
             stats.cancelled += c.cancelled;
         }
@@ -371,6 +372,21 @@ impl TimerService {
         stats.fired += self.shared.notified.load(StdOrdering::Relaxed);
         stats.discarded = self.shared.discarded.load(StdOrdering::Relaxed);
         stats
+    }
+
+    /// Gives back memory held for timers that are gone: after a burst, the queues keep the
+    /// entries of fired and cancelled timers for reuse ([`Stats::capacity`]), and this returns
+    /// what it can. Pending timers, their handles and futures are unaffected.
+    ///
+    /// A queue can return only the entries past its last pending timer (a timer's handle names
+    /// its entry, so entries are never moved). So each call also makes the next timers reuse
+    /// the lowest free entries first: the tail empties as its timers leave, and a later call
+    /// returns it. Call it now and then after a burst (say once a minute), not on a hot path:
+    /// it takes each shard's lock in turn for time linear in what that shard holds.
+    pub fn shrink_to_fit(&self) {
+        for shard in self.shared.shards.iter() {
+            shard.shrink_to_fit();
+        }
     }
 
     /// Stops the service: see [Shutdown](self#shutdown). Idempotent; returns once every thread

@@ -119,6 +119,7 @@ impl Closed {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ShardCounts {
     pub(crate) pending: usize,
+    pub(crate) capacity: usize,
     pub(crate) high_water: usize,
     pub(crate) scheduled: u64,
     pub(crate) cancelled: u64,
@@ -358,10 +359,19 @@ impl Shard {
         closed
     }
 
+    /// Gives back the memory of timers that are gone, as far as the queue can (see
+    /// [`TimerService::shrink_to_fit`](crate::TimerService::shrink_to_fit)).
+    pub(crate) fn shrink_to_fit(&self) {
+        let mut st = lock(&self.state);
+        st.queue.shrink_to_fit();
+        st.waiters.shrink_to_fit();
+    }
+
     pub(crate) fn counts(&self) -> ShardCounts {
         let st = lock(&self.state);
         ShardCounts {
             pending: st.queue.len(),
+            capacity: st.queue.capacity(),
             high_water: st.high_water,
             scheduled: st.scheduled,
             cancelled: st.cancelled,
