@@ -8,6 +8,9 @@
 //! * `sleep_poll_drop`: create a 10 s sleep, poll it once with a no-op waker (that registers
 //!   its timer), drop it (that cancels it).
 //! * `timeout_ready`: `timeout(10 s, std::future::ready(1))` polled once (completes).
+//! * `clock_read`: `Instant::now()` alone, the floor under all three: both libraries read
+//!   the clock when a sleep or timeout is created (the deadline counts from creation), so
+//!   neither can be faster than this.
 //!
 //! tickwheel uses the free functions (the lazily started default service, started before
 //! measuring); tokio runs inside `rt.enter()` of a current-thread runtime with its time driver
@@ -17,7 +20,7 @@ use std::future::{ready, Future};
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -86,6 +89,12 @@ fn timeout_ready(c: &mut Criterion) {
     g.finish();
 }
 
+fn clock_read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("clock_read");
+    g.bench_function("Instant::now", |b| b.iter(|| black_box(Instant::now())));
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(30)
@@ -96,6 +105,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = sleep_unpolled, sleep_poll_drop, timeout_ready
+    targets = sleep_unpolled, sleep_poll_drop, timeout_ready, clock_read
 }
 criterion_main!(benches);

@@ -363,7 +363,8 @@ impl<T> HashedWheel<T> {
             return None;
         }
         self.unlink(index, Place::Ready);
-        Some((self.slab.key(index), self.slab.remove(index)))
+        let key = self.slab.key(index);
+        self.slab.remove(index).map(|value| (key, value))
     }
 }
 
@@ -384,7 +385,7 @@ impl<T> TimerQueue<T> for HashedWheel<T> {
     fn remove(&mut self, key: TimerKey) -> Option<T> {
         let index = self.slab.find(key)?;
         self.unlink(index, self.place_of(self.slab.link(index).deadline));
-        Some(self.slab.remove(index))
+        self.slab.remove(index)
     }
 
     fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {

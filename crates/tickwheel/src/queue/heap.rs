@@ -233,7 +233,7 @@ impl<T> TimerQueue<T> for Heap<T> {
         let index = self.slab.find(key)?;
         let pos = self.slab.link(index).0 as usize;
         self.remove_node(pos);
-        Some(self.slab.remove(index))
+        self.slab.remove(index)
     }
 
     fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
@@ -285,7 +285,7 @@ impl<T> TimerQueue<T> for Heap<T> {
                 self.now = deadline;
                 let key = self.slab.key(index);
                 self.remove_node(0);
-                Some((key, self.slab.remove(index)))
+                self.slab.remove(index).map(|value| (key, value))
             }
             _ => {
                 self.now = now;

@@ -161,10 +161,15 @@ impl<L, T> Slab<L, T> {
         &mut self.entries[index as usize].link
     }
 
-    /// Frees the live entry at `index` and returns its value. The caller has already unlinked
-    /// it from its queue structure.
+    /// Frees the live entry at `index` and returns its value (always `Some`: only live entries
+    /// are freed). The caller has already unlinked it from its queue structure.
+    ///
+    /// It returns the `Option` it took rather than unwrapping it: callers return an
+    /// `Option<T>` anyway, and unwrapping then rewrapping a multi-word `T` made the compiler
+    /// copy it through the stack in overlapping pieces, which stalls on store forwarding
+    /// (DESIGN-NOTES, "Why does `Slab::remove` return an `Option`?").
     #[inline]
-    pub(crate) fn remove(&mut self, index: u32) -> T {
+    pub(crate) fn remove(&mut self, index: u32) -> Option<T> {
         let entry = &mut self.entries[index as usize];
         let value = entry.value.take();
         debug_assert!(value.is_some(), "slab: freeing a vacant entry");
@@ -175,8 +180,7 @@ impl<L, T> Slab<L, T> {
             }
             self.free.push(index);
         }
-        // Only live entries are ever freed, so `value` is `Some`; `expect` documents it.
-        value.expect("slab: freeing a vacant entry")
+        value
     }
 
     /// Reads the generation and occupancy of every entry `keys` name, and nothing else: a safe stand-in for
@@ -268,7 +272,7 @@ mod tests {
         let mut slab: Slab<Next, &str> = Slab::new();
         let (i, a) = slab.insert(Next, "a");
         assert_eq!(slab.find(a), Some(i));
-        assert_eq!(slab.remove(i), "a");
+        assert_eq!(slab.remove(i), Some("a"));
         assert_eq!(slab.find(a), None);
         let (j, b) = slab.insert(Next, "b");
         assert_eq!(i, j, "the free entry is reused");

@@ -551,7 +551,7 @@ impl<T> Wheel<T> {
             if ready.live == 0 {
                 self.clear_slot(number);
             }
-            return Some((key, self.slab.remove(index)));
+            return self.slab.remove(index).map(|value| (key, value));
         }
         None
     }
@@ -570,7 +570,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     fn remove(&mut self, key: TimerKey) -> Option<T> {
         let index = self.slab.find(key)?;
         self.unlink(index);
-        Some(self.slab.remove(index))
+        self.slab.remove(index)
     }
 
     #[inline]

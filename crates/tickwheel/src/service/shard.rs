@@ -181,7 +181,10 @@ impl Shard {
     /// Removes a pending timer. `Some` exactly when it had not been taken out to run.
     pub(crate) fn cancel(&self, key: TimerKey) -> Option<Callback> {
         let mut st = self.lock_producer();
-        let callback = st.queue.remove(key)?;
+        // Kept as the `Option` the queue returned, not unwrapped and rewrapped: see
+        // `Slab::remove`.
+        let removed = st.queue.remove(key);
+        let callback = removed.as_ref()?;
         st.cancelled += 1;
         st.inline -= usize::from(callback.is_inline());
         if !st.waiters.is_empty() {
@@ -189,7 +192,7 @@ impl Shard {
         }
         drop(st);
         self.core.release(1);
-        Some(callback)
+        removed
     }
 
     /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
