@@ -174,7 +174,7 @@ impl<L, T> Slab<L, T> {
         let value = entry.value.take();
         debug_assert!(value.is_some(), "slab: freeing a vacant entry");
         self.len -= 1;
-        if entry.generation < MAX_GENERATION {
+        if entry.vacant_for_reuse() {
             if self.free.len() == self.free.capacity() {
                 grow(&mut self.free);
             }
