@@ -1,4 +1,4 @@
-//! Floors under the `Wheel`'s W1 and W2 targets: how fast a 64-slot wheel that does *less*
+//! Floors under the `Wheel`'s W1, W2 and W3 targets: how fast a 64-slot wheel that does *less*
 //! than the queue contract asks can go, beside `Wheel` and the lazy `BinaryHeap` (the fastest
 //! peer in `tickwheel bench`), on the same inputs, in one run.
 //!
@@ -16,9 +16,11 @@
 //!   the floor the issue names.
 //!
 //! W1 inserts N timers (delays 1..=60000) and cancels them in a seeded random order; W2 inserts
-//! N timers (delays 1..=10000) and advances one tick at a time until all have fired. Inputs
-//! are `tickwheel bench --seed 42`'s. Every W2 run is checked: each timer fires once, at its
-//! deadline; every W1 cancel must find its timer. Cells: median ns a timer over the repeats,
+//! N timers (delays 1..=10000) and advances one tick at a time until all have fired; W3
+//! inserts N timers (delays 1..=30000, untimed) and times N resets of random ones to new
+//! delays (a reset of the lazy queues is a cancel and an insert). Inputs are `tickwheel bench
+//! --seed 42`'s. Every run is checked: every W1 cancel must find its timer; after W2, and after
+//! W3's resets (untimed), each timer fires once, at its (last) deadline. Cells: median ns a timer over the repeats,
 //! and in brackets how many times faster than the lazy heap (the issue asks for 3×).
 //!
 //! `cargo run --release -p tickwheel --example queue_floors [-- N[,N…] [REPEATS]]`
