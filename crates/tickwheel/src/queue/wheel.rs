@@ -444,20 +444,18 @@ impl<T> Wheel<T> {
         let items = core::mem::take(&mut self.slots[number].items);
         let end = items.len().min(cursor.saturating_add(quota));
         let mut moved = 0;
-        while cursor < end {
-            if cursor % TOUCH == 0 {
-                self.slab
-                    .touch(&items[cursor..items.len().min(cursor + TOUCH)]);
+        for chunk in items[cursor..end].chunks(TOUCH) {
+            self.slab.touch(chunk);
+            for &key in chunk {
+                if let Some(index) = self.valid(key, number, cursor) {
+                    let deadline = self.slab.link(index).deadline;
+                    // Straight to `level`: while it absorbs, the usual rule still names the
+                    // slot being emptied.
+                    self.link_at(key, deadline, level);
+                    moved += 1;
+                }
+                cursor += 1;
             }
-            let key = items[cursor];
-            if let Some(index) = self.valid(key, number, cursor) {
-                let deadline = self.slab.link(index).deadline;
-                // Straight to `level`: while it absorbs, the usual rule still names the
-                // slot being emptied.
-                self.link_at(key, deadline, level);
-                moved += 1;
-            }
-            cursor += 1;
         }
         self.slots[number].items = items;
         self.slots[number].live -= moved;
