@@ -54,3 +54,9 @@ pub use service::{TimerHandle, TimerService};
 pub use sys::TimerFd;
 #[cfg(feature = "std")]
 pub use time::{Clock, ManualClock, MonotonicClock};
+
+/// The README's code blocks, compiled and run by `cargo test --doc`, so they cannot drift
+/// from the code.
+#[cfg(all(doctest, target_os = "linux", feature = "timerfd"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
