@@ -1,13 +1,13 @@
 //! A mio TCP echo server that closes connections idle for longer than `--idle-ms`.
 //!
 //! ```text
-//! cargo run --example idle_timeouts -- --listen 127.0.0.1:7000 --idle-ms 5000
-//! cargo run --example idle_timeouts -- --portable   # no timerfd: poll timeout instead
+//! cargo run -p tickwheel --example idle_timeouts -- --listen 127.0.0.1:7000 --idle-ms 5000
+//! cargo run -p tickwheel --example idle_timeouts -- --portable   # poll timeout, no timerfd
 //! ```
 //!
 //! Prints `listening on ADDR` first, then one line per closed connection. Every connection
-//! has one timer in a [`TimerFd`]; every read resets it (workload W3 of the design: idle
-//! refresh on every packet), so a busy connection never expires and an idle one is closed no
+//! has one timer in a [`TimerFd`]; every read resets it (an idle timeout refreshed
+//! by every packet), so a busy connection never expires and an idle one is closed no
 //! earlier than `--idle-ms` after its last byte. The timerfd sits in the same `mio::Poll` as
 //! the sockets, armed at the earliest expiry: the loop blocks with no timeout and wakes only
 //! for I/O or a due timer. With `--portable` the same server keeps its timers in a plain
