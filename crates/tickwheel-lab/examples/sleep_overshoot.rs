@@ -1,8 +1,8 @@
 //! How late a timed sleep ends on this machine, and what spinning the last stretch buys:
 //! the measurement behind `Builder::busy_wait` (see `docs/DESIGN-NOTES.md`).
 //!
-//! ```sh
-//! cargo run --release -p tickwheel --example sleep_overshoot -- --sleeps 1000 --spin-us 80
+//! ```text
+//! cargo run --release -p tickwheel-lab --example sleep_overshoot -- --sleeps 1000 --spin-us 80
 //! ```
 //!
 //! Like the service's timer thread it first sets its timer slack to 1 ns (Linux). Then it

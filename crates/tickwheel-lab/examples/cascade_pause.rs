@@ -2,12 +2,12 @@
 //! a driver (the timer thread of a service) sees at the worst tick.
 //!
 //! A classic hierarchical wheel cascades a whole level-1 slot when the clock enters it: here
-//! ~64 000 timers at once every 64 ticks (5–6 ms measured). tickwheel's wheel moves each slot
+//! ~64 000 timers at once every 64 ticks (milliseconds in one poll). tickwheel's wheel moves each slot
 //! down in paced steps during the rotation before it, so no poll carries that burst; the
 //! ticks where a classic wheel would cascade are printed to show it.
 //!
 //! ```text
-//! cargo run --release -p tickwheel --example cascade_pause -- [N]
+//! cargo run --release -p tickwheel-lab --example cascade_pause -- [N]
 //! ```
 //!
 //! N timers (default 10^6) with deadlines uniform in 0..=1000 ticks, then one poll a tick.
@@ -15,16 +15,17 @@
 use std::time::{Duration, Instant};
 
 use tickwheel::{TimerQueue, Wheel};
+use tickwheel_lab::SplitMix64;
 
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let mut seed = 7u64;
+    let mut rng = SplitMix64::new(7);
     let mut wheel: Wheel<u64> = Wheel::new();
     for i in 0..n {
-        wheel.insert(splitmix(&mut seed) % 1001, i);
+        wheel.insert(rng.in_range(0..=1000), i);
     }
     let (mut worst, mut worst_tick, mut total) = (Duration::ZERO, 0, Duration::ZERO);
     let mut fired = 0u64;
@@ -45,13 +46,4 @@ fn main() {
         }
     }
     println!("{fired} timers fired; longest poll {worst:.2?} at tick {worst_tick}; all polls {total:.2?}");
-}
-
-/// SplitMix64.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

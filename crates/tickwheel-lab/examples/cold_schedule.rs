@@ -1,10 +1,10 @@
 //! How much of a schedule is first-touching memory: 10^6 `schedule_at` calls on a fresh
-//! service (cold, as in W4), and on a service that first scheduled and cancelled as many
+//! service (cold, as in W4, defined in `docs/ARCHITECTURE.md`), and on a service that first scheduled and cancelled as many
 //! (warm: the slab and slot vectors already have their memory), each with and without an
 //! `Instant::now()` per timer. "reused" is warm with the cancels in a seeded random order, as
 //! timers leave a long-running service (they fire in deadline order): every schedule then
-//! reuses an entry somewhere in the slab (DESIGN-NOTES, "Why is the free list a stack of
-//! indices?") (DESIGN-NOTES, "Why is W4's schedule rate short of 15 M/s?"). Delays are
+//! reuses an entry somewhere in the slab (`docs/DESIGN-NOTES.md`, "Why is the free list a stack
+//! of indices?" and "What does a `schedule` cost?"). Delays are
 //! 0..=1000 s, so nothing fires meanwhile. Each timer's task holds an `Arc` and an id, as W4's
 //! closure does.
 //!
@@ -13,13 +13,14 @@
 //! through `std::sync::mpsc` to a thread that drops it (handing a task to another thread, as
 //! the `delayqueue-channel` W4 peer does, without any timer structure).
 //!
-//! `cargo run --release -p tickwheel --example cold_schedule [-- N]`
+//! `cargo run --release -p tickwheel-lab --example cold_schedule [-- N]`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tickwheel::TimerService;
+use tickwheel_lab::SplitMix64;
 
 /// W4's task: marks its id done in a shared log. 16 bytes, stored inline by the service.
 struct Task {
@@ -103,15 +104,12 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    // SplitMix64, seeded: the same delays every run.
-    let mut state = 42u64;
-    let delays: Vec<u64> = (0..n).map(|_| next(&mut state) % 1001).collect();
+    // Seeded: the same delays and the same shuffle every run.
+    let mut rng = SplitMix64::new(42);
+    let delays: Vec<u64> = (0..n).map(|_| rng.in_range(0..=1000)).collect();
     let log: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-    // A seeded shuffle of 0..n (Fisher–Yates on the same SplitMix64 stream).
     let mut shuffled: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        shuffled.swap(i, (next(&mut state) % (i as u64 + 1)) as usize);
-    }
+    rng.shuffle(&mut shuffled);
     let in_order: Vec<usize> = (0..n).collect();
     for clock in [true, false] {
         let cold = schedule_all(
@@ -140,13 +138,4 @@ fn main() {
              channel {channel:5.1} ns a task"
         );
     }
-}
-
-/// SplitMix64: the next value of the stream `state`.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -1,5 +1,5 @@
-//! Floors under the `Wheel`'s W1, W2 and W3 targets: how fast a 64-slot wheel that does *less*
-//! than the queue contract asks can go, beside `Wheel` and the lazy `BinaryHeap` (the fastest
+//! Floors under the `Wheel` on W1, W2 and W3: how fast a 64-slot wheel that does *less* than
+//! the queue contract asks can go, beside `Wheel` and the lazy `BinaryHeap` (the fastest
 //! peer in `tickwheel bench`), on the same inputs, in one run.
 //!
 //! * `lazy heap`: `BinaryHeap<Reverse<(deadline, seq, id, generation)>>`; a cancel bumps the
@@ -13,19 +13,16 @@
 //!   a slot, which the contract specifies; it is a floor, not a queue.
 //! * `find+free` (W1 only): inserts as `keyed wheel` does; a cancel finds the entry and frees
 //!   it and does nothing else, leaving the item where it is: one random cache line a cancel,
-//!   the floor the issue names.
+//!   the least any queue that really removes pays.
 //!
-//! W1 inserts N timers (delays 1..=60000) and cancels them in a seeded random order; W2
-//! inserts N timers (delays 1..=10000) and advances one tick at a time until all have fired;
-//! W3 inserts N timers (delays 1..=30000, untimed) and times N resets of random ones to new
-//! delays (a reset of the lazy queues is a cancel and an insert). Each queue is built before
-//! its clock starts, as in `tickwheel bench`, and the inputs are `tickwheel bench --seed
-//! 42`'s. Every run is checked: every W1 cancel must find its timer; after W2, and after W3's
+//! The workloads are defined in `docs/ARCHITECTURE.md` ("Workloads"); the inputs are
+//! `tickwheel bench --seed 42`'s, from [`tickwheel_lab::workloads`]. A reset of the lazy
+//! queues is a cancel and an insert. Each queue is built before its clock starts, as in
+//! `tickwheel bench`. Every run is checked: every W1 cancel must find its timer; after W2, and after W3's
 //! resets (untimed), each timer fires once, at its (last) deadline. Cells: median ns a timer
-//! over the repeats, and in brackets how many times faster than the lazy heap (the issue asks
-//! for 3×).
+//! over the repeats, and in brackets how many times faster than the lazy heap.
 //!
-//! `cargo run --release -p tickwheel --example queue_floors [-- N[,N…] [REPEATS]]`
+//! `cargo run --release -p tickwheel-lab --example queue_floors [-- N[,N…] [REPEATS]]`
 //! (default `10000,100000,1000000 5`).
 
 use std::cmp::Reverse;
@@ -33,6 +30,7 @@ use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use tickwheel::{TimerKey, TimerQueue, Wheel};
+use tickwheel_lab::workloads::{self, QueueInput};
 
 /// What a workload needs of a queue: the same operations as `tickwheel bench`'s entrants.
 trait Queue: Default {
@@ -340,15 +338,6 @@ impl<const LAZY: bool> Queue for KeyedWheel<LAZY> {
     }
 }
 
-/// One workload's input, as `tickwheel bench --seed 42` generates it.
-struct Input {
-    deadlines: Vec<u64>,
-    /// W1: the order of the cancels.
-    order: Vec<u32>,
-    /// W3: `(id, new deadline)` for each reset.
-    resets: Vec<(u32, u64)>,
-}
-
 fn insert_all<Q: Queue>(queue: &mut Q, deadlines: &[u64]) -> Vec<Q::Handle> {
     let ids = 0u32..;
     ids.zip(deadlines)
@@ -382,12 +371,12 @@ fn check(fired: &[(u32, u64)], deadlines: &[u64]) {
 }
 
 /// W1: insert all, cancel all in `order`; ns a timer.
-fn w1<Q: Queue>(input: &Input) -> f64 {
+fn w1<Q: Queue>(input: &QueueInput) -> f64 {
     let mut queue = Q::default();
     let start = Instant::now();
     let handles = insert_all(&mut queue, &input.deadlines);
     let cancelled = input
-        .order
+        .cancel_order
         .iter()
         .filter(|&&id| queue.cancel(handles[id as usize]))
         .count();
@@ -401,7 +390,7 @@ fn w1<Q: Queue>(input: &Input) -> f64 {
 }
 
 /// W2: insert all, advance tick by tick until all fired; ns a timer.
-fn w2<Q: Queue>(input: &Input) -> f64 {
+fn w2<Q: Queue>(input: &QueueInput) -> f64 {
     let deadlines = &input.deadlines;
     let last = deadlines.iter().copied().max().unwrap_or(0);
     let mut fired = Vec::with_capacity(deadlines.len());
@@ -416,7 +405,7 @@ fn w2<Q: Queue>(input: &Input) -> f64 {
 
 /// W3: insert all (untimed), then the resets; ns a reset. Then everything fires (untimed) and
 /// is checked against the last deadline each timer was given.
-fn w3<Q: Queue>(input: &Input) -> f64 {
+fn w3<Q: Queue>(input: &QueueInput) -> f64 {
     let mut queue = Q::default();
     let mut handles = insert_all(&mut queue, &input.deadlines);
     let start = Instant::now();
@@ -434,27 +423,6 @@ fn w3<Q: Queue>(input: &Input) -> f64 {
     fire_all(&mut queue, last.len(), end, &mut fired);
     check(&fired, &last);
     ns
-}
-
-/// `tickwheel bench`'s SplitMix64 stream for workload `w` under `--seed 42`.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn stream(workload: u64) -> SplitMix64 {
-        let mut seeder = SplitMix64(42 ^ workload.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        SplitMix64(seeder.next())
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {
@@ -477,12 +445,12 @@ fn main() {
         .map(|r| r.parse().expect("REPEATS is a count"))
         .unwrap_or(5);
 
-    type Entrants = [(&'static str, fn(&Input) -> f64); 4];
-    let workloads: [(&str, u64, u64, Entrants); 3] = [
+    type Entrants = [(&'static str, fn(&QueueInput) -> f64); 4];
+    type Generate = fn(u64, usize) -> QueueInput;
+    let runs: [(&str, Generate, Entrants); 3] = [
         (
             "W1 schedule+cancel",
-            1,
-            60_000,
+            workloads::w1,
             [
                 ("lazy heap", w1::<LazyHeap>),
                 ("Wheel", w1::<TheWheel>),
@@ -492,8 +460,7 @@ fn main() {
         ),
         (
             "W2 schedule+fire",
-            2,
-            10_000,
+            workloads::w2,
             [
                 ("lazy heap", w2::<LazyHeap>),
                 ("Wheel", w2::<TheWheel>),
@@ -503,8 +470,7 @@ fn main() {
         ),
         (
             "W3 reset",
-            3,
-            30_000,
+            workloads::w3,
             [
                 ("lazy heap", w3::<LazyHeap>),
                 ("Wheel", w3::<TheWheel>),
@@ -513,7 +479,7 @@ fn main() {
             ],
         ),
     ];
-    for (workload, stream, delays, entrants) in workloads {
+    for (workload, generate, entrants) in runs {
         println!(
             "\n{workload}: ns a timer, median of {repeats}; (×) = times faster than the lazy heap"
         );
@@ -524,7 +490,7 @@ fn main() {
         println!();
         let mut table = vec![Vec::new(); entrants.len()];
         for &n in &ns {
-            let input = generate(stream, n, delays);
+            let input = generate(42, n);
             // Repeats interleave the entrants, so drift hits them alike.
             let mut samples = vec![Vec::new(); entrants.len()];
             for _ in 0..repeats {
@@ -543,32 +509,5 @@ fn main() {
             }
             println!();
         }
-    }
-}
-
-/// Workload `stream`'s input for `n` timers with delays `1..=delays`, drawn in
-/// `tickwheel bench`'s order: deadlines, then W1's shuffle or W3's resets.
-fn generate(stream: u64, n: usize, delays: u64) -> Input {
-    let mut rng = SplitMix64::stream(stream);
-    let deadlines: Vec<u64> = (0..n).map(|_| 1 + rng.below(delays)).collect();
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    let mut resets = Vec::new();
-    match stream {
-        1 => {
-            for i in (1..n).rev() {
-                order.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-        }
-        3 => {
-            resets = (0..n)
-                .map(|_| (rng.below(n as u64) as u32, 1 + rng.below(delays)))
-                .collect();
-        }
-        _ => {}
-    }
-    Input {
-        deadlines,
-        order,
-        resets,
     }
 }
