@@ -11,6 +11,9 @@
 //!    source (feature `timerfd`).
 //! 4. user API: callbacks, futures and `Deadlines` (feature `std`).
 //!
+//! The repository's `docs/ARCHITECTURE.md` follows a timer through these layers and states
+//! each layer's invariants; `docs/DESIGN-NOTES.md` explains the choices.
+//!
 //! ```
 //! use tickwheel::{TimerQueue, Wheel};
 //!
