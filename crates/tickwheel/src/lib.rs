@@ -34,6 +34,8 @@ pub mod deadlines;
 #[cfg(feature = "std")]
 pub mod future;
 pub mod queue;
+#[cfg(feature = "cron")]
+pub mod schedule;
 #[cfg(feature = "std")]
 pub mod service;
 #[cfg(feature = "std")]
