@@ -140,16 +140,6 @@ pub struct Expired<K> {
     inner: StdArc<Inner<K>>,
 }
 
-impl TimerService {
-    /// A [`Deadlines`] table on this service (its clock, its timer thread) and its receiver.
-    pub fn deadlines<K>(&self) -> (Deadlines<K>, Expired<K>)
-    where
-        K: Eq + Hash + Clone + Send + 'static,
-    {
-        Deadlines::on(self.service_ref())
-    }
-}
-
 impl<K> Deadlines<K>
 where
     K: Eq + Hash + Clone + Send + 'static,
@@ -159,7 +149,8 @@ where
         Deadlines::on(TimerService::default_service().static_ref())
     }
 
-    fn on(service: ServiceRef) -> (Deadlines<K>, Expired<K>) {
+    /// A table on `service`, and its receiver.
+    pub(crate) fn on(service: ServiceRef) -> (Deadlines<K>, Expired<K>) {
         let inner = StdArc::new(Inner {
             state: Mutex::new(State {
                 live: HashMap::new(),

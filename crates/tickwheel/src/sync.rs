@@ -1,10 +1,16 @@
 //! The synchronisation primitives of the `std` layers, from `std` or from [loom].
 //!
-//! Every lock, condition variable and atomic that the service (and the futures built on it)
-//! shares between threads is imported from here, never from `std::sync` directly, so that
+//! Every lock, condition variable and atomic that the service, the futures and `Deadlines`
+//! share between threads is imported from here, never from `std::sync` directly, so that
 //! building with `RUSTFLAGS="--cfg loom"` swaps them all for loom's model-checked versions.
-//! `model` (test builds only) runs a test body once under plain `std`, or under every interleaving loom
-//! explores with `--cfg loom`:
+//! The one kind of atomic that stays `std`'s in both builds is [`Counter`]: a relaxed count
+//! (statistics, the round-robin thread index) whose value orders no other memory, so loom
+//! would have nothing to check in it, and which can live in a `static`, as loom's atomics
+//! cannot. Tests that run no model use `std` freely. (The `time` layer's clocks are below this
+//! module and keep `std`'s atomics: no model moves a clock during a race.)
+//!
+//! `model` (test builds only) runs a test body once under plain `std`, or under every
+//! interleaving loom explores with `--cfg loom`:
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom" cargo test -p tickwheel --release --lib loom
@@ -15,9 +21,9 @@
 //!
 //! **Race on spawned threads only.** Put every operation of the race in a `spawn`ed
 //! thread and let the model's main thread only set up, join and check. With one side of the
-//! race on the main thread after the spawn, loom 0.7 explored a fraction of the
-//! interleavings: 4 instead of 27 for cancel-vs-fire, and a single one for `settle`'s check
-//! against a drain, where the bug it was written for went unseen.
+//! race on the main thread after the spawn, loom 0.7 explores a fraction of the
+//! interleavings (4 instead of 27 for cancel-vs-fire, a single one for `settle`'s check
+//! against a drain) and misses the bugs the model is there to find.
 //!
 //! Locks here never poison: [`lock`] and [`wait`] recover the guard of a lock whose holder
 //! panicked. No code of ours panics while holding a lock, and user callbacks never run under
@@ -35,6 +41,43 @@ pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
+
+/// A relaxed counter that orders nothing: statistics, round-robin indices. Always `std`'s
+/// atomic (see the module docs), and `const`-constructible for `static`s.
+#[derive(Default)]
+pub(crate) struct Counter(std::sync::atomic::AtomicU64);
+
+impl Counter {
+    pub(crate) const fn new() -> Counter {
+        Counter(std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// Adds `n`; returns the value before.
+    #[inline]
+    pub(crate) fn fetch_add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.fetch_add(n);
+    }
+
+    /// Raises the value to `n` if it is lower.
+    #[inline]
+    pub(crate) fn raise_to(&self, n: u64) {
+        if n > self.get() {
+            self.0.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The current value.
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 /// Keeps `T` on cache lines of its own (128 bytes: two lines, for the adjacent-line
 /// prefetcher), so that writes to it do not slow down readers of its neighbours.

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::Sleep;
+use crate::service::ServiceRef;
 
 /// What an [`Interval`] does when it falls behind: see the
 /// [`Interval`](Interval#ticks-and-missed-ticks) documentation.
@@ -90,8 +91,15 @@ pub struct Interval {
 }
 
 impl Interval {
+    /// An interval on `service` whose first tick is `start`.
+    pub(crate) fn on(service: ServiceRef, start: Instant, period: Duration) -> Interval {
+        let sleep = Sleep::until(service, Some(start));
+        let resolution = sleep.resolution();
+        Interval::new(sleep, period, resolution)
+    }
+
     /// An interval whose first tick is `start` (the sleep's deadline).
-    pub(crate) fn new(sleep: Sleep, period: Duration, resolution: Duration) -> Interval {
+    fn new(sleep: Sleep, period: Duration, resolution: Duration) -> Interval {
         let period = if period.is_zero() { resolution } else { period };
         Interval {
             sleep,

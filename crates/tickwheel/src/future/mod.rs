@@ -79,55 +79,12 @@ pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::Int
 pub fn interval(period: Duration) -> Interval {
     let service = default_service();
     let start = service.now();
-    new_interval(service, start, period)
+    Interval::on(service, start, period)
 }
 
 /// Ticks every `period`, the first tick at `start`. See [`Interval`].
 pub fn interval_at(start: Instant, period: Duration) -> Interval {
-    new_interval(default_service(), start, period)
-}
-
-fn new_interval(service: ServiceRef, start: Instant, period: Duration) -> Interval {
-    let sleep = Sleep::until(service, Some(start));
-    let resolution = sleep.resolution();
-    Interval::new(sleep, period, resolution)
-}
-
-/// The futures of this module, on this service (its clock, its timer thread).
-impl TimerService {
-    /// [`sleep`](fn@sleep) on this service.
-    pub fn sleep(&self, duration: Duration) -> Sleep {
-        Sleep::after(self.service_ref(), duration)
-    }
-
-    /// [`sleep_until`] on this service.
-    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::until(self.service_ref(), Some(deadline))
-    }
-
-    /// [`timeout`](fn@timeout) on this service.
-    pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
-        Timeout::new(future.into_future(), self.sleep(duration))
-    }
-
-    /// [`timeout_at`] on this service.
-    pub fn timeout_at<F: IntoFuture>(
-        &self,
-        deadline: Instant,
-        future: F,
-    ) -> Timeout<F::IntoFuture> {
-        Timeout::new(future.into_future(), self.sleep_until(deadline))
-    }
-
-    /// [`interval`](fn@interval) on this service.
-    pub fn interval(&self, period: Duration) -> Interval {
-        new_interval(self.service_ref(), self.now(), period)
-    }
-
-    /// [`interval_at`] on this service.
-    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-        new_interval(self.service_ref(), start, period)
-    }
+    Interval::on(default_service(), start, period)
 }
 
 /// Timeouts as methods of any future, on the default service.

@@ -109,9 +109,8 @@ impl Builder {
     /// The longest the timer thread may spin before a tick instead of sleeping (default
     /// 100 µs; `Duration::ZERO` never spins).
     ///
-    /// A timed sleep ends late (on the reference VM 26–46 µs at the median; measure yours with
-    /// `examples/sleep_overshoot.rs`), and
-    /// that is lateness for every timer of the tick. The timer thread measures how late its
+    /// A timed sleep ends late (tens of microseconds on a virtual machine), and that is
+    /// lateness for every timer of the tick. The timer thread measures how late its
     /// sleeps end, wakes twice that early (at most `max`) and spins to the tick's start. It
     /// spins only when it has timers due and the sleep is at least 500 µs and four such
     /// margins long, so an idle service still uses no CPU and a fine resolution with a timer

@@ -4,9 +4,9 @@
 //!
 //! A `Box<dyn FnOnce()>` per timer costs a `malloc` on the scheduling thread and a `free` on
 //! the worker that runs it, and the worker's first touch of the box is a cache miss on memory
-//! written up to a second earlier. In W4 (one producer, callbacks run on the workers) glibc's
-//! allocator was half of the producer's samples: `malloc_consolidate` and `unlink_chunk` merge
-//! the blocks the workers freed back into the producer's arena. Most timer callbacks capture
+//! written up to a second earlier. With one producer and callbacks freed on other threads,
+//! the allocator also has to merge the blocks the workers freed back into the producer's
+//! arena (glibc's `malloc_consolidate`), on the producer's hot path. Most timer callbacks capture
 //! little — an `Arc` and an id, a channel sender — so [`INLINE`] bytes are kept in the queue
 //! entry itself, and the callback travels by value: into the slab entry, out to the worker's
 //! batch, called from there. Larger or over-aligned closures are boxed, and the box (one

@@ -15,7 +15,10 @@
 //!
 //! # Architecture
 //!
-//! * **Shards** (`shard.rs`): a power of two of `Mutex<queue>`s (default twice the
+//! * **The state** (`state.rs`, `ServiceState`): what the service's threads, handles and
+//!   futures share — the shards, the hand-off to the workers, the counters — with the code
+//!   that queues a timer into it and drains due timers out of it.
+//! * **Shards** (`shard.rs`, `Shard`): a power of two of `Mutex<queue>`s (default twice the
 //!   cores). Each thread schedules into one shard picked by a thread-local index, so producers
 //!   on different shards never touch the same lock or cache line; a [`TimerHandle`] remembers
 //!   its shard, so cancel and reset lock only that one. Each shard publishes a lower bound of
@@ -26,14 +29,36 @@
 //!   hands them to the workers in batches.
 //! * **Workers** (`worker.rs`) run callbacks under `catch_unwind`: a slow or
 //!   panicking callback never delays the timer thread; panics are counted in [`Stats`].
+//! * `core.rs` (`Core`: the clock, ticks, waking the timer thread, the cap), `callback.rs`
+//!   (`Callback`: a closure stored inline when small), `sleeper.rs` (how the timer thread
+//!   sleeps to a tick's start), `handle.rs`, `builder.rs`, `flavor.rs`, `stats.rs`.
+//!
+//! Every method of [`TimerService`] is in this file, including the constructors of the
+//! layers above ([`sleep`](TimerService::sleep), [`timeout`](TimerService::timeout),
+//! [`interval`](TimerService::interval), [`deadlines`](TimerService::deadlines)): those are
+//! the only names this module takes from a higher layer.
 //!
 //! # Costs of `schedule`
 //!
-//! One clock read (never a cached "now": a stale now would make timers fire early), one `Box`
-//! of the closure, one uncontended lock of the caller's shard, an O(1) wheel insert and one
-//! uncontended `Arc` increment for the handle. No syscall unless the new timer becomes the
-//! earliest one the timer thread is sleeping towards. No global lock or counter (unless a cap
-//! is configured).
+//! One clock read (never a cached "now": a stale now would make timers fire early), one
+//! uncontended lock of the caller's shard, an O(1) wheel insert and one uncontended `Arc`
+//! increment for the handle. The closure is stored in the queue entry itself when it captures
+//! at most two words (an `Arc` and an id, a channel sender); only a larger one is boxed. No
+//! syscall unless the new timer becomes the earliest one the timer thread is sleeping
+//! towards. No global lock or counter (unless a cap is configured). `cancel` and `reset` lock
+//! the timer's shard once. Threads on different shards do not contend.
+//!
+//! Under load, how late a callback starts is bounded by how long one drain holds the timer
+//! thread: a drain takes each shard's lock for at most one chunk of timers at a time, and the
+//! wheel never moves a whole upper-level slot in one poll (it moves the next slots down in
+//! paced steps ahead of time) nor reallocates a slot's storage on the timer thread (see the
+//! wheel's module docs).
+//!
+//! # Order
+//!
+//! Due entries are started in deadline order: ordered by (deadline tick, shard, insertion
+//! within the shard), whether they run on a worker or on the timer thread; see `state.rs`.
+//! One thread's timers at equal deadlines keep their schedule order.
 //!
 //! # Virtual time and `settle`
 //!
@@ -67,21 +92,11 @@
 //!   `expire(Expiry::Discarded)`.
 //!
 //! `TimerHandle::cancel` removes either (`true`: it was not and will not be run),
-//! `TimerHandle::reset_tick` moves it. Ticks come from [`TimerService::ticks`], the clock
-//! from `TimerService::clock()`, the lazily started service from
-//! [`TimerService::default_service`]. Wakers and `expire` must not block — they run on the
-//! thread that keeps every other timer on time; a panic in one is caught and ignored.
-//!
-//! # Where the time goes (measured, see `benches/service.rs` and `examples/delayed_tasks.rs`)
-//!
-//! A schedule + cancel pair costs one clock read (~25 ns in the VM measured) and six atomic
-//! read-modify-writes (two lock/unlock pairs, the handle's `Arc`), about 95 ns on one thread;
-//! threads on different shards scale. Under load, lateness is set by how long one drain holds
-//! the timer thread: the wheel never moves a whole upper-level slot at once (it moves the next
-//! slots down in paced steps ahead of time; a classic cascade at 1 ms resolution and 1 M timers
-//! a second is ~64 k timers in one poll, 5 ms under the shard lock), and it grows slot vectors
-//! without `realloc` (under glibc a `realloc` on the timer thread consolidated the callbacks
-//! the workers had freed: 20–30 ms drains). See the wheel's module docs.
+//! `TimerHandle::reset_tick` moves it. A `ServiceRef` (from `TimerService::service_ref`, or
+//! `static_ref` for the lazily started [`TimerService::default_service`]) gives the ticks
+//! (`ServiceRef::ticks`) and the clock's time (`ServiceRef::now`). Wakers and `expire` must
+//! not block — they run on the thread that keeps every other timer on time; a panic in one is
+//! caught and ignored.
 
 mod builder;
 mod callback;
@@ -91,15 +106,15 @@ mod flavor;
 mod handle;
 mod shard;
 mod sleeper;
+mod state;
 mod stats;
 mod worker;
 
-use std::cell::Cell;
 use std::fmt;
+use std::future::IntoFuture;
+use std::hash::Hash;
 use std::io;
-use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::{Mutex as StdMutex, OnceLock};
-use std::task::Waker;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -109,13 +124,16 @@ pub use handle::TimerHandle;
 pub use stats::{LatenessHistogram, Stats};
 
 pub(crate) use callback::{Expire, Expiry};
+pub(crate) use state::ServiceRef;
 
 use self::core::Core;
-use crate::sync::Arc;
+use crate::deadlines::{Deadlines, Expired};
+use crate::future::{Interval, Sleep, Timeout};
+use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
 use callback::Callback;
-use driver::Shared;
 use shard::{Closed, Shard};
+use state::ServiceState;
 
 /// Why [`TimerService::try_schedule`] did not schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,24 +156,16 @@ impl fmt::Display for ScheduleError {
 
 impl std::error::Error for ScheduleError {}
 
-/// Hands out thread indices for shard selection, round robin.
-static NEXT_THREAD_INDEX: StdAtomicUsize = StdAtomicUsize::new(0);
-
-thread_local! {
-    static THREAD_INDEX: usize = NEXT_THREAD_INDEX.fetch_add(1, StdOrdering::Relaxed);
-    /// The service whose worker this thread is (its `Shared` address), or 0.
-    static WORKER_OF: Cell<usize> = const { Cell::new(0) };
-}
-
 /// A timer thread, sharded queues and a pool of workers that run callbacks at their deadlines.
 /// See the [module documentation](self) for the design.
 pub struct TimerService {
-    shared: Arc<Shared>,
+    state: Arc<ServiceState>,
     threads: StdMutex<Vec<JoinHandle<()>>>,
     /// Keeps the clock listener alive (the clock holds it weakly).
     _listener: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
 }
 
+/// Starting, scheduling, settling, inspecting and stopping.
 impl TimerService {
     /// A [`Builder`] with the defaults: 1 ms resolution, [`MonotonicClock`](crate::time::MonotonicClock),
     /// [`QueueFlavor::Wheel`], one worker a core, two shards a core, no cap.
@@ -205,7 +215,7 @@ impl TimerService {
         let listener: std::sync::Arc<dyn Fn() + Send + Sync> =
             std::sync::Arc::new(move || listener_core.unpark_driver());
         let virtual_clock = b.clock.subscribe(std::sync::Arc::downgrade(&listener));
-        let shared = Arc::new(Shared::new(
+        let state = Arc::new(ServiceState::new(
             core,
             shards,
             workers,
@@ -213,17 +223,17 @@ impl TimerService {
             virtual_clock,
         ));
         let service = TimerService {
-            shared,
+            state,
             threads: StdMutex::new(Vec::with_capacity(workers + 1)),
             _listener: virtual_clock.then_some(listener),
         };
         let busy_wait = b.busy_wait;
         service.spawn(format!("{}-timer", b.name), move |s| {
-            s.run_driver(busy_wait)
+            driver::run(s, busy_wait)
         })?;
         for i in 0..workers {
             service.spawn(format!("{}-worker-{i}", b.name), move |s| {
-                WORKER_OF.with(|w| w.set(Arc::as_ptr(s) as usize));
+                s.enter_worker();
                 worker::run(
                     &s.dispatch,
                     &s.core,
@@ -240,12 +250,12 @@ impl TimerService {
     fn spawn(
         &self,
         name: String,
-        body: impl FnOnce(&Arc<Shared>) + Send + 'static,
+        body: impl FnOnce(&ServiceState) + Send + 'static,
     ) -> io::Result<()> {
-        let shared = self.shared.clone();
+        let state = self.state.clone();
         let handle = thread::Builder::new()
             .name(name)
-            .spawn(move || body(&shared))?;
+            .spawn(move || body(&state))?;
         self.threads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -277,8 +287,8 @@ impl TimerService {
     where
         F: FnOnce() + Send + 'static,
     {
-        let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
-        self.shared
+        let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
+        self.state
             .schedule_callback(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
@@ -290,7 +300,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().deadline_tick(deadline);
-        self.shared
+        self.state
             .schedule_callback(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
@@ -305,17 +315,17 @@ impl TimerService {
     where
         F: FnOnce() + Send + 'static,
     {
-        let tick = self.ticks().delay_tick(self.shared.core.clock.now(), delay);
-        self.shared.schedule_callback(tick, Callback::new(f), true)
+        let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
+        self.state.schedule_callback(tick, Callback::new(f), true)
     }
 
     fn inert_handle(&self) -> TimerHandle {
-        self.shared.inert_handle()
+        self.state.inert_handle()
     }
 
     /// The service's tick conversion (origin and resolution).
     pub fn ticks(&self) -> &Ticks {
-        &self.shared.core.ticks
+        &self.state.core.ticks
     }
 
     /// The length of one tick.
@@ -325,29 +335,29 @@ impl TimerService {
 
     /// The current time of the service's clock.
     pub fn now(&self) -> Instant {
-        self.shared.core.clock.now()
+        self.state.core.clock.now()
     }
 
     /// Returns once every timer due at the clock's current time has fired **and its callback
     /// has finished** — also timers scheduled by those callbacks that are already due. With a
     /// [`ManualClock`](crate::time::ManualClock): move the clock, then `settle()`, then
-    /// observe. Callbacks are started in deadline order (see the `driver.rs` docs: ordered by deadline tick, then shard, then insertion); with
-    /// one worker they also run in that order.
+    /// observe. Callbacks are started in deadline order ordered by deadline tick, then
+    /// shard, then insertion (see [Order](self#order)); with one worker they also run in
+    /// that order.
     ///
     /// Called from one of this service's callbacks, it drains what is due but does not wait
     /// for callbacks (it would wait for itself). A callback that keeps scheduling already-due
     /// timers keeps `settle` busy.
     pub fn settle(&self) {
-        let own = Arc::as_ptr(&self.shared) as usize;
-        let on_worker = WORKER_OF.with(|w| w.get()) == own;
+        let on_worker = self.state.on_worker();
         loop {
-            let now = self.shared.core.now_tick();
-            self.shared.drain_due(now);
+            let now = self.state.core.now_tick();
+            self.state.drain_due(now);
             if on_worker {
                 return;
             }
-            self.shared.dispatch.wait_idle();
-            if self.shared.settled(self.shared.core.now_tick()) {
+            self.state.dispatch.wait_idle();
+            if self.state.settled(self.state.core.now_tick()) {
                 return;
             }
         }
@@ -356,7 +366,7 @@ impl TimerService {
     /// A snapshot of the service's counters.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
-        for shard in self.shared.shards.iter() {
+        for shard in self.state.shards.iter() {
             let c = shard.counts();
             stats.pending += c.pending;
             stats.high_water += c.high_water;
@@ -364,13 +374,13 @@ impl TimerService {
             stats.scheduled += c.scheduled;
             stats.cancelled += c.cancelled;
         }
-        for w in self.shared.worker_stats.iter() {
-            stats.fired += w.fired.load(StdOrdering::Relaxed);
-            stats.panicked += w.panicked.load(StdOrdering::Relaxed);
+        for w in self.state.worker_stats.iter() {
+            stats.fired += w.fired.get();
+            stats.panicked += w.panicked.get();
             w.lateness.add_to(&mut stats.lateness);
         }
-        stats.fired += self.shared.notified.load(StdOrdering::Relaxed);
-        stats.discarded = self.shared.discarded.load(StdOrdering::Relaxed);
+        stats.fired += self.state.notified.get();
+        stats.discarded = self.state.discarded.get();
         stats
     }
 
@@ -384,7 +394,7 @@ impl TimerService {
     /// returns it. Call it now and then after a burst (say once a minute), not on a hot path:
     /// it takes each shard's lock in turn for time linear in what that shard holds.
     pub fn shrink_to_fit(&self) {
-        for shard in self.shared.shards.iter() {
+        for shard in self.state.shards.iter() {
             shard.shrink_to_fit();
         }
     }
@@ -393,10 +403,10 @@ impl TimerService {
     /// has been joined (from one of the service's own callbacks it cannot join that worker,
     /// which then exits after its current batch).
     pub fn shutdown(&self) {
-        if self.shared.stopping.swap(true, StdOrdering::AcqRel) {
+        if self.state.stopping.swap(true, Ordering::AcqRel) {
             return self.join_threads();
         }
-        self.shared.core.unpark_driver();
+        self.state.core.unpark_driver();
         // Join the timer thread first: after it, no drain is in progress but a settle's.
         let driver = {
             let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
@@ -405,11 +415,9 @@ impl TimerService {
         if let Some(driver) = driver {
             let _ = driver.join();
         }
-        let pending = self.shared.close();
+        let pending = self.state.close();
         let discarded: usize = pending.iter().map(Closed::len).sum();
-        self.shared
-            .discarded
-            .fetch_add(discarded as u64, StdOrdering::Relaxed);
+        self.state.discarded.add(discarded as u64);
         // Dropped here, outside every lock: a closure's `Drop` may run any code.
         for closed in pending {
             match closed {
@@ -429,127 +437,62 @@ impl TimerService {
             }
         }
     }
-}
 
-impl Shared {
-    /// The implementation of [`ServiceRef::schedule_notify`]: after shutdown the target is told `Discarded` and the
-    /// handle is inert.
-    #[inline]
-    fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
-        self.schedule_callback(tick, Callback::notify(target), false)
-            .unwrap_or_else(|_| self.inert_handle())
-    }
-
-    /// Queues an entry that wakes `waker` on the timer thread (the futures layer's timer):
-    /// after shutdown the waker is woken at once and the handle is inert.
-    #[inline]
-    fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
-        self.schedule_callback(tick, Callback::waker(waker), false)
-            .unwrap_or_else(|_| self.inert_handle())
-    }
-
-    #[inline]
-    fn schedule_callback(
-        &self,
-        tick: u64,
-        callback: Callback,
-        enforce_cap: bool,
-    ) -> Result<TimerHandle, ScheduleError> {
-        if !self.core.reserve(enforce_cap) {
-            return Err(ScheduleError::Full);
-        }
-        let shard = self.local_shard();
-        match shard.insert(tick, callback) {
-            Ok(key) => Ok(TimerHandle {
-                shard: shard.clone(),
-                key: Some(key),
-            }),
-            Err(callback) => {
-                self.core.release(1);
-                callback.discard();
-                Err(ScheduleError::ShutDown)
-            }
-        }
-    }
-
-    #[inline]
-    fn local_shard(&self) -> &Arc<Shard> {
-        let mask = self.shards.len() - 1;
-        let index = THREAD_INDEX.with(|i| *i) & mask;
-        &self.shards[index]
-    }
-
-    fn inert_handle(&self) -> TimerHandle {
-        TimerHandle {
-            shard: self.local_shard().clone(),
-            key: None,
-        }
-    }
-}
-
-/// How the futures layer reaches a service after the `&TimerService` a future was made from
-/// is gone (a `Sleep` schedules at its first poll): the default service by `'static`
-/// reference (no reference count touched), any other by a clone of its shared state. It keeps
-/// the queues alive, not the threads: after shutdown it schedules nothing.
-#[derive(Clone)]
-pub(crate) enum ServiceRef {
-    /// A service that lives forever (the default one).
-    Static(&'static Shared),
-    /// Any other service.
-    Owned(Arc<Shared>),
-}
-
-impl TimerService {
     /// A `'static` reference to this service's state, for the futures layer.
     pub(crate) fn service_ref(&self) -> ServiceRef {
-        ServiceRef::Owned(self.shared.clone())
+        ServiceRef::Owned(self.state.clone())
     }
 
     /// Like [`service_ref`](Self::service_ref), without a reference count, for a service
     /// that lives forever.
     pub(crate) fn static_ref(&'static self) -> ServiceRef {
-        ServiceRef::Static(&self.shared)
+        ServiceRef::Static(&self.state)
     }
 }
 
-impl ServiceRef {
-    #[inline]
-    fn shared(&self) -> &Shared {
-        match self {
-            ServiceRef::Static(shared) => shared,
-            ServiceRef::Owned(shared) => shared,
-        }
+/// The futures and per-id timeouts of the layers above, on this service (its clock, its timer
+/// thread).
+impl TimerService {
+    /// [`sleep`](fn@crate::future::sleep) on this service.
+    pub fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep::after(self.service_ref(), duration)
     }
 
-    /// A timer at `tick` that wakes `waker` on the timer thread, on the referenced service.
-    /// [`TimerHandle::update_waker`] swaps the waker in place.
-    #[inline]
-    pub(crate) fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
-        self.shared().schedule_waker(tick, waker)
+    /// [`sleep_until`](crate::future::sleep_until) on this service.
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Sleep::until(self.service_ref(), Some(deadline))
     }
 
-    /// Queues an entry whose expiry runs `target.expire(Fired)` **on the timer thread** (no
-    /// worker hand-off), on the referenced service. At shutdown a pending entry gets
-    /// `expire(Discarded)`. Ignores the cap.
-    #[inline]
-    pub(crate) fn schedule_notify(
+    /// [`timeout`](fn@crate::future::timeout) on this service.
+    pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+        Timeout::new(future.into_future(), self.sleep(duration))
+    }
+
+    /// [`timeout_at`](crate::future::timeout_at) on this service.
+    pub fn timeout_at<F: IntoFuture>(
         &self,
-        tick: u64,
-        target: std::sync::Arc<dyn Expire>,
-    ) -> TimerHandle {
-        self.shared().schedule_notify(tick, target)
+        deadline: Instant,
+        future: F,
+    ) -> Timeout<F::IntoFuture> {
+        Timeout::new(future.into_future(), self.sleep_until(deadline))
     }
 
-    /// The service's tick conversion.
-    #[inline]
-    pub(crate) fn ticks(&self) -> &Ticks {
-        &self.shared().core.ticks
+    /// [`interval`](fn@crate::future::interval) on this service.
+    pub fn interval(&self, period: Duration) -> Interval {
+        Interval::on(self.service_ref(), self.now(), period)
     }
 
-    /// The current time of the service's clock.
-    #[inline]
-    pub(crate) fn now(&self) -> Instant {
-        self.shared().core.clock.now()
+    /// [`interval_at`](crate::future::interval_at) on this service.
+    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+        Interval::on(self.service_ref(), start, period)
+    }
+
+    /// A [`Deadlines`] table on this service and its receiver.
+    pub fn deadlines<K>(&self) -> (Deadlines<K>, Expired<K>)
+    where
+        K: Eq + Hash + Clone + Send + 'static,
+    {
+        Deadlines::on(self.service_ref())
     }
 }
 
@@ -563,8 +506,8 @@ impl fmt::Debug for TimerService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerService")
             .field("resolution", &self.resolution())
-            .field("shards", &self.shared.shards.len())
-            .field("workers", &self.shared.worker_stats.len())
+            .field("shards", &self.state.shards.len())
+            .field("workers", &self.state.worker_stats.len())
             .finish_non_exhaustive()
     }
 }

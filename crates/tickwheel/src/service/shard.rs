@@ -233,7 +233,7 @@ impl Shard {
     ///
     /// `std`'s mutex is not fair: a thread scheduling in a tight loop re-takes the lock
     /// nanoseconds after releasing it, long before a woken drain gets the CPU, and could starve
-    /// the timer thread for as long as it keeps scheduling (measured: 100+ ms of lateness).
+    /// the timer thread for as long as it keeps scheduling (timers then fire late by as long).
     /// A drain that finds the lock taken raises `drain_waiting`; producers hold back while it
     /// is up, so a drain waits for at most the one producer operation in progress.
     #[inline]

@@ -1,18 +1,17 @@
 //! [`Sleeper`]: how the timer thread sleeps until a tick's start without oversleeping it.
 //!
 //! A timed sleep ends late: the kernel's timer fires, then the thread has to be scheduled
-//! again. On the 2-core reference VM a `park_timeout` of 1 ms ended 26–46 µs late at the
-//! median and 75–147 µs at p99, even with 1 ns of timer slack — lateness added to every
-//! timer of the tick (`examples/sleep_overshoot.rs` measures it). So the timer thread measures how late its sleeps end (an exponentially weighted
-//! average), sleeps until that long *twice over* before the tick (at most the builder's
-//! [`busy_wait`](super::Builder::busy_wait) limit), and spins the rest. With an 80 µs spin
-//! the same sleeps ended 0 µs late at p90 and 8–40 µs at p99.
+//! again — tens of microseconds on a virtual machine even with 1 ns of timer slack, and that
+//! is lateness added to every timer of the tick. So the timer thread measures how late its
+//! sleeps end (an exponentially weighted average), sleeps until that long *twice over*
+//! before the tick (at most the builder's [`busy_wait`](super::Builder::busy_wait) limit),
+//! and spins the rest: the tick's timers then start within the spin's precision instead of
+//! the kernel's wake-up latency.
 //!
 //! Spinning costs CPU only just before a tick with work due: an idle service still parks
-//! without a timeout, and a sleep shorter than four margins or 500 µs is not split at all (at
-//! a fine resolution with a timer every few ticks, spinning would take the CPU the producer
-//! and the workers need: measured at 10 µs, splitting sleeps down to four margins raised W4's
-//! p99 from 0.19–0.29 to 0.40–1.6 ms).
+//! without a timeout, and a sleep shorter than four margins or 500 µs is not split at all: at
+//! a fine resolution with a timer every few ticks, spins before each would take the CPU the
+//! producer and the workers need, and make the tail of the lateness worse, not better.
 
 use std::time::{Duration, Instant};
 

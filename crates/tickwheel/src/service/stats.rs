@@ -8,8 +8,9 @@
 //! starts it, read from the service's clock. Buckets are powers of two of microseconds.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::sync::Counter;
 
 /// Histogram buckets: `< 1 µs`, then `[2^(i-1), 2^i) µs` for `i` in `1..BUCKETS`; the last
 /// bucket also holds everything longer.
@@ -17,15 +18,15 @@ pub const BUCKETS: usize = 40;
 
 /// A lock-free lateness recorder (one writer, any readers).
 pub(crate) struct Histogram {
-    buckets: [AtomicU64; BUCKETS],
-    max_ns: AtomicU64,
+    buckets: [Counter; BUCKETS],
+    max_ns: Counter,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            max_ns: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| Counter::new()),
+            max_ns: Counter::new(),
         }
     }
 }
@@ -41,17 +42,15 @@ fn bucket_of(late_ns: u64) -> usize {
 impl Histogram {
     #[inline]
     pub(crate) fn record(&self, late_ns: u64) {
-        self.buckets[bucket_of(late_ns)].fetch_add(1, Ordering::Relaxed);
-        if late_ns > self.max_ns.load(Ordering::Relaxed) {
-            self.max_ns.fetch_max(late_ns, Ordering::Relaxed);
-        }
+        self.buckets[bucket_of(late_ns)].add(1);
+        self.max_ns.raise_to(late_ns);
     }
 
     pub(crate) fn add_to(&self, into: &mut LatenessHistogram) {
         for (sum, b) in into.buckets.iter_mut().zip(&self.buckets) {
-            *sum += b.load(Ordering::Relaxed);
+            *sum += b.get();
         }
-        let max = Duration::from_nanos(self.max_ns.load(Ordering::Relaxed));
+        let max = Duration::from_nanos(self.max_ns.get());
         into.max = into.max.max(max);
     }
 }

@@ -22,12 +22,11 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 
 use super::core::Core;
 use super::shard::Job;
 use super::stats::Histogram;
-use crate::sync::{lock, wait, Condvar, Mutex};
+use crate::sync::{lock, wait, Condvar, Counter, Mutex};
 
 /// The largest batch handed to one worker at once.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -52,8 +51,8 @@ pub(crate) struct Dispatch {
 /// Counters one worker writes and `stats()` reads (relaxed; one writer each).
 #[derive(Default)]
 pub(crate) struct WorkerStats {
-    pub(crate) fired: StdAtomicU64,
-    pub(crate) panicked: StdAtomicU64,
+    pub(crate) fired: Counter,
+    pub(crate) panicked: Counter,
     pub(crate) lateness: Histogram,
 }
 
@@ -154,7 +153,7 @@ pub(crate) fn run(
         for job in batch {
             run_job(job, core, stats, on_panic);
         }
-        stats.fired.fetch_add(finished as u64, StdOrdering::Relaxed);
+        stats.fired.add(finished as u64);
     }
 }
 
@@ -163,7 +162,7 @@ fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHa
         stats.lateness.record(late_ns);
     }
     if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.callback.call())) {
-        stats.panicked.fetch_add(1, StdOrdering::Relaxed);
+        stats.panicked.add(1);
         if let Some(handler) = on_panic {
             // A panicking handler must not take the worker down either.
             let _ = catch_unwind(AssertUnwindSafe(|| handler(&*payload)));
