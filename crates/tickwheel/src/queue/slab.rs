@@ -92,6 +92,12 @@ impl<L, T> Slab<L, T> {
         self.entries.capacity()
     }
 
+    /// Bytes the entries and the free stack hold, at their capacity.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.entries.capacity() * core::mem::size_of::<Entry<L, T>>()
+            + self.free.capacity() * core::mem::size_of::<u32>()
+    }
+
     /// Stores a value and returns its index and key.
     ///
     /// # Panics
