@@ -1,0 +1,1 @@
+//! The durable workload benchmark.

@@ -1,0 +1,118 @@
+//! Durable delayed tasks on Redis, delivered by workers that keep the next window of their
+//! tasks in an exact in-memory [`tickwheel::Wheel`].
+//!
+//! A [`Producer`] stores tasks (an id, a run-at instant, payload bytes) in Redis; any number of
+//! [`Worker`]s, in any number of processes on any machines, share them and deliver each one to
+//! a handler at its run-at instant.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tickwheel_redis::{Config, Outcome, Producer, RunAt, Worker};
+//!
+//! # fn main() -> Result<(), tickwheel_redis::Error> {
+//! let config = Config::new("redis://127.0.0.1:6379/", "orders");
+//!
+//! // Producer: Ok means the task is stored (and, with `appendfsync always`, on disk).
+//! let mut producer = Producer::connect(&config)?;
+//! producer.schedule("cancel-order-42", RunAt::After(Duration::from_secs(1800)), b"order 42")?;
+//! producer.reschedule("cancel-order-42", RunAt::After(Duration::from_secs(3600)))?;
+//! assert!(producer.cancel("cancel-order-42")?); // true: it will not be delivered
+//!
+//! // Worker: runs until its stop handle is used; the handler's Outcome::Ack removes the task.
+//! let mut worker = Worker::connect(&config)?;
+//! worker.run(|task| {
+//!     println!("{} due at {:?}, attempt {}", task.id, task.due(), task.attempt);
+//!     Outcome::Ack
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Stored means stored.** [`Producer::schedule`] returns `Ok` only after Redis has applied
+//!   the change; with `appendonly yes` and `appendfsync always` Redis writes and fsyncs its
+//!   append-only file before it replies, so a task acknowledged as stored survives a Redis
+//!   restart or crash. (`appendfsync everysec` may lose the last second of writes on a power
+//!   loss or kernel crash; a plain process crash loses nothing either way.) When Redis cannot
+//!   be reached the call returns an error: never a silent loss.
+//! - **Never early.** A task is claimed by a script that compares its run-at with the Redis
+//!   server's clock (`TIME`), the one clock every producer and worker shares.
+//! - **At least once.** A claimed task stays in Redis, in the in-flight set, until the handler
+//!   acknowledges it. If the worker dies or stalls, the task is delivered again: by the same
+//!   worker after the visibility timeout, or at once by the worker that takes the shard over.
+//!   Duplicates happen only for tasks that were in flight at such a failure; every delivery
+//!   carries the id, due time, attempt and version a handler needs to de-duplicate.
+//! - **Fenced.** A worker that lost a shard (it stalled past its lease and another took over)
+//!   can neither claim nor acknowledge that shard's tasks: every claim and acknowledgement
+//!   checks the shard's epoch inside the same script.
+//! - **Idempotent producers.** Scheduling an existing id replaces that task, so a producer
+//!   retries a failed call safely. [`Producer::cancel`] returns `true` exactly when the task
+//!   was pending and will not be delivered.
+//!
+//! # Design
+//!
+//! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created
+//! and stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard is four keys that
+//! share the hash tag `{namespace:shard}`: a sorted set of pending ids scored by run-at (ms
+//! since the Unix epoch), a hash of `version:attempt:due:payload` values, a sorted set of
+//! in-flight ids scored by visibility deadline, and a state hash (lease owner, epoch, expiry,
+//! horizon, version counter). Every change is one Lua script over one shard's keys.
+//!
+//! *Why hash-tagged shards?* A Redis Cluster places keys by the hash of their `{tag}`, so one
+//! shard's keys sit on one node (a script may touch them together) and many shards spread over
+//! the nodes. Shards also let many workers share the load without contending for one key.
+//!
+//! **Leases with fencing tokens.** Workers register with a heartbeat and each takes a fair share
+//! (`ceil(shards / live workers)`) of the shards through leases that it renews. Taking a shard
+//! increments its epoch. Every claim, acknowledgement, retry and window load passes the epoch
+//! its worker holds, and the script refuses it when the shard's epoch has moved on.
+//!
+//! *Why leases with fencing tokens?* A lease alone cannot stop a worker that was paused (a GC
+//! pause, SIGSTOP, a slow disk) past its lease: when it resumes it still believes it owns the
+//! shard. The epoch makes that belief harmless: the check runs inside Redis, atomically with the
+//! change, so a stale worker's late claims and acknowledgements are rejected no matter what it
+//! believes. The new owner re-delivers the previous owner's in-flight tasks at once, since their
+//! acknowledgements can no longer succeed.
+//!
+//! **A window in a wheel.** The owner of a shard loads the pending tasks due within the next
+//! window (10 s by default) into a [`tickwheel::Wheel`] with millisecond ticks, and sleeps until
+//! the wheel's next deadline. The same script that reads the window records its end (the
+//! shard's horizon); a schedule at or before the horizon publishes a notification on the
+//! namespace's channel, so the owner adds it to its wheel at once. The window is refilled when
+//! half of it has passed. Cancels and reschedules need no message: when the wheel fires, the
+//! claim script finds the task gone or not yet due and says so.
+//!
+//! *Why a window in a wheel instead of polling?* A poller (a sorted set read every second, as
+//! Sidekiq, rq-scheduler and BullMQ's delayed sets do) delivers up to its poll interval late, and
+//! polling faster costs Redis round trips whether or not anything is due. The wheel wakes the
+//! worker at the due millisecond, and Redis is read once per window, not once per tick.
+//!
+//! **Clock.** Scripts read the Redis server's clock. Workers estimate it from the replies they
+//! get, so they wake at the right local instant; if one wakes early the claim script answers
+//! "not yet" and the task is re-armed. [`TimeSource::Manual`] replaces the server clock with a
+//! value the caller sets, for tests on virtual time.
+//!
+//! **Limits.** Ids are 1 to [`MAX_ID_LEN`] bytes; payloads at most [`Config::max_payload`] bytes
+//! (default [`DEFAULT_MAX_PAYLOAD`]); namespaces 1 to 64 bytes without `{`, `}` or whitespace.
+//! A namespace records the schema version of its layout, and a client of another version gets
+//! [`Error::IncompatibleNamespace`] instead of misreading it.
+//!
+//! **Redis Cluster.** The key layout is Cluster-ready (each script touches one slot; the
+//! notification channel is a plain `PUBLISH`, which a Cluster broadcasts). The clients here
+//! connect to a single Redis endpoint (a standalone server, or a proxy in front of a Cluster).
+
+mod namespace;
+mod producer;
+mod scripts;
+pub mod server;
+mod worker;
+
+pub mod bench;
+
+pub use namespace::{
+    Config, Error, ManualTime, RunAt, TaskState, TimeSource, DEFAULT_MAX_PAYLOAD, MAX_ID_LEN,
+    SCHEMA_VERSION,
+};
+pub use producer::{Producer, Task};
+pub use worker::{Delivery, Outcome, StopHandle, Worker, WorkerStats};

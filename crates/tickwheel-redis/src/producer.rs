@@ -1,0 +1,248 @@
+//! The producer side: schedule, replace, cancel, reschedule, look up.
+
+use redis::{Client, Connection, Value};
+
+use crate::namespace::{array, check_id, connect, int, Config, Error, Namespace, RunAt, TaskState};
+use crate::scripts::scripts;
+
+/// One task of a bulk [`Producer::schedule_many`].
+#[derive(Clone, Copy, Debug)]
+pub struct Task<'a> {
+    /// The task's id; scheduling an existing id replaces that task.
+    pub id: &'a str,
+    /// When it runs.
+    pub run_at: RunAt,
+    /// The bytes handed to the handler.
+    pub payload: &'a [u8],
+}
+
+/// Stores tasks in a namespace. Every call is one round trip (bulk: one pipeline), and returns
+/// `Ok` only once Redis has applied it. After a connection error the next call reconnects.
+pub struct Producer {
+    cfg: Config,
+    client: Client,
+    con: Option<Connection>,
+    ns: Namespace,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("url", &self.cfg.url)
+            .field("namespace", &self.cfg.namespace)
+            .field("shards", &self.ns.shards.len())
+            .finish()
+    }
+}
+
+impl Producer {
+    /// Connects, and creates the namespace if it does not exist yet.
+    ///
+    /// Errors: [`Error::InvalidUrl`], [`Error::InvalidNamespace`], [`Error::InvalidConfig`],
+    /// [`Error::IncompatibleNamespace`], or [`Error::Redis`] when Redis cannot be reached.
+    pub fn connect(cfg: &Config) -> Result<Producer, Error> {
+        cfg.validate()?;
+        let client = cfg.client()?;
+        let mut con = connect(cfg, &client)?;
+        let ns = Namespace::open(cfg, &mut con)?;
+        Ok(Producer {
+            cfg: cfg.clone(),
+            client,
+            con: Some(con),
+            ns,
+        })
+    }
+
+    /// The namespace's shard count (as stored in Redis).
+    pub fn shards(&self) -> u32 {
+        self.ns.shards.len() as u32
+    }
+
+    /// Runs `f` on the connection, reconnecting first if the last call broke it.
+    fn with_con<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection, &Namespace) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.con.is_none() {
+            self.con = Some(connect(&self.cfg, &self.client)?);
+        }
+        let con = self.con.as_mut().expect("connected above");
+        let r = f(con, &self.ns);
+        if let Err(Error::Redis(e)) = &r {
+            // Anything but an error reply from the server leaves the connection in doubt.
+            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                self.con = None;
+            }
+        }
+        r
+    }
+
+    fn check(&self, id: &str, payload: &[u8]) -> Result<(), Error> {
+        check_id(id)?;
+        if payload.len() > self.cfg.max_payload {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                max: self.cfg.max_payload,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores a task, replacing any task with the same id (pending or in flight: the new one
+    /// starts at attempt 0, and an in-flight delivery of the old one can no longer be
+    /// acknowledged). Returns whether it replaced one.
+    pub fn schedule(&mut self, id: &str, run_at: RunAt, payload: &[u8]) -> Result<bool, Error> {
+        self.check(id, payload)?;
+        let (mode, ms) = run_at.encode()?;
+        let now = self.cfg.now_arg();
+        self.with_con(|con, ns| {
+            let shard = ns.shard_of(id);
+            let mut inv = scripts().schedule.prepare_invoke();
+            for k in &ns.shards[shard as usize].0 {
+                inv.key(k);
+            }
+            inv.arg(now)
+                .arg(&ns.channel)
+                .arg(shard)
+                .arg(id)
+                .arg(mode)
+                .arg(ms)
+                .arg(payload);
+            let replaced: i64 = inv.invoke(con)?;
+            Ok(replaced > 0)
+        })
+    }
+
+    /// Stores many tasks in one pipeline: tasks are grouped by shard, up to
+    /// [`Config::batch`] per script call. `Ok` means every task is stored; on `Err` some may
+    /// be, and calling again with the same tasks is safe (same ids replace). Returns how many
+    /// tasks replaced existing ones.
+    pub fn schedule_many<'a, I>(&mut self, tasks: I) -> Result<usize, Error>
+    where
+        I: IntoIterator<Item = Task<'a>>,
+    {
+        let shards = self.ns.shards.len();
+        let mut groups: Vec<Vec<(Task<'a>, &'static str, u64)>> = vec![Vec::new(); shards];
+        for t in tasks {
+            self.check(t.id, t.payload)?;
+            let (mode, ms) = t.run_at.encode()?;
+            groups[self.ns.shard_of(t.id) as usize].push((t, mode, ms));
+        }
+        let batch = self.cfg.batch;
+        let now = self.cfg.now_arg();
+        let sha = scripts().schedule.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        for (shard, group) in groups.iter().enumerate() {
+            for chunk in group.chunks(batch) {
+                let keys = &self.ns.shards[shard].0;
+                let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
+                cmd.arg(&now).arg(&self.ns.channel).arg(shard);
+                for (t, mode, ms) in chunk {
+                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload);
+                }
+            }
+        }
+        if pipe.is_empty() {
+            return Ok(0);
+        }
+        self.with_con(|con, _| {
+            let run = |con: &mut Connection| -> redis::RedisResult<Vec<i64>> { pipe.query(con) };
+            let replaced = match run(con) {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    scripts().schedule.prepare_invoke().load(con)?;
+                    run(con)?
+                }
+                r => r?,
+            };
+            Ok(replaced.iter().map(|&n| n as usize).sum())
+        })
+    }
+
+    /// Cancels a pending task: `true` exactly when it was pending and will not be delivered.
+    /// `false` for an unknown id and for a task in flight (being delivered now: its handler's
+    /// acknowledgement settles it).
+    pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
+        check_id(id)?;
+        self.with_con(|con, ns| {
+            let mut inv = scripts().cancel.prepare_invoke();
+            for k in &ns.shards[ns.shard_of(id) as usize].0 {
+                inv.key(k);
+            }
+            let n: i64 = inv.arg(id).invoke(con)?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Moves a pending task to a new run-at, keeping its payload and attempt count: `true` when
+    /// it was pending, `false` for an unknown id or a task in flight.
+    pub fn reschedule(&mut self, id: &str, run_at: RunAt) -> Result<bool, Error> {
+        check_id(id)?;
+        let (mode, ms) = run_at.encode()?;
+        let now = self.cfg.now_arg();
+        self.with_con(|con, ns| {
+            let shard = ns.shard_of(id);
+            let mut inv = scripts().reschedule.prepare_invoke();
+            for k in &ns.shards[shard as usize].0 {
+                inv.key(k);
+            }
+            inv.arg(now)
+                .arg(&ns.channel)
+                .arg(shard)
+                .arg(id)
+                .arg(mode)
+                .arg(ms);
+            let n: i64 = inv.invoke(con)?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Where a task is: pending, in flight, or unknown (never scheduled, cancelled or
+    /// acknowledged).
+    pub fn state(&mut self, id: &str) -> Result<TaskState, Error> {
+        check_id(id)?;
+        self.with_con(|con, ns| {
+            let mut inv = scripts().state.prepare_invoke();
+            for k in &ns.shards[ns.shard_of(id) as usize].0 {
+                inv.key(k);
+            }
+            let v: Value = inv.arg(id).invoke(con)?;
+            let a = array(v)?;
+            let n = |i: usize| {
+                a.get(i)
+                    .ok_or_else(|| Error::Protocol("short STATE".into()))
+                    .and_then(int)
+            };
+            Ok(match n(0)? {
+                1 => TaskState::Pending {
+                    run_at_ms: n(1)? as u64,
+                    attempts: n(2)? as u32,
+                    version: n(3)? as u64,
+                },
+                2 => TaskState::InFlight {
+                    due_ms: n(1)? as u64,
+                    attempt: n(2)? as u32,
+                    version: n(3)? as u64,
+                    visible_at_ms: n(4)? as u64,
+                },
+                _ => TaskState::Unknown,
+            })
+        })
+    }
+
+    /// Tasks stored in the namespace (pending and in flight), summed over shards.
+    pub fn len(&mut self) -> Result<u64, Error> {
+        self.with_con(|con, ns| {
+            let mut pipe = redis::pipe();
+            for s in &ns.shards {
+                pipe.cmd("HLEN").arg(&s.0[1]);
+            }
+            let lens: Vec<u64> = pipe.query(con)?;
+            Ok(lens.iter().sum())
+        })
+    }
+
+    /// Whether the namespace holds no task.
+    pub fn is_empty(&mut self) -> Result<bool, Error> {
+        Ok(self.len()? == 0)
+    }
+}

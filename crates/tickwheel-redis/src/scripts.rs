@@ -1,0 +1,320 @@
+//! The Lua scripts: every change that touches more than one key runs as one script, so it is
+//! atomic, and every script touches the keys of one shard only (one hash slot in a Redis
+//! Cluster).
+//!
+//! Shard keys, in the order every shard script takes them:
+//! `KEYS[1]` the due set (sorted set id → run-at ms), `KEYS[2]` the task hash (id →
+//! `version:attempt:due:payload`), `KEYS[3]` the in-flight set (sorted set id → visibility
+//! deadline ms), `KEYS[4]` the shard state hash (`owner`, `epoch`, `expires`, `horizon`,
+//! `seq`).
+//!
+//! Time: the first argument of a script that reads the clock is either empty (use the server's
+//! `TIME`, the one clock every producer and worker shares) or a number of milliseconds (a
+//! manual clock, for tests on virtual time).
+
+use redis::Script;
+use std::sync::OnceLock;
+
+const PRELUDE: &str = r#"
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function parse(h)
+  local a = string.find(h, ':', 1, true)
+  local b = string.find(h, ':', a + 1, true)
+  local c = string.find(h, ':', b + 1, true)
+  return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, c + 1)
+end
+local function header(v, a, d)
+  return string.format('%d:%d:%d:', v, a, d)
+end
+local function notify(channel, shard, v, run_at, id)
+  redis.call('PUBLISH', channel, string.format('%s:%d:%d:', shard, v, run_at) .. id)
+end
+local function epoch_is(state, e)
+  return tonumber(redis.call('HGET', state, 'epoch') or '0') == tonumber(e)
+end
+"#;
+
+/// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload) per task.
+/// Returns how many tasks replaced an existing one.
+const SCHEDULE: &str = r#"
+local now = nil
+local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
+local replaced = 0
+for i = 4, #ARGV, 4 do
+  local id, payload = ARGV[i], ARGV[i + 3]
+  local run_at = tonumber(ARGV[i + 2])
+  if ARGV[i + 1] == 'd' then
+    now = now or clock(ARGV[1])
+    run_at = now + run_at
+  end
+  local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
+  if redis.call('ZREM', KEYS[3], id) == 1 or redis.call('HEXISTS', KEYS[2], id) == 1 then
+    replaced = replaced + 1
+  end
+  redis.call('ZADD', KEYS[1], run_at, id)
+  redis.call('HSET', KEYS[2], id, header(v, 0, run_at) .. payload)
+  if run_at <= horizon then notify(ARGV[2], ARGV[3], v, run_at, id) end
+end
+return replaced
+"#;
+
+/// ARGV: id. 1 when the task was pending and is now gone, 0 otherwise.
+const CANCEL: &str = r#"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
+/// ARGV: now, channel, shard, id, mode, ms. 1 when the pending task moved, 0 otherwise.
+const RESCHEDULE: &str = r#"
+local id = ARGV[4]
+if not redis.call('ZSCORE', KEYS[1], id) then return 0 end
+local _, a, _, payload = parse(redis.call('HGET', KEYS[2], id))
+local run_at = tonumber(ARGV[6])
+if ARGV[5] == 'd' then run_at = clock(ARGV[1]) + run_at end
+local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
+redis.call('ZADD', KEYS[1], run_at, id)
+redis.call('HSET', KEYS[2], id, header(v, a, run_at) .. payload)
+if run_at <= tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0') then
+  notify(ARGV[2], ARGV[3], v, run_at, id)
+end
+return 1
+"#;
+
+/// ARGV: id. {0} unknown, {1, run_at, attempts, version} pending,
+/// {2, due, attempt, version, visible_at} in flight.
+const STATE: &str = r#"
+local h = redis.call('HGET', KEYS[2], ARGV[1])
+if not h then return {0} end
+local v, a, d = parse(h)
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s then return {1, tonumber(s), a, v} end
+s = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if s then return {2, d, a, v, tonumber(s)} end
+return {0}
+"#;
+
+/// ARGV: now, worker id, lease ms, epoch held (0 to take the shard).
+/// Returns {epoch or 0, now}. Taking a shard bumps its epoch (the fencing token) and puts the
+/// previous tenure's in-flight tasks back into the due set: their acks are fenced from now on.
+const ACQUIRE: &str = r#"
+local now = clock(ARGV[1])
+local st = redis.call('HMGET', KEYS[4], 'owner', 'epoch', 'expires')
+local owner, epoch, expires = st[1], tonumber(st[2] or '0'), tonumber(st[3] or '0')
+local held = tonumber(ARGV[4])
+if held > 0 then
+  if owner == ARGV[2] and epoch == held then
+    redis.call('HSET', KEYS[4], 'expires', now + tonumber(ARGV[3]))
+    return {epoch, now}
+  end
+  return {0, now}
+end
+if owner and owner ~= '' and expires > now then return {0, now} end
+epoch = redis.call('HINCRBY', KEYS[4], 'epoch', 1)
+redis.call('HSET', KEYS[4], 'owner', ARGV[2], 'expires', now + tonumber(ARGV[3]), 'horizon', 0)
+local infl = redis.call('ZRANGE', KEYS[3], 0, -1)
+for _, id in ipairs(infl) do
+  local h = redis.call('HGET', KEYS[2], id)
+  if h then
+    local _, _, d = parse(h)
+    redis.call('ZADD', KEYS[1], d, id)
+  end
+end
+if #infl > 0 then redis.call('DEL', KEYS[3]) end
+return {epoch, now}
+"#;
+
+/// ARGV: worker id, epoch. Gives the shard up (the next owner bumps the epoch).
+const RELEASE: &str = r#"
+local st = redis.call('HMGET', KEYS[4], 'owner', 'epoch')
+if st[1] == ARGV[1] and tonumber(st[2] or '0') == tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[4], 'owner', '', 'expires', 0, 'horizon', 0)
+  return 1
+end
+return 0
+"#;
+
+/// ARGV: epoch, from (`-inf` or exclusive ms), to ms, limit, with in-flight (`1`|`0`).
+/// Sets the shard's horizon (schedules at or before it are published) in the same step as it
+/// reads the due set up to it, so no task falls between the read and the notifications.
+/// Returns {-1} when fenced, else {horizon, {id, run_at, version, ...}, {id, visible_at,
+/// version, ...}}.
+const LOAD: &str = r#"
+if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
+local from = ARGV[2]
+local lo = from
+if from ~= '-inf' then lo = '(' .. from end
+local limit = tonumber(ARGV[4])
+local r = redis.call('ZRANGEBYSCORE', KEYS[1], lo, ARGV[3], 'WITHSCORES', 'LIMIT', 0, limit)
+local horizon = tonumber(ARGV[3])
+if #r / 2 >= limit then
+  local last = tonumber(r[#r])
+  if from == '-inf' or last - 1 > tonumber(from) then
+    horizon = last - 1
+  else
+    r = redis.call('ZRANGEBYSCORE', KEYS[1], lo, last, 'WITHSCORES')
+    horizon = last
+  end
+end
+redis.call('HSET', KEYS[4], 'horizon', horizon)
+local function with_versions(list)
+  local out = {}
+  for i = 1, #list, 2 do
+    local h = redis.call('HGET', KEYS[2], list[i])
+    if h then
+      out[#out + 1] = list[i]
+      out[#out + 1] = list[i + 1]
+      out[#out + 1] = (parse(h))
+    end
+  end
+  return out
+end
+local infl = {}
+if ARGV[5] == '1' then infl = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES') end
+return {horizon, with_versions(r), with_versions(infl)}
+"#;
+
+/// ARGV: now, epoch, visibility ms, ids... Claims each due task (pending and due, or in
+/// flight past its visibility deadline): attempt + 1, into the in-flight set.
+/// Returns {-1, now} when fenced, else {1, now, entry...} with entries
+/// {1, id, version, attempt, due, payload} delivered, {2, id, ms, version} not due until ms,
+/// {0, id} gone.
+const DELIVER: &str = r#"
+local now = clock(ARGV[1])
+if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now} end
+local out = {1, now}
+local vis = now + tonumber(ARGV[3])
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local pending = true
+  local s = redis.call('ZSCORE', KEYS[1], id)
+  if not s then
+    s = redis.call('ZSCORE', KEYS[3], id)
+    pending = false
+  end
+  if not s then
+    out[#out + 1] = {0, id}
+  elseif tonumber(s) > now then
+    out[#out + 1] = {2, id, tonumber(s), (parse(redis.call('HGET', KEYS[2], id)))}
+  else
+    local v, a, d, payload = parse(redis.call('HGET', KEYS[2], id))
+    a = a + 1
+    if pending then
+      redis.call('ZREM', KEYS[1], id)
+      d = tonumber(s)
+    end
+    redis.call('ZADD', KEYS[3], vis, id)
+    redis.call('HSET', KEYS[2], id, header(v, a, d) .. payload)
+    out[#out + 1] = {1, id, v, a, d, payload}
+  end
+end
+return out
+"#;
+
+/// ARGV: epoch, then (id, version, attempt) per delivery. Returns {-1} when fenced, else
+/// {1, acked...} with 1 where the delivery was still the current one and is now removed.
+const ACK: &str = r#"
+if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
+local out = {1}
+for i = 2, #ARGV, 3 do
+  local id = ARGV[i]
+  local ok = 0
+  local h = redis.call('HGET', KEYS[2], id)
+  if h then
+    local v, a = parse(h)
+    if v == tonumber(ARGV[i + 1]) and a == tonumber(ARGV[i + 2])
+        and redis.call('ZREM', KEYS[3], id) == 1 then
+      redis.call('HDEL', KEYS[2], id)
+      ok = 1
+    end
+  end
+  out[#out + 1] = ok
+end
+return out
+"#;
+
+/// ARGV: now, epoch, id, version, attempt, delay ms. Puts an in-flight delivery back into the
+/// due set at now + delay, keeping its attempt count. {-1} fenced, {0} stale, {1, run_at}.
+const RETRY: &str = r#"
+local now = clock(ARGV[1])
+if not epoch_is(KEYS[4], ARGV[2]) then return {-1} end
+local id = ARGV[3]
+local h = redis.call('HGET', KEYS[2], id)
+if not h then return {0} end
+local v, a, _, payload = parse(h)
+if v ~= tonumber(ARGV[4]) or a ~= tonumber(ARGV[5]) or redis.call('ZREM', KEYS[3], id) == 0 then
+  return {0}
+end
+local run_at = now + tonumber(ARGV[6])
+redis.call('ZADD', KEYS[1], run_at, id)
+redis.call('HSET', KEYS[2], id, header(v, a, run_at) .. payload)
+return {1, run_at}
+"#;
+
+/// KEYS: the namespace's worker set. ARGV: now, worker id, ttl ms (0 to leave).
+/// Returns {live workers, now}.
+const HEARTBEAT: &str = r#"
+local now = clock(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if tonumber(ARGV[3]) == 0 then
+  redis.call('ZREM', KEYS[1], ARGV[2])
+else
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+end
+return {redis.call('ZCARD', KEYS[1]), now}
+"#;
+
+/// KEYS: the namespace's meta hash. ARGV: schema version, shard count. Creates the namespace
+/// when absent; returns {schema, shards} as stored ({false, false} for a foreign key).
+const INIT: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'schema', ARGV[1], 'shards', ARGV[2])
+end
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return {false, false} end
+return redis.call('HMGET', KEYS[1], 'schema', 'shards')
+"#;
+
+/// The compiled scripts (each a SHA1 and its source; loaded into Redis on first use).
+pub(crate) struct Scripts {
+    pub schedule: Script,
+    pub cancel: Script,
+    pub reschedule: Script,
+    pub state: Script,
+    pub acquire: Script,
+    pub release: Script,
+    pub load: Script,
+    pub deliver: Script,
+    pub ack: Script,
+    pub retry: Script,
+    pub heartbeat: Script,
+    pub init: Script,
+}
+
+/// The process-wide scripts.
+pub(crate) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Scripts {
+            schedule: s(SCHEDULE),
+            cancel: s(CANCEL),
+            reschedule: s(RESCHEDULE),
+            state: s(STATE),
+            acquire: s(ACQUIRE),
+            release: s(RELEASE),
+            load: s(LOAD),
+            deliver: s(DELIVER),
+            ack: s(ACK),
+            retry: s(RETRY),
+            heartbeat: s(HEARTBEAT),
+            init: s(INIT),
+        }
+    })
+}

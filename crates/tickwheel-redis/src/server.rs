@@ -1,0 +1,146 @@
+//! Starts a private `redis-server` for tests, benchmarks and demos: its own port, its own
+//! directory, the append-only file on with `appendfsync always`, no RDB snapshots.
+//!
+//! The binary is `redis-server` from `PATH`, or the path in `TICKWHEEL_REDIS_SERVER`. When it
+//! is missing, [`RedisServer::start`] returns [`Error::Server`] saying how to install it.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// How to install `redis-server`, for error messages.
+pub const INSTALL_HINT: &str = "redis-server was not found: install it (Debian/Ubuntu: \
+     `apt-get install -y redis-server`; macOS: `brew install redis`) or set \
+     TICKWHEEL_REDIS_SERVER to its path";
+
+/// A `redis-server` child process, killed (and its directory removed) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    binary: String,
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::Server(format!("cannot find a free port: {e}")))?;
+    Ok(l.local_addr()
+        .map_err(|e| Error::Server(e.to_string()))?
+        .port())
+}
+
+impl RedisServer {
+    /// Starts a server on a free port in a new directory under the system temp dir.
+    pub fn start() -> Result<RedisServer, Error> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tickwheel-redis-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Server(format!("cannot create {}: {e}", dir.display())))?;
+        let binary =
+            std::env::var("TICKWHEEL_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let mut s = RedisServer {
+            child: None,
+            port: free_port()?,
+            dir,
+            binary,
+        };
+        s.spawn()?;
+        Ok(s)
+    }
+
+    fn spawn(&mut self) -> Result<(), Error> {
+        let child = Command::new(&self.binary)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .args(["--daemonize", "no", "--logfile", "redis.log"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::Server(INSTALL_HINT.into()),
+                _ => Error::Server(format!("cannot start {}: {e}", self.binary)),
+            })?;
+        self.child = Some(child);
+        let client = redis::Client::open(self.url().as_str())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ping = client
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            match ping {
+                Ok(_) => return Ok(()),
+                Err(_) if Instant::now() < deadline => {
+                    if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                        return Err(Error::Server(format!(
+                            "redis-server exited at start ({status}); see {}",
+                            self.dir.join("redis.log").display()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => return Err(Error::Server(format!("redis-server did not answer: {e}"))),
+            }
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's directory (its append-only file and log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no final save) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and directory: it reloads its
+    /// append-only file.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,381 @@
+//! Worker semantics on virtual time (a manual clock shared by producer, workers and the
+//! scripts) against a real redis-server: a table of expected deliveries, fencing, takeover,
+//! rebalancing, and a randomized comparison with a reference model.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tickwheel_redis::{Config, Delivery, ManualTime, Outcome, Producer, RunAt, TaskState, Worker};
+
+const T0: u64 = 1_000_000;
+
+/// One deterministic step: reload the windows (a notification may still be in flight) and
+/// tick, answering every delivery with `outcome`. Returns (id, attempt, due, payload).
+fn step(
+    w: &mut Worker,
+    outcome: impl Fn(&Delivery) -> Outcome,
+) -> Vec<(String, u32, u64, Vec<u8>)> {
+    w.reload_windows();
+    let mut got = Vec::new();
+    w.tick(&mut |d: &Delivery| {
+        got.push((d.id.clone(), d.attempt, d.due_ms, d.payload.clone()));
+        outcome(d)
+    })
+    .unwrap();
+    got.sort();
+    got
+}
+
+fn ids(v: &[(String, u32, u64, Vec<u8>)]) -> Vec<(&str, u32)> {
+    v.iter().map(|(id, a, _, _)| (id.as_str(), *a)).collect()
+}
+
+fn at(time: &ManualTime, ms: u64) {
+    time.set_ms(T0 + ms);
+}
+
+#[test]
+fn table_of_durable_delivery_results() {
+    let s = common::server();
+    let (cfg, time) = common::manual(&s, "table", 2);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let ack = |_: &Delivery| Outcome::Ack;
+
+    for (id, ms) in [
+        ("a", 100),
+        ("b", 200),
+        ("c", 300),
+        ("d", 400),
+        ("e", 500),
+        ("f", 600),
+    ] {
+        p.schedule(id, RunAt::AtMillis(T0 + ms), id.as_bytes())
+            .unwrap();
+    }
+    assert!(p.cancel("b").unwrap(), "cancel of a pending task");
+    assert!(p.reschedule("c", RunAt::AtMillis(T0 + 50)).unwrap());
+    assert!(
+        p.schedule("a", RunAt::AtMillis(T0 + 150), b"a2").unwrap(),
+        "replace"
+    );
+
+    // (time, expected deliveries as (id, attempt), outcome for them)
+    at(&time, 49);
+    assert_eq!(ids(&step(&mut w, ack)), [], "nothing before its run-at");
+    at(&time, 50);
+    let got = step(&mut w, ack);
+    assert_eq!(ids(&got), [("c", 1)]);
+    assert_eq!(got[0].2, T0 + 50, "the due time is the rescheduled one");
+    at(&time, 149);
+    assert_eq!(
+        ids(&step(&mut w, ack)),
+        [],
+        "a was replaced by a later run-at"
+    );
+    at(&time, 150);
+    let got = step(&mut w, ack);
+    assert_eq!(ids(&got), [("a", 1)]);
+    assert_eq!(got[0].3, b"a2", "the replacement's payload");
+    assert_eq!(
+        p.state("a").unwrap(),
+        TaskState::Unknown,
+        "acknowledged: gone"
+    );
+    assert!(!p.cancel("a").unwrap(), "cancel after delivery: false");
+    at(&time, 200);
+    assert_eq!(ids(&step(&mut w, ack)), [], "b was cancelled");
+
+    at(&time, 400);
+    assert_eq!(ids(&step(&mut w, |_| Outcome::Leave)), [("d", 1)]);
+    assert!(matches!(
+        p.state("d").unwrap(),
+        TaskState::InFlight { attempt: 1, .. }
+    ));
+    assert!(
+        !p.cancel("d").unwrap(),
+        "cancel of an in-flight task: false (it was delivered)"
+    );
+    assert!(!p.reschedule("d", RunAt::AtMillis(T0)).unwrap());
+
+    at(&time, 500);
+    assert_eq!(
+        ids(&step(&mut w, |_| Outcome::RetryAfter(
+            Duration::from_millis(100)
+        ))),
+        [("e", 1)]
+    );
+    assert!(matches!(
+        p.state("e").unwrap(),
+        TaskState::Pending { attempts: 1, .. }
+    ));
+    at(&time, 599);
+    assert_eq!(ids(&step(&mut w, ack)), []);
+    at(&time, 600);
+    assert_eq!(
+        ids(&step(&mut w, ack)),
+        [("e", 2), ("f", 1)],
+        "retry keeps counting attempts"
+    );
+
+    // d was left unacknowledged: delivered again after the visibility timeout (30 s).
+    at(&time, 400 + 29_999);
+    assert_eq!(ids(&step(&mut w, ack)), []);
+    at(&time, 400 + 30_000);
+    assert_eq!(ids(&step(&mut w, ack)), [("d", 2)]);
+
+    // Replacing an in-flight task: the old delivery can no longer be acknowledged, the new
+    // task starts over at attempt 1.
+    at(&time, 40_000);
+    p.schedule("g", RunAt::AtMillis(T0 + 40_000), b"g1")
+        .unwrap();
+    assert_eq!(ids(&step(&mut w, |_| Outcome::Leave)), [("g", 1)]);
+    assert!(p
+        .schedule("g", RunAt::AtMillis(T0 + 40_010), b"g2")
+        .unwrap());
+    assert!(matches!(
+        p.state("g").unwrap(),
+        TaskState::Pending { attempts: 0, .. }
+    ));
+    at(&time, 40_010);
+    let got = step(&mut w, ack);
+    assert_eq!(ids(&got), [("g", 1)]);
+    assert_eq!(got[0].3, b"g2");
+
+    assert!(
+        p.is_empty().unwrap(),
+        "everything delivered and acknowledged"
+    );
+    let st = w.stats();
+    assert_eq!(
+        (st.delivered, st.acked, st.retried, st.fenced),
+        (9, 6, 1, 0)
+    );
+}
+
+#[test]
+fn a_worker_that_lost_its_lease_can_neither_ack_nor_claim() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "fence", 1);
+    cfg.lease = Duration::from_secs(1);
+    cfg.batch = 1;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut a = Worker::connect(&cfg).unwrap();
+    let mut b = Worker::connect(&cfg).unwrap();
+    a.tick(&mut |_| Outcome::Ack).unwrap();
+    b.tick(&mut |_| Outcome::Ack).unwrap();
+    assert_eq!((a.owned_shards(), b.owned_shards()), (vec![0], vec![]));
+
+    p.schedule("x1", RunAt::AtMillis(T0 + 100), b"").unwrap();
+    p.schedule("x2", RunAt::AtMillis(T0 + 100), b"").unwrap();
+    p.schedule("y", RunAt::AtMillis(T0 + 100), b"").unwrap();
+    at(&time, 100);
+    a.reload_windows();
+    let mut by_b = Vec::new();
+    let mut by_a = Vec::new();
+    // A stalls inside its first handler call, past its lease; B takes the shard over.
+    a.tick(&mut |d: &Delivery| {
+        by_a.push((d.id.clone(), d.attempt, d.epoch));
+        if by_a.len() == 1 {
+            time.advance(Duration::from_secs(2));
+            b.tick(&mut |d: &Delivery| {
+                by_b.push((d.id.clone(), d.attempt, d.epoch));
+                Outcome::Ack
+            })
+            .unwrap();
+            Outcome::Ack // too late: fenced
+        } else {
+            Outcome::Ack
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        by_a.len(),
+        1,
+        "A claimed nothing after it lost the shard: {by_a:?}"
+    );
+    let (first, _, epoch_a) = by_a[0].clone();
+    by_b.sort();
+    // B delivered all three: A's in-flight one again (attempt 2), at once, and the others.
+    let mut want: Vec<(String, u32, u64)> = ["x1", "x2", "y"]
+        .iter()
+        .map(|id| (id.to_string(), 1, epoch_a + 1))
+        .collect();
+    want.iter_mut().find(|t| t.0 == first).unwrap().1 = 2;
+    assert_eq!(by_b, want);
+    assert!(
+        a.stats().fenced >= 1,
+        "A's late ack was refused: {:?}",
+        a.stats()
+    );
+    assert_eq!(a.stats().acked, 0);
+    assert!(p.is_empty().unwrap());
+
+    // A learns it lost the shard at its next renewal; B keeps it.
+    a.tick(&mut |_| Outcome::Ack).unwrap();
+    assert!(a.owned_shards().is_empty());
+    assert_eq!(b.owned_shards(), vec![0]);
+}
+
+#[test]
+fn a_stale_claim_is_fenced_inside_the_script() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "fence2", 1);
+    cfg.lease = Duration::from_secs(1);
+    cfg.batch = 1;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut a = Worker::connect(&cfg).unwrap();
+    let mut b = Worker::connect(&cfg).unwrap();
+    a.tick(&mut |_| Outcome::Ack).unwrap();
+    p.schedule("x1", RunAt::AtMillis(T0 + 100), b"").unwrap();
+    p.schedule("x2", RunAt::AtMillis(T0 + 100), b"").unwrap();
+    at(&time, 100);
+    a.reload_windows();
+    let mut a_got = 0;
+    a.tick(&mut |_| {
+        a_got += 1;
+        time.advance(Duration::from_secs(2));
+        b.tick(&mut |_| Outcome::Ack).unwrap();
+        Outcome::Leave // no ack: A goes on to claim its second task with its old epoch
+    })
+    .unwrap();
+    assert_eq!(a_got, 1);
+    assert_eq!(
+        a.stats().fenced,
+        1,
+        "the second claim was refused: {:?}",
+        a.stats()
+    );
+    assert_eq!(b.stats().delivered, 2);
+    assert!(p.is_empty().unwrap());
+}
+
+#[test]
+fn a_dead_workers_tasks_are_taken_over_after_its_lease() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "takeover", 4);
+    cfg.lease = Duration::from_secs(2);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut a = Worker::connect(&cfg).unwrap();
+    a.tick(&mut |_| Outcome::Ack).unwrap();
+    assert_eq!(a.owned_shards().len(), 4);
+    for i in 0..20 {
+        p.schedule(&format!("t{i}"), RunAt::AtMillis(T0 + 100 + i * 100), b"")
+            .unwrap();
+    }
+    at(&time, 1000);
+    let first = step(&mut a, |_| Outcome::Leave); // in flight when A dies
+    assert_eq!(first.len(), 10);
+    drop(a); // dies: no release, no ack
+
+    let mut b = Worker::connect(&cfg).unwrap();
+    at(&time, 1000 + 1999);
+    assert!(
+        step(&mut b, |_| Outcome::Ack).is_empty(),
+        "A's leases still hold"
+    );
+    at(&time, 1000 + 2000 + 500);
+    let got = step(&mut b, |_| Outcome::Ack);
+    // All 20 are due by now: A's 10 in-flight ones again (attempt 2, without waiting for the
+    // 30 s visibility timeout) and the 10 that were pending.
+    assert_eq!(got.len(), 20);
+    assert_eq!(got.iter().filter(|t| t.1 == 2).count(), 10);
+    assert_eq!(b.owned_shards().len(), 4);
+    assert!(p.is_empty().unwrap());
+}
+
+#[test]
+fn workers_share_shards_fairly_and_hand_them_over_on_stop() {
+    let s = common::server();
+    let (cfg, time) = common::manual(&s, "fair", 4);
+    let mut a = Worker::connect(&cfg).unwrap();
+    let mut b = Worker::connect(&cfg).unwrap();
+    let tick = |w: &mut Worker| w.tick(&mut |_| Outcome::Ack).unwrap();
+    tick(&mut a);
+    tick(&mut b);
+    assert_eq!((a.owned_shards().len(), b.owned_shards().len()), (4, 0));
+    time.advance(Duration::from_millis(600));
+    tick(&mut a); // two live workers: A gives up two shards
+    tick(&mut b);
+    let (sa, sb) = (a.owned_shards(), b.owned_shards());
+    assert_eq!((sa.len(), sb.len()), (2, 2));
+    assert!(sa.iter().all(|s| !sb.contains(s)));
+    a.shutdown(); // releases at once
+    time.advance(Duration::from_millis(600));
+    tick(&mut b);
+    assert_eq!(b.owned_shards(), vec![0, 1, 2, 3]);
+}
+
+/// A tiny deterministic generator (no dependency needed).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn random_operations_match_the_reference_model() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "model", 3);
+    cfg.window = Duration::from_millis(700); // tasks cross window boundaries often
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    // The model: id -> (run_at, payload) for pending tasks.
+    let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut rng = Lcg(7);
+    let mut now = T0;
+    let mut delivered = 0;
+    for round in 0..600 {
+        let id = format!("k{}", rng.next(30));
+        match rng.next(10) {
+            0..=3 => {
+                let run_at = now + rng.next(2000);
+                let payload = format!("{id}@{round}").into_bytes();
+                let replaced = p.schedule(&id, RunAt::AtMillis(run_at), &payload).unwrap();
+                assert_eq!(replaced, model.insert(id, (run_at, payload)).is_some());
+            }
+            4 => assert_eq!(p.cancel(&id).unwrap(), model.remove(&id).is_some()),
+            5 => {
+                let run_at = now + rng.next(2000);
+                let moved = p.reschedule(&id, RunAt::AtMillis(run_at)).unwrap();
+                assert_eq!(moved, model.contains_key(&id));
+                if let Some(t) = model.get_mut(&id) {
+                    t.0 = run_at;
+                }
+            }
+            _ => {
+                now += rng.next(300);
+                time.set_ms(now);
+                let got = step(&mut w, |_| Outcome::Ack);
+                let want: Vec<(String, u32, u64, Vec<u8>)> = model
+                    .iter()
+                    .filter(|(_, (at, _))| *at <= now)
+                    .map(|(id, (at, pl))| (id.clone(), 1, *at, pl.clone()))
+                    .collect();
+                assert_eq!(got, want, "at {now} (round {round})");
+                model.retain(|_, (at, _)| *at > now);
+                delivered += got.len();
+            }
+        }
+        if let Some((id, (at, _))) = model.iter().next() {
+            assert!(
+                matches!(p.state(id).unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == *at)
+            );
+        }
+    }
+    assert!(delivered > 100, "the run exercised deliveries: {delivered}");
+    assert_eq!(p.len().unwrap(), model.len() as u64);
+}
+
+#[test]
+fn config_is_shared_by_clone() {
+    let c = Config::new("redis://127.0.0.1:1/", "x");
+    assert_eq!(c.clone().namespace, "x");
+}

@@ -1,0 +1,246 @@
+//! The producer API and bad input, against a real redis-server.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tickwheel_redis::{Config, Error, Producer, RunAt, Task, TaskState, SCHEMA_VERSION};
+
+#[test]
+fn schedule_replace_cancel_reschedule_state() {
+    let s = common::server();
+    let (cfg, _time) = common::manual(&s, "p", 4);
+    let mut p = Producer::connect(&cfg).unwrap();
+    assert_eq!(p.shards(), 4);
+
+    assert!(!p.schedule("a", RunAt::AtMillis(2_000_000), b"one").unwrap());
+    let TaskState::Pending {
+        run_at_ms,
+        attempts,
+        version: v1,
+    } = p.state("a").unwrap()
+    else {
+        panic!("a is pending")
+    };
+    assert_eq!((run_at_ms, attempts), (2_000_000, 0));
+
+    // Same id: replaces (idempotent retries), with a new version.
+    assert!(p
+        .schedule("a", RunAt::After(Duration::from_millis(500)), b"two")
+        .unwrap());
+    let TaskState::Pending {
+        run_at_ms,
+        version: v2,
+        ..
+    } = p.state("a").unwrap()
+    else {
+        panic!("a is pending")
+    };
+    assert_eq!(
+        run_at_ms, 1_000_500,
+        "a delay counts from the namespace's clock"
+    );
+    assert!(v2 > v1);
+    assert_eq!(p.len().unwrap(), 1);
+
+    assert!(p.reschedule("a", RunAt::AtMillis(3_000_000)).unwrap());
+    assert!(matches!(
+        p.state("a").unwrap(),
+        TaskState::Pending {
+            run_at_ms: 3_000_000,
+            ..
+        }
+    ));
+    assert!(!p.reschedule("unknown", RunAt::AtMillis(1)).unwrap());
+
+    assert!(p.cancel("a").unwrap(), "a pending task cancels");
+    assert!(!p.cancel("a").unwrap(), "a second cancel finds nothing");
+    assert!(!p.cancel("never-scheduled").unwrap());
+    assert_eq!(p.state("a").unwrap(), TaskState::Unknown);
+    assert!(p.is_empty().unwrap());
+}
+
+#[test]
+fn bulk_schedule_stores_every_task() {
+    let s = common::server();
+    let (mut cfg, _time) = common::manual(&s, "bulk", 8);
+    cfg.batch = 7; // several script calls per shard
+    let mut p = Producer::connect(&cfg).unwrap();
+    let ids: Vec<String> = (0..1000).map(|i| format!("t{i}")).collect();
+    let tasks = ids.iter().enumerate().map(|(i, id)| Task {
+        id,
+        run_at: RunAt::AtMillis(2_000_000 + i as u64),
+        payload: id.as_bytes(),
+    });
+    assert_eq!(p.schedule_many(tasks.clone()).unwrap(), 0);
+    assert_eq!(p.len().unwrap(), 1000);
+    assert_eq!(
+        p.schedule_many(tasks).unwrap(),
+        1000,
+        "a retried batch replaces"
+    );
+    assert_eq!(p.len().unwrap(), 1000);
+    assert!(matches!(
+        p.state("t999").unwrap(),
+        TaskState::Pending {
+            run_at_ms: 2_000_999,
+            ..
+        }
+    ));
+    assert_eq!(p.schedule_many(std::iter::empty()).unwrap(), 0);
+}
+
+#[test]
+fn wall_clock_run_at_rounds_up_to_the_millisecond() {
+    let s = common::server();
+    let mut p = Producer::connect(&Config::new(s.url(), "wall")).unwrap();
+    let at = UNIX_EPOCH + Duration::from_micros(1_900_000_000_000_001);
+    p.schedule("x", RunAt::At(at), b"").unwrap();
+    assert!(matches!(
+        p.state("x").unwrap(),
+        TaskState::Pending {
+            run_at_ms: 1_900_000_000_001,
+            ..
+        }
+    ));
+    let before = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+    assert!(matches!(
+        p.schedule("y", RunAt::At(before), b""),
+        Err(Error::InvalidRunAt)
+    ));
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let s = common::server();
+    let mut cfg = Config::new(s.url(), "bad");
+    cfg.max_payload = 1024;
+    let mut p = Producer::connect(&cfg).unwrap();
+
+    let big = vec![0u8; 1025];
+    let e = p.schedule("x", RunAt::AtMillis(1), &big).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::PayloadTooLarge {
+                len: 1025,
+                max: 1024
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("1025"));
+    p.schedule("x", RunAt::AtMillis(1), &big[..1024]).unwrap();
+    let bulk = [Task {
+        id: "y",
+        run_at: RunAt::AtMillis(1),
+        payload: &big,
+    }];
+    assert!(matches!(
+        p.schedule_many(bulk),
+        Err(Error::PayloadTooLarge { .. })
+    ));
+
+    assert!(matches!(
+        p.schedule("", RunAt::AtMillis(1), b""),
+        Err(Error::InvalidId { len: 0 })
+    ));
+    let long = "i".repeat(tickwheel_redis::MAX_ID_LEN + 1);
+    assert!(matches!(p.cancel(&long), Err(Error::InvalidId { .. })));
+    assert!(matches!(p.state(""), Err(Error::InvalidId { .. })));
+    assert!(matches!(
+        p.schedule("z", RunAt::AtMillis(1 << 60), b""),
+        Err(Error::InvalidRunAt)
+    ));
+
+    // Binary payloads and ids with the separators the value format uses.
+    let payload: Vec<u8> = (0..=255).collect();
+    p.schedule("a:b:c", RunAt::AtMillis(5), &payload).unwrap();
+    assert!(matches!(
+        p.state("a:b:c").unwrap(),
+        TaskState::Pending { run_at_ms: 5, .. }
+    ));
+
+    for url in [
+        "not a url",
+        "http://127.0.0.1:6379/",
+        "redis://127.0.0.1:notaport/",
+        "",
+    ] {
+        let e = Producer::connect(&Config::new(url, "ns")).unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{url:?}: {e}");
+    }
+    for ns in ["", "a{b", "a b", &"n".repeat(65)] {
+        let e = Producer::connect(&Config::new(s.url(), ns)).unwrap_err();
+        assert!(matches!(e, Error::InvalidNamespace(_)), "{ns:?}: {e}");
+    }
+    let mut zero = Config::new(s.url(), "zero");
+    zero.shards = 0;
+    assert!(matches!(
+        Producer::connect(&zero),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn a_namespace_of_another_schema_version_is_refused() {
+    let s = common::server();
+    let client = redis::Client::open(s.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("HSET")
+        .arg("tw:{future}:meta")
+        .arg("schema")
+        .arg(SCHEMA_VERSION + 1)
+        .arg("shards")
+        .arg(16)
+        .query::<()>(&mut con)
+        .unwrap();
+    let e = Producer::connect(&Config::new(s.url(), "future")).unwrap_err();
+    assert!(matches!(e, Error::IncompatibleNamespace { .. }), "{e}");
+    assert!(e.to_string().contains("schema"), "{e}");
+    let e = tickwheel_redis::Worker::connect(&Config::new(s.url(), "future")).unwrap_err();
+    assert!(matches!(e, Error::IncompatibleNamespace { .. }), "{e}");
+
+    redis::cmd("SET")
+        .arg("tw:{strange}:meta")
+        .arg("x")
+        .query::<()>(&mut con)
+        .unwrap();
+    let e = Producer::connect(&Config::new(s.url(), "strange")).unwrap_err();
+    assert!(matches!(e, Error::IncompatibleNamespace { .. }), "{e}");
+
+    // An existing namespace keeps its shard count whatever a later client asks for.
+    let mut a = Config::new(s.url(), "kept");
+    a.shards = 3;
+    Producer::connect(&a).unwrap();
+    a.shards = 5;
+    assert_eq!(Producer::connect(&a).unwrap().shards(), 3);
+}
+
+#[test]
+fn redis_down_is_an_error_never_a_silent_loss_and_aof_keeps_what_was_stored() {
+    let mut s = common::server();
+    let mut p = Producer::connect(&Config::new(s.url(), "down")).unwrap();
+    p.schedule("kept", RunAt::AtMillis(4_000_000_000_000), b"payload")
+        .unwrap();
+    s.kill();
+    let e = p
+        .schedule("lost?", RunAt::AtMillis(4_000_000_000_000), b"")
+        .unwrap_err();
+    assert!(matches!(e, Error::Redis(_)), "{e}");
+    assert!(p.cancel("kept").is_err());
+    s.restart().unwrap();
+    // The producer reconnects on its own; the acknowledged task survived the SIGKILL.
+    assert!(matches!(
+        p.state("kept").unwrap(),
+        TaskState::Pending {
+            run_at_ms: 4_000_000_000_000,
+            ..
+        }
+    ));
+    assert_eq!(p.state("lost?").unwrap(), TaskState::Unknown);
+    assert!(matches!(
+        Producer::connect(&Config::new("redis://127.0.0.1:1/", "x")),
+        Err(Error::Redis(_))
+    ));
+}
