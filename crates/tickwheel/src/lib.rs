@@ -58,7 +58,7 @@ pub use service::{TimerHandle, TimerService};
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 pub use sys::TimerFd;
 #[cfg(feature = "std")]
-pub use time::{Clock, ManualClock, MonotonicClock};
+pub use time::{BootClock, Clock, ManualClock, ManualWallClock, MonotonicClock, SystemClock};
 
 /// The README's code blocks, compiled and run by `cargo test --doc`, so they cannot drift
 /// from the code.

@@ -25,10 +25,14 @@
 //! [`MAX_NOW_TICK`] = `NEVER - 1`, so a "never" timer stays pending (and cancellable) forever
 //! and nothing overflows, whatever the clock reads.
 
+mod boot;
 mod clock;
 mod ticks;
+mod wall;
 
+pub use boot::BootClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use wall::{ManualWallClock, SystemClock, WallClock, STEP_POLL, STEP_THRESHOLD};
 pub use ticks::{Ticks, MAX_NOW_TICK, MAX_RESOLUTION, MIN_RESOLUTION, NEVER};
 
 #[cfg(doc)]
