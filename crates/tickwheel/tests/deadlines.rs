@@ -218,3 +218,42 @@ fn default_service_and_a_dropped_receiver() {
     deadlines.start(2, Duration::from_secs(3600));
     assert!(deadlines.finish(&2));
 }
+
+/// Expired ids come out in deadline order even when their timers were started from different
+/// threads (so sit in different shards of the service) and fall due in one drain: four
+/// threads start interleaved deadlines (thread `j` the ones at `4k + j + 1` ms), the clock
+/// jumps past all of them, and the receiver must see them sorted by deadline, not grouped by
+/// thread. Each thread runs alone, one after the other, so the four take consecutive
+/// shard indices and never all share one shard.
+#[test]
+fn expiries_from_different_shards_are_merged_by_deadline() {
+    const PER_THREAD: u32 = 50;
+    let clock = tickwheel::ManualClock::new();
+    let service = tickwheel::TimerService::builder()
+        .clock(clock.clone())
+        .shards(4)
+        .build()
+        .unwrap();
+    let (deadlines, mut rx) = service.deadlines::<u32>();
+    let deadlines = Arc::new(deadlines);
+    let timeout_ms = |id: u32| 4 * (id % 1000) + id / 1000 + 1;
+    for j in 0..4 {
+        let deadlines = deadlines.clone();
+        thread::spawn(move || {
+            for k in 0..PER_THREAD {
+                let id = 1000 * j + k;
+                assert!(deadlines.start(id, timeout_ms(id) * MS));
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    advance(&clock, &service, 4 * PER_THREAD * MS);
+    let got = drain(&mut rx);
+    let deadlines_seen: Vec<u32> = got.iter().map(|&id| timeout_ms(id)).collect();
+    let expected: Vec<u32> = (1..=4 * PER_THREAD).collect();
+    assert_eq!(
+        deadlines_seen, expected,
+        "expired ids (as deadlines in ms), in arrival order"
+    );
+}

@@ -486,3 +486,62 @@ async fn ordering_and_never_early() {
     assert_eq!(second - first, MS);
     assert!(Instant::now() >= second);
 }
+
+/// A waker that records its id in a shared log when woken.
+struct Logged {
+    id: u32,
+    log: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Wake for Logged {
+    fn wake(self: Arc<Self>) {
+        self.log.lock().unwrap().push(self.id);
+    }
+}
+
+/// Sleeps first polled on different threads (so registered in different shards) that fall due
+/// in one drain are woken in deadline order, not grouped by thread: four threads each poll
+/// sleeps with interleaved deadlines (thread `j` the ones at `4k + j + 1` ms) once and hand
+/// them back; the clock jumps past all of them.
+#[test]
+fn sleeps_from_different_shards_wake_in_deadline_order() {
+    const PER_THREAD: u32 = 50;
+    let clock = tickwheel::ManualClock::new();
+    let service = tickwheel::TimerService::builder()
+        .clock(clock.clone())
+        .shards(4)
+        .build()
+        .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut sleeps = Vec::new();
+    for j in 0..4 {
+        let batch: Vec<Sleep> = (0..PER_THREAD)
+            .map(|k| service.sleep((4 * k + j + 1) * MS))
+            .collect();
+        let log = log.clone();
+        let polled = std::thread::spawn(move || {
+            let mut batch = batch;
+            for (k, sleep) in (0..).zip(batch.iter_mut()) {
+                let id = 4 * k + j + 1;
+                let waker = Waker::from(Arc::new(Logged {
+                    id,
+                    log: log.clone(),
+                }));
+                let poll = Pin::new(sleep).poll(&mut Context::from_waker(&waker));
+                assert!(poll.is_pending());
+            }
+            batch
+        })
+        .join()
+        .unwrap();
+        sleeps.extend(polled);
+    }
+    advance(&clock, &service, 4 * PER_THREAD * MS);
+    let woken = log.lock().unwrap().clone();
+    let expected: Vec<u32> = (1..=4 * PER_THREAD).collect();
+    assert_eq!(
+        woken, expected,
+        "deadlines (ms) in the order their wakers were woken"
+    );
+    drop(sleeps);
+}

@@ -104,6 +104,7 @@ mod core;
 mod driver;
 mod flavor;
 mod handle;
+mod recurring;
 mod shard;
 mod sleeper;
 mod state;
@@ -121,6 +122,7 @@ use std::time::{Duration, Instant};
 pub use builder::Builder;
 pub use flavor::QueueFlavor;
 pub use handle::TimerHandle;
+pub use recurring::{RecurringHandle, Schedule};
 pub use stats::{LatenessHistogram, Stats};
 
 pub(crate) use callback::{Expire, Expiry};

@@ -41,7 +41,8 @@ const DRAIN_SPINS: u32 = 2;
 
 pub(crate) use super::callback::Callback;
 
-/// A due callback on its way to a worker, with the tick it was due at.
+/// A due callback on its way to where it runs (a worker, or the timer thread itself), with
+/// the tick it was due at.
 pub(crate) struct Job {
     pub(crate) callback: Callback,
     pub(crate) deadline: u64,
@@ -53,7 +54,7 @@ pub(crate) struct Drained {
     pub(crate) jobs: Vec<Job>,
     /// Callbacks to run on the timer thread itself ([`Callback::is_inline`]: wakers and
     /// notifications).
-    pub(crate) inline: Vec<Callback>,
+    pub(crate) inline: Vec<Job>,
 }
 
 /// Blocks `wait()` callers until their timer left the queue.
@@ -322,14 +323,15 @@ impl Shard {
             if !st.waiters.is_empty() {
                 complete_waiter(&mut st.waiters, key);
             }
-            if callback.is_inline() {
+            let job = Job {
+                deadline: st.queue.now(),
+                callback,
+            };
+            if job.callback.is_inline() {
                 st.inline -= 1;
-                out.inline.push(callback);
+                out.inline.push(job);
             } else {
-                out.jobs.push(Job {
-                    callback,
-                    deadline: st.queue.now(),
-                });
+                out.jobs.push(job);
             }
         }
         (n, true)
@@ -538,7 +540,7 @@ mod tests {
     fn fire_inline(shard: &Shard, now: u64) -> usize {
         let mut out = Drained::default();
         let n = shard.drain(now, &mut out, |_| {});
-        out.inline.into_iter().for_each(Callback::call);
+        out.inline.into_iter().for_each(|job| job.callback.call());
         n
     }
 

@@ -7,10 +7,11 @@
 //! Drains are serialised by the `drain` lock (the timer thread and `settle` callers both
 //! drain). One drain collects every due timer of every shard at one `now`, each shard's in
 //! (deadline, insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort
-//! merges those sorted runs in O(n log shards)); when only one shard is due, its chunks are
-//! handed on as they come out, already in order, so workers start early. Callbacks are
-//! therefore handed out ordered by (deadline tick, shard index, insertion order within the
-//! shard). A thread always schedules into the same shard, so one thread's timers keep their
+//! merges those sorted runs in O(n log shards)) — the worker callbacks and, apart, the
+//! entries that run on the timer thread (wakers, notifications). When only one shard is due,
+//! its chunks are handed on as they come out, already in order, so workers start early.
+//! Callbacks are therefore handed out, and timer-thread entries run, ordered by (deadline
+//! tick, shard index, insertion order within the shard). A thread always schedules into the same shard, so one thread's timers keep their
 //! schedule order at equal deadlines; timers of *different* threads at the same tick have no
 //! defined order between them (there is no global sequence counter — it would be one
 //! contended cache line on the hot path).
@@ -181,6 +182,7 @@ impl ServiceState {
         }
         // Each shard's run is sorted; a stable sort merges the runs.
         drained.jobs.sort_by_key(|job| job.deadline);
+        drained.inline.sort_by_key(|job| job.deadline);
         self.hand_off(&mut drained);
         n
     }
@@ -199,10 +201,10 @@ impl ServiceState {
     /// Runs the notifications and gives the callbacks of `drained` to the workers, in order.
     fn hand_off(&self, drained: &mut Drained) {
         let inline = drained.inline.len();
-        for callback in drained.inline.drain(..) {
+        for job in drained.inline.drain(..) {
             // A waker or an `expire` must not panic; should one anyway, the timer thread
             // survives it.
-            let _ = catch_unwind(AssertUnwindSafe(|| callback.call()));
+            let _ = catch_unwind(AssertUnwindSafe(|| job.callback.call()));
         }
         self.notified.add(inline as u64);
         self.dispatch.push(&mut drained.jobs);
