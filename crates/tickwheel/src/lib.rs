@@ -54,7 +54,7 @@ pub use future::{
 };
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
 #[cfg(feature = "std")]
-pub use service::{TimerHandle, TimerService};
+pub use service::{RecurringHandle, Schedule, TimerHandle, TimerService};
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 pub use sys::TimerFd;
 #[cfg(feature = "std")]

@@ -2,41 +2,7 @@
 //! [`Schedule`] — fixed rate, fixed delay or (feature `cron`) a calendar — until its
 //! [`RecurringHandle`] cancels the series.
 //!
-//! # Rules
-//!
-//! * **One timer at a time.** A series keeps one one-shot timer in the service's queues, for
-//!   its next run. When it fires, a worker runs the callback and then arms the next timer.
-//! * **No overlap** (default): a series' runs never overlap. The next run is computed when
-//!   the current one returns, so a callback slower than its period delays the next start;
-//!   what happens to the runs it missed is the [`MissedTickBehavior`], with the same
-//!   formulas as [`Interval`](crate::future::Interval):
-//!   `Burst` (default for periods) starts the missed runs back to back until caught up,
-//!   `Delay` restarts the period from the late run's end, `Skip` (default for calendars) goes
-//!   on with the next run of the original schedule still ahead.
-//!   With [`Schedule::allow_overlap`] a fixed-rate or calendar series arms its next timer
-//!   when a run *starts*, so runs may overlap on different workers.
-//! * **Fixed rate** ([`Schedule::every`]): runs at `start + k·period` (the first at
-//!   `start`, by default one period from now). **Fixed delay** ([`Schedule::fixed_delay`]):
-//!   each run starts `period` after the previous one *returned*.
-//! * **Calendar** ([`Schedule::cron`], feature `cron`): runs at the fire instants of a
-//!   [`Cron`](crate::schedule::Cron), read on a [`WallClock`] ([`SystemClock`] unless
-//!   [`Schedule::wall_clock`] says otherwise). A wall-clock target `W` is turned into a
-//!   deadline `now + (W − wall_now)` on the service's clock. The series listens for steps of
-//!   the wall clock and converts again on each one, so a clock set forward runs what is now
-//!   due (then follows the missed-run policy) and a clock set back runs nothing early; when
-//!   its timer fires it checks `wall_now >= W` again and waits for the rest if not. Runs the
-//!   series already made are never repeated after a step back: it goes on from the last
-//!   target it ran. The wall clock must advance with the service's clock (give a
-//!   [`ManualWallClock`](crate::time::ManualWallClock) to both in tests).
-//! * **Cancel** ([`RecurringHandle::cancel`]) returns `true` exactly when this call ended a
-//!   live series: no run starts after it returns. A run already started finishes (and arms
-//!   nothing). A run and a cancel are ordered by the series' lock: the run starts only if
-//!   the series is still live when its timer is taken. Dropping the handle does **not**
-//!   cancel.
-//! * **Panics** in the callback are caught, the series goes on, and the panic is passed on
-//!   to the worker, which counts it in [`Stats::panicked`](super::Stats::panicked).
-//! * **Shutdown** discards the pending timer: the series ends.
-//! * A zero period is one tick of the service's resolution.
+//! The rules are documented on [`Schedule`].
 
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -53,7 +19,43 @@ use crate::sync::Arc;
 use crate::time::{SystemClock, WallClock};
 
 /// When a recurring series runs: a period (fixed rate or fixed delay) or a calendar, and what
-/// to do about missed runs and overlap. See the [module documentation](self).
+/// to do about missed runs and overlap.
+///
+/// # Rules
+///
+/// * **One timer at a time.** A series keeps one one-shot timer in the service's queues, for
+///   its next run. When it fires, a worker runs the callback and then arms the next timer.
+/// * **No overlap** (default): a series' runs never overlap. The next run is computed when
+///   the current one returns, so a callback slower than its period delays the next start;
+///   what happens to the runs it missed is the [`MissedTickBehavior`], with the same
+///   formulas as [`Interval`](crate::future::Interval):
+///   `Burst` (default for periods) starts the missed runs back to back until caught up,
+///   `Delay` restarts the period from the late run's end, `Skip` (default for calendars) goes
+///   on with the next run of the original schedule still ahead.
+///   With [`Schedule::allow_overlap`] a fixed-rate or calendar series arms its next timer
+///   when a run *starts*, so runs may overlap on different workers.
+/// * **Fixed rate** ([`Schedule::every`]): runs at `start + k·period` (the first at
+///   `start`, by default one period from now). **Fixed delay** ([`Schedule::fixed_delay`]):
+///   each run starts `period` after the previous one *returned*.
+/// * **Calendar** ([`Schedule::cron`], feature `cron`): runs at the fire instants of a
+///   [`Cron`](crate::schedule::Cron), read on a [`WallClock`] ([`SystemClock`] unless
+///   [`Schedule::wall_clock`] says otherwise). A wall-clock target `W` is turned into a
+///   deadline `now + (W − wall_now)` on the service's clock. The series listens for steps of
+///   the wall clock and converts again on each one, so a clock set forward runs what is now
+///   due (then follows the missed-run policy) and a clock set back runs nothing early; when
+///   its timer fires it checks `wall_now >= W` again and waits for the rest if not. Runs the
+///   series already made are never repeated after a step back: it goes on from the last
+///   target it ran. The wall clock must advance with the service's clock (give a
+///   [`ManualWallClock`](crate::time::ManualWallClock) to both in tests).
+/// * **Cancel** ([`RecurringHandle::cancel`]) returns `true` exactly when this call ended a
+///   live series: no run starts after it returns. A run already started finishes (and arms
+///   nothing). A run and a cancel are ordered by the series' lock: the run starts only if
+///   the series is still live when its timer is taken. Dropping the handle does **not**
+///   cancel.
+/// * **Panics** in the callback are caught, the series goes on, and the panic is passed on
+///   to the worker, which counts it in [`Stats::panicked`](super::Stats::panicked).
+/// * **Shutdown** discards the pending timer: the series ends.
+/// * A zero period is one tick of the service's resolution.
 ///
 /// ```
 /// use std::time::Duration;
@@ -84,7 +86,7 @@ enum Kind {
     },
     #[cfg(feature = "cron")]
     Calendar {
-        cron: crate::schedule::Cron,
+        cron: Box<crate::schedule::Cron>,
         clock: StdArc<dyn WallClock>,
     },
 }
@@ -122,7 +124,7 @@ impl Schedule {
     pub fn cron(cron: crate::schedule::Cron) -> Schedule {
         Schedule {
             kind: Kind::Calendar {
-                cron,
+                cron: Box::new(cron),
                 clock: StdArc::new(SystemClock),
             },
             missed: None,
@@ -171,7 +173,7 @@ impl Schedule {
 impl TimerService {
     /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the
     /// series (or the service shuts down, or a calendar has no further run). See the
-    /// [rules](self#rules).
+    /// [rules](Schedule#rules).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -365,7 +367,7 @@ enum Plan {
     Rate(Duration),
     Delay(Duration),
     #[cfg(feature = "cron")]
-    Calendar(crate::schedule::Cron, StdArc<dyn WallClock>),
+    Calendar(Box<crate::schedule::Cron>, StdArc<dyn WallClock>),
 }
 
 /// What the next run is due at.
@@ -439,6 +441,12 @@ impl Series {
         self.step_listener.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the next timer is armed when a run starts (overlap allowed, not fixed delay)
+    /// rather than when it returns.
+    fn arms_at_start(&self) -> bool {
+        self.overlap && !matches!(self.plan, Plan::Delay(_))
+    }
+
     fn is_live(&self) -> bool {
         self.status.load(Ordering::Acquire) == LIVE
     }
@@ -508,7 +516,7 @@ impl Series {
                 }
             }
             inner.running += 1;
-            if self.overlap && !matches!(self.plan, Plan::Delay(_)) {
+            if self.arms_at_start() {
                 let next = self.next_target(scheduled);
                 self.arm(&mut inner, next);
             }
@@ -519,7 +527,7 @@ impl Series {
             let mut inner = self.lock();
             inner.running -= 1;
             inner.runs += 1;
-            if self.is_live() && !(self.overlap && !matches!(self.plan, Plan::Delay(_))) {
+            if self.is_live() && !self.arms_at_start() {
                 let next = self.next_target(scheduled);
                 self.arm(&mut inner, next);
             }
