@@ -34,6 +34,8 @@
 //! ```
 
 mod interval;
+#[cfg(feature = "cron")]
+mod schedule;
 mod sleep;
 mod timeout;
 
@@ -41,6 +43,8 @@ use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
 pub use interval::{Interval, MissedTickBehavior};
+#[cfg(feature = "cron")]
+pub use schedule::{cron, CronStream};
 pub use sleep::Sleep;
 pub use timeout::{Elapsed, Timeout};
 
