@@ -3,7 +3,9 @@
 //!
 //! A [`Cron`] is a pattern plus a time zone. It answers one question,
 //! [`next_after`](Cron::next_after): the first instant after a given one at which the
-//! schedule fires.
+//! schedule fires. [`TimerService::schedule_recurring`](crate::TimerService::schedule_recurring)
+//! with [`Schedule::cron`](crate::service::Schedule::cron) runs a callback at those instants;
+//! [`CronStream`](crate::future::CronStream) yields them to async code.
 //!
 //! ```
 //! use tickwheel::schedule::{jiff::Timestamp, Cron};
