@@ -1,14 +1,20 @@
-//! `tickwheel bench`: runs the chosen workloads on the chosen entrants and writes results.
+//! `tickwheel bench`: runs the chosen workloads on the chosen entrants, family by family,
+//! and writes results.
 //!
-//! Order of work: inputs for one (workload, N) are generated once, then every repeat runs
-//! every entrant in turn (interleaved, so machine drift hits all entrants alike). Nothing is
-//! printed as a result, and no file is written, unless every run passed its checks.
+//! Order of work: the queues family first (inputs for one (workload, N) are generated once,
+//! then every repeat runs every entrant in turn, interleaved, so machine drift hits all
+//! entrants alike), then the services family (each entrant in its own child process).
+//! Nothing is printed as a result, and no file is written, unless every run passed its
+//! checks.
 
-use crate::entrants::Entrant;
+use crate::entrant::Entrant;
 use crate::machine::Machine;
-use crate::report::{self, Report, VirtualSample};
-use crate::runner::{self, Virtual};
-use crate::{plot, w4, workload, Workload};
+use crate::plot;
+use crate::queues::report::{self as queue_report, QueueSample};
+use crate::queues::{self, QueueEntrant};
+use crate::report::{self, Report};
+use crate::services::{self, ServiceEntrant};
+use crate::workload::{Family, Workload};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
@@ -17,7 +23,7 @@ use std::path::PathBuf;
 pub struct Settings {
     /// Input seed.
     pub seed: u64,
-    /// Timer counts for W1–W3, ascending.
+    /// Timer counts for the queue workloads, ascending.
     pub ns: Vec<usize>,
     /// Workloads, in order.
     pub workloads: Vec<Workload>,
@@ -35,8 +41,41 @@ pub struct Settings {
     pub command_line: String,
 }
 
+impl Settings {
+    fn queue_entrants(&self) -> Vec<QueueEntrant> {
+        self.entrants
+            .iter()
+            .filter_map(|e| match e {
+                Entrant::Queue(q) => Some(*q),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn service_entrants(&self) -> Vec<ServiceEntrant> {
+        self.entrants
+            .iter()
+            .filter_map(|e| match e {
+                Entrant::Service(s) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn workloads_of(&self, family: Family) -> impl Iterator<Item = Workload> + '_ {
+        self.workloads
+            .iter()
+            .copied()
+            .filter(move |w| w.family() == family)
+    }
+
+    fn runs_services(&self) -> bool {
+        self.workloads_of(Family::Services).next().is_some() && !self.service_entrants().is_empty()
+    }
+}
+
 /// Repeats when `--repeat` is not given: enough for a stable median at small N, few enough
-/// at large N for the default run to finish within 3 minutes on 2 cores.
+/// at large N for the default run to finish within a few minutes on 2 cores.
 pub fn default_repeats(n: usize) -> u32 {
     match n {
         0..=100_000 => 5,
@@ -66,44 +105,65 @@ pub fn run(settings: Settings) -> Result<(), String> {
         machine,
         command_line: settings.command_line.clone(),
         seed: settings.seed,
-        samples: Vec::new(),
-        w4: Vec::new(),
+        queues: Vec::new(),
+        services: Vec::new(),
         notes: caveats(&settings),
     };
-    let planned = plan(&settings);
-    if planned.is_empty() && !wants_w4(&settings) {
+    let planned = plan_queues(&settings);
+    if planned.is_empty() && !settings.runs_services() {
         return Err("nothing to run: no chosen entrant runs any chosen workload".to_owned());
     }
-    run_virtual(&settings, &planned, &mut report)?;
-    if wants_w4(&settings) {
-        run_w4(&settings, &mut report)?;
+    run_queues(&settings, &planned, &mut report)?;
+    if settings.runs_services() {
+        run_services(&settings, &mut report)?;
     }
     finish(&settings, &report)
 }
 
 /// How each peer was driven, where that matters for reading its numbers.
 fn caveats(s: &Settings) -> Vec<String> {
-    let has = |e: Entrant| s.entrants.contains(&e);
+    let has = |e: QueueEntrant| s.entrants.contains(&Entrant::Queue(e));
+    let churn = s.workloads.contains(&Workload::Churn);
     let mut notes = Vec::new();
-    if has(Entrant::BinaryHeap) {
+    if has(QueueEntrant::BinaryHeap) {
         notes.push(
             "std-binaryheap cancels and resets lazily (a generation per id): W1/W3 leave stale \
              entries in the heap, whose cost is paid in memory and at expiry, not in the timed \
-             region"
+             region; W5 runs long enough to pay part of it"
                 .to_owned(),
         );
     }
-    if has(Entrant::Hhwt) {
-        notes.push("hhwt has no reset: W3 resets are cancel + insert under the same id".to_owned());
-    }
-    if has(Entrant::DelayQueue) {
+    if has(QueueEntrant::PriorityQueue) {
         notes.push(
-            "tokio-delayqueue runs on a paused current-thread runtime; W2 ticks include \
+            "priority-queue: ids hashed with rustc-hash's FxBuildHasher; cancel = remove, \
+             reset = change_priority"
+                .to_owned(),
+        );
+    }
+    if has(QueueEntrant::Hhwt) {
+        notes.push(
+            "hhwt has no reset: W3/W5 resets are cancel + insert under the same id".to_owned(),
+        );
+    }
+    if has(QueueEntrant::DelayQueue) {
+        notes.push(
+            "tokio-delayqueue runs on a paused current-thread runtime; W2/W5 ticks include \
              tokio::time::advance and one poll_expired drain per tick"
                 .to_owned(),
         );
     }
-    if s.workloads.contains(&Workload::W4) && has(Entrant::DelayQueueChannel) {
+    if churn {
+        notes.push(
+            "W5 peak heap is the queue's heap growth from empty over setup and churn, counted \
+             by the CLI's allocator; the timed region covers the 1000 ticks only"
+                .to_owned(),
+        );
+    }
+    let w4 = s.workloads.contains(&Workload::RealTimeTasks);
+    if w4
+        && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::DelayQueueChannel))
+    {
         notes.push(
             "delayqueue-channel: schedule sends (deadline, boxed task) on an unbounded tokio \
              channel; one task on its own current-thread runtime inserts into a DelayQueue and \
@@ -111,7 +171,7 @@ fn caveats(s: &Settings) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if s.workloads.contains(&Workload::W4) {
+    if w4 {
         notes.push(
             "W4 lateness counts from Instant::now() just before scheduling plus the delay; on a \
              busy machine it includes time a due callback waited for a CPU"
@@ -121,30 +181,33 @@ fn caveats(s: &Settings) -> Vec<String> {
     notes
 }
 
-fn wants_w4(s: &Settings) -> bool {
-    s.workloads.contains(&Workload::W4) && s.entrants.iter().any(|e| e.is_realtime())
+/// One (workload, N) of the queues family, with its entrants and repeat count.
+struct Group {
+    workload: Workload,
+    n: usize,
+    entrants: Vec<QueueEntrant>,
+    repeats: u32,
 }
 
-/// The (workload, N, virtual entrants) triples to run.
-fn plan(s: &Settings) -> Vec<(Virtual, Workload, usize, Vec<Entrant>)> {
-    let entrants: Vec<Entrant> = s
-        .entrants
-        .iter()
-        .copied()
-        .filter(|e| e.is_virtual())
-        .collect();
+/// The (workload, N) groups of the queues family to run.
+fn plan_queues(s: &Settings) -> Vec<Group> {
+    let entrants = s.queue_entrants();
     if entrants.is_empty() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for &w in &s.workloads {
-        let v = match w {
-            Workload::W1 => Virtual::W1,
-            Workload::W2 => Virtual::W2,
-            Workload::W3 => Virtual::W3,
-            Workload::W4 => continue,
-        };
-        out.extend(s.ns.iter().map(|&n| (v, w, n, entrants.clone())));
+    for w in s.workloads_of(Family::Queues) {
+        let able: Vec<QueueEntrant> = entrants
+            .iter()
+            .copied()
+            .filter(|e| e.cannot_run(w).is_none())
+            .collect();
+        out.extend(s.ns.iter().map(|&n| Group {
+            workload: w,
+            n,
+            entrants: able.clone(),
+            repeats: s.repeat.unwrap_or_else(|| default_repeats(n)),
+        }));
     }
     out
 }
@@ -157,62 +220,40 @@ fn progress_bar(len: u64, template: &str) -> ProgressBar {
     bar
 }
 
-type Plan = [(Virtual, Workload, usize, Vec<Entrant>)];
-
-fn run_virtual(s: &Settings, planned: &Plan, report: &mut Report) -> Result<(), String> {
-    let repeats = |n| s.repeat.unwrap_or_else(|| default_repeats(n));
+fn run_queues(s: &Settings, planned: &[Group], report: &mut Report) -> Result<(), String> {
     let total: u64 = planned
         .iter()
-        .map(|(_, _, n, e)| u64::from(repeats(*n)) * e.len() as u64)
+        .map(|g| u64::from(g.repeats) * g.entrants.len() as u64)
         .sum();
     let bar = progress_bar(
         total,
         "{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}",
     );
-    for (v, w, n, entrants) in planned {
-        let group = Group {
-            virt: *v,
-            workload: *w,
-            n: *n,
-            repeats: repeats(*n),
-        };
-        let samples = run_group(s.seed, &group, entrants, &bar).inspect_err(|_| bar.abandon())?;
-        report.samples.extend(samples);
+    for group in planned {
+        let samples = run_group(s.seed, group, &bar).inspect_err(|_| bar.abandon())?;
+        report.queues.extend(samples);
     }
     bar.finish_and_clear();
     Ok(())
 }
 
-/// One (workload, N) with its repeat count.
-struct Group {
-    virt: Virtual,
-    workload: Workload,
-    n: usize,
-    repeats: u32,
-}
-
 /// Generates one group's input, then runs every repeat on every entrant, interleaved.
-fn run_group(
-    seed: u64,
-    g: &Group,
-    entrants: &[Entrant],
-    bar: &ProgressBar,
-) -> Result<Vec<VirtualSample>, String> {
-    let label = format!("{:?} N={}", g.workload, report::pretty_n(g.n));
+fn run_group(seed: u64, g: &Group, bar: &ProgressBar) -> Result<Vec<QueueSample>, String> {
+    let label = format!("{} N={}", g.workload.label(), report::pretty_n(g.n));
     bar.set_message(format!("{label}: generating input"));
-    let input = match g.virt {
-        Virtual::W1 => workload::w1(seed, g.n),
-        Virtual::W2 => workload::w2(seed, g.n),
-        Virtual::W3 => workload::w3(seed, g.n),
-    };
-    let mut samples: Vec<VirtualSample> = entrants
+    let input = queues::Input::generate(g.workload, seed, g.n)
+        .ok_or_else(|| format!("{} is not a queue workload", g.workload.label()))?;
+    let mut samples: Vec<QueueSample> = g
+        .entrants
         .iter()
-        .map(|&entrant| VirtualSample {
+        .map(|&entrant| QueueSample {
             workload: g.workload,
             entrant,
             n: g.n,
+            ops: 0,
             runs_ns: Vec::new(),
             max_late_ticks: None,
+            peak_heap_bytes: 0,
         })
         .collect();
     for r in 0..g.repeats {
@@ -223,31 +264,33 @@ fn run_group(
                 r + 1,
                 g.repeats
             ));
-            let outcome = runner::run(sample.entrant, g.virt, &input, r == 0)?;
+            let outcome = queues::run(sample.entrant, g.workload, &input, r == 0)?;
+            sample.ops = outcome.ops;
             sample.runs_ns.push(outcome.elapsed.as_nanos() as u64);
             sample.max_late_ticks = sample.max_late_ticks.max(outcome.max_late_ticks);
+            sample.peak_heap_bytes = sample.peak_heap_bytes.max(outcome.peak_heap_bytes);
             bar.inc(1);
         }
     }
     Ok(samples)
 }
 
-fn run_w4(s: &Settings, report: &mut Report) -> Result<(), String> {
-    for &entrant in s.entrants.iter().filter(|e| e.is_realtime()) {
-        let sample = w4::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms)?;
-        report.w4.push(sample);
+fn run_services(s: &Settings, report: &mut Report) -> Result<(), String> {
+    for entrant in s.service_entrants() {
+        let sample = services::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms)?;
+        report.services.push(sample);
     }
     Ok(())
 }
 
 fn finish(s: &Settings, report: &Report) -> Result<(), String> {
-    for &w in &s.workloads {
-        say_raw!("{}", report::virtual_table(report, w));
-        if let Some(line) = report::verification_line(report, w) {
+    for w in s.workloads_of(Family::Queues) {
+        say_raw!("{}", queue_report::table(&report.queues, w));
+        if let Some(line) = queue_report::verification_line(&report.queues, w) {
             say!("{line}");
         }
     }
-    say_raw!("{}", report::w4_table(report));
+    say_raw!("{}", services::report::table(&report.services));
     say!(
         "\n* = tickwheel. Seed {}; every entrant got identical input.",
         s.seed

@@ -1,11 +1,12 @@
 //! `tickwheel demo`: millions of delayed tasks on a real clock, a live progress bar, then
-//! the lateness histogram, CPU time and memory. Uses W4's machinery and checks (every task
-//! runs once, never early).
+//! the lateness histogram, CPU time and memory. Uses the services family's W4 machinery
+//! and checks (every task runs once, never early).
 
-use crate::entrants::Entrant;
+use crate::machine::Machine;
 use crate::report::pretty_n;
-use crate::{machine::Machine, w4, workload};
+use crate::services::{self, report::ServiceSample, ServiceEntrant};
 use indicatif::{ProgressBar, ProgressStyle};
+use tickwheel_lab::workloads;
 
 /// What `tickwheel demo` was asked to do.
 #[derive(Debug, Clone)]
@@ -17,17 +18,11 @@ pub struct DemoSettings {
     /// Delay seed.
     pub seed: u64,
     /// The real-time timer to use.
-    pub entrant: Entrant,
+    pub entrant: ServiceEntrant,
 }
 
 /// Runs the demo.
 pub fn run(s: &DemoSettings) -> Result<(), String> {
-    if !s.entrant.is_realtime() {
-        return Err(format!(
-            "{} is not a real-time entrant; use tickwheel-service, tokio-sleep, delayqueue-channel or binaryheap-thread",
-            s.entrant
-        ));
-    }
     let machine = Machine::detect();
     say!(
         "{} delayed tasks (delays 0..={} ms) on {} — {} ({} cores), {} build",
@@ -38,26 +33,23 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
         machine.cores,
         machine.profile
     );
-    let delays = workload::w4(s.seed, s.n, s.max_delay_ms);
+    let delays = workloads::w4(s.seed, s.n, s.max_delay_ms);
     let bar = ProgressBar::new(s.n as u64);
     if let Ok(style) = ProgressStyle::with_template(
         "{elapsed_precise} [{bar:40}] {pos}/{len} tasks ran ({per_sec})",
     ) {
         bar.set_style(style.progress_chars("=> "));
     }
-    let sample = w4::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
+    let sample = services::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish();
     print_summary(&sample);
     Ok(())
 }
 
-/// The hidden `w4-worker` subcommand: one W4 run, progress on stderr, the sample as JSON on
-/// stdout (see `w4::run_isolated`).
+/// The hidden `service-worker` subcommand: one W4 run, progress on stderr, the sample as
+/// JSON on stdout (see `services::run_isolated`).
 pub fn worker(s: &DemoSettings) -> Result<(), String> {
-    if !s.entrant.is_realtime() {
-        return Err(format!("{} is not a real-time entrant", s.entrant));
-    }
-    let delays = workload::w4(s.seed, s.n, s.max_delay_ms);
+    let delays = workloads::w4(s.seed, s.n, s.max_delay_ms);
     let bar = ProgressBar::new(s.n as u64);
     if let Ok(style) =
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} fired  {msg}")
@@ -65,13 +57,13 @@ pub fn worker(s: &DemoSettings) -> Result<(), String> {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(format!("W4 {}", s.entrant));
-    let sample = w4::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
+    let sample = services::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish_and_clear();
     say!("{}", sample.to_json());
     Ok(())
 }
 
-fn print_summary(s: &w4::W4Sample) {
+fn print_summary(s: &ServiceSample) {
     say!("every task ran exactly once, none early");
     say!(
         "scheduled in {:.2} s ({:.0} tasks/s); last task ran {:.2} s after the first was scheduled",

@@ -1,12 +1,20 @@
 //! `tickwheel`: timer numbers on your own machine, side by side with the timers you use today.
 //!
-//! * `tickwheel bench` runs DESIGN.md's workloads W1–W4 on tickwheel's queues and service and
-//!   on peers (std `BinaryHeap`, `BTreeMap` à la async-io, tokio-util's `DelayQueue`,
-//!   `hierarchical_hash_wheel_timer`, tokio `sleep` tasks, a `DelayQueue` behind a channel, a
-//!   heap-plus-thread baseline) with
-//!   identical seeded input, verifies W2's exactly-once / never-early promise for every entrant,
-//!   and writes a table, CSV, JSON and SVG plots.
+//! * `tickwheel bench` runs workloads W1–W5 (defined in `docs/ARCHITECTURE.md`,
+//!   "Workloads") on two families of entrants, each with identical seeded input, verifies
+//!   every firing, and writes a table, CSV, JSON and SVG plots:
+//!   - [`queues`]: timer queues on virtual time (W1 schedule + cancel, W2 schedule + fire,
+//!     W3 reset, W5 churn): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
+//!     `BinaryHeap`, the `priority-queue` crate, `BTreeMap` à la async-io, tokio-util's
+//!     `DelayQueue` and `hierarchical_hash_wheel_timer`;
+//!   - [`services`]: timer services on the real clock (W4): tickwheel's `TimerService`
+//!     against tokio `sleep` tasks, a `DelayQueue` behind a channel and a heap-plus-thread
+//!     baseline.
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
+//!
+//! Layout: this file parses the command line and calls [`bench`] or [`demo`]; modules never
+//! import from it. [`workload`] names the workloads and their family, [`entrant`] joins the
+//! families' entrant names, [`report`] and [`plot`] write the files.
 //!
 //! Exit codes: 0 success, 1 the run failed (a verification failed, an entrant errored, a file
 //! could not be written), 2 bad arguments (clap's convention).
@@ -29,18 +37,25 @@ macro_rules! say_raw {
 
 mod bench;
 mod demo;
-mod entrants;
+mod entrant;
 mod machine;
+mod memory;
 mod plot;
+mod queues;
 mod report;
-mod runner;
-mod w4;
+mod services;
 mod workload;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use entrants::Entrant;
+use clap::{Parser, Subcommand};
+use entrant::Entrant;
+use services::ServiceEntrant;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use workload::Workload;
+
+/// Every allocation is counted, so the queue workloads can report peak heap bytes.
+#[global_allocator]
+static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator;
 
 /// Timer benchmarks and demo for the tickwheel library.
 #[derive(Debug, Parser)]
@@ -52,27 +67,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run workloads W1–W4 against peer timers; print a table, write CSV, JSON and SVG plots.
+    /// Run workloads W1–W5 against peer timers; print a table, write CSV, JSON and SVG plots.
     Bench(BenchArgs),
     /// Schedule millions of delayed tasks on a real clock and report lateness, CPU and memory.
     Demo(DemoArgs),
-    /// Internal: runs one W4 entrant and prints its sample as JSON (`bench` runs each W4
-    /// entrant in a fresh process this way, so memory and CPU figures are its own).
+    /// Internal: runs one service entrant on W4 and prints its sample as JSON (`bench` runs
+    /// each service in a fresh process this way, so memory and CPU figures are its own).
     #[command(hide = true)]
-    W4Worker(DemoArgs),
-}
-
-/// A workload of DESIGN.md ("What fast means here").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
-pub enum Workload {
-    /// Schedule N timers (delays 1..=60000 ms), cancel all in random order.
-    W1,
-    /// Schedule N timers (delays 1..=10000 ms), fire all tick by tick; verified.
-    W2,
-    /// N live timers (1..=30000 ms), then N resets to random new delays.
-    W3,
-    /// Real clock: N tasks with delays 0..=1000 ms; schedule rate, CPU, memory, lateness.
-    W4,
+    ServiceWorker(DemoArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,15 +82,16 @@ struct BenchArgs {
     /// Seed of the SplitMix64 input generator (identical input for every entrant).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Timer counts for W1–W3, comma separated (accepts 1e6 and 1_000_000).
+    /// Timer counts for the queue workloads (W1, W2, W3, W5), comma separated (accepts 1e6
+    /// and 1_000_000).
     #[arg(long, value_delimiter = ',', value_parser = parse_count,
           default_value = "10000,100000,1000000")]
     n: Vec<usize>,
-    /// Also run N = 6·10^6 (W1–W3) and 6·10^6 tasks in W4.
+    /// Also run N = 6·10^6 (W1, W2, W3, W5) and 6·10^6 tasks in W4.
     #[arg(long)]
     full: bool,
     /// Workloads to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5")]
     workloads: Vec<Workload>,
     /// Entrants to run, comma separated (default: all). Names as in the results table.
     #[arg(long, value_delimiter = ',', value_parser = parse_entrant)]
@@ -103,7 +106,7 @@ struct BenchArgs {
     /// Number of tasks in W4 (real time).
     #[arg(long, value_parser = parse_count, default_value = "1000000")]
     w4_n: usize,
-    /// Largest W4 delay in milliseconds (DESIGN.md: 1000); smaller values make W4 quick.
+    /// Largest W4 delay in milliseconds (the workload's is 1000); smaller values make W4 quick.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     w4_max_delay_ms: u64,
 }
@@ -120,8 +123,8 @@ struct DemoArgs {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Which real-time timer runs the demo.
-    #[arg(long, value_parser = parse_entrant, default_value = "tickwheel-service")]
-    entrant: Entrant,
+    #[arg(long, value_parser = parse_service, default_value = "tickwheel-service")]
+    entrant: ServiceEntrant,
 }
 
 /// The largest timer count accepted: ids are `u32`, and memory must stay sane.
@@ -161,6 +164,19 @@ fn parse_entrant(text: &str) -> Result<Entrant, String> {
     text.parse()
 }
 
+fn parse_service(text: &str) -> Result<ServiceEntrant, String> {
+    match text.parse()? {
+        Entrant::Service(s) => Ok(s),
+        other => {
+            let names: Vec<&str> = ServiceEntrant::ALL.iter().map(|e| e.name()).collect();
+            Err(format!(
+                "{other} is not a real-time entrant; use {}",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
@@ -172,7 +188,7 @@ fn main() -> ExitCode {
             seed: args.seed,
             entrant: args.entrant,
         }),
-        Command::W4Worker(args) => demo::worker(&demo::DemoSettings {
+        Command::ServiceWorker(args) => demo::worker(&demo::DemoSettings {
             n: args.n,
             max_delay_ms: args.max_delay_ms,
             seed: args.seed,
@@ -199,7 +215,7 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
     workloads.sort_unstable();
     workloads.dedup();
     let mut entrants = if args.entrants.is_empty() {
-        Entrant::ALL.to_vec()
+        Entrant::all()
     } else {
         args.entrants
     };

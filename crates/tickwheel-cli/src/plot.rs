@@ -1,10 +1,12 @@
-//! SVG plots: ns per timer against N (log–log), one per virtual workload, and W4's
+//! SVG plots: ns per operation against N (log–log), one per queue workload, and W4's
 //! lateness CDF. Text is plain SVG `<text>` (plotters without font features), so no system
 //! font library is needed to build or run.
 
-use crate::entrants::Entrant;
-use crate::report::{describe, Report, VirtualSample};
-use crate::Workload;
+use crate::queues::report::QueueSample;
+use crate::queues::QueueEntrant;
+use crate::report::Report;
+use crate::services::ServiceEntrant;
+use crate::workload::Workload;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -12,32 +14,46 @@ const SIZE: (u32, u32) = (960, 600);
 
 /// A fixed, print-friendly color per entrant (tickwheel in warm colors, peers in cool ones),
 /// so the same entrant has the same color in every plot.
-fn color(entrant: Entrant) -> RGBColor {
+fn queue_color(entrant: QueueEntrant) -> RGBColor {
     match entrant {
-        Entrant::Wheel | Entrant::Service => RGBColor(214, 39, 40),
-        Entrant::HashedWheel => RGBColor(255, 127, 14),
-        Entrant::Heap => RGBColor(148, 103, 189),
-        Entrant::BinaryHeap | Entrant::TokioSleep => RGBColor(31, 119, 180),
-        Entrant::BTreeMap | Entrant::HeapThread => RGBColor(44, 160, 44),
-        Entrant::DelayQueue | Entrant::DelayQueueChannel => RGBColor(140, 86, 75),
-        Entrant::Hhwt => RGBColor(90, 90, 90),
+        QueueEntrant::Wheel => RGBColor(214, 39, 40),
+        QueueEntrant::HashedWheel => RGBColor(255, 127, 14),
+        QueueEntrant::Heap => RGBColor(148, 103, 189),
+        QueueEntrant::BinaryHeap => RGBColor(31, 119, 180),
+        QueueEntrant::PriorityQueue => RGBColor(23, 190, 207),
+        QueueEntrant::BTreeMap => RGBColor(44, 160, 44),
+        QueueEntrant::DelayQueue => RGBColor(140, 86, 75),
+        QueueEntrant::Hhwt => RGBColor(90, 90, 90),
     }
+}
+
+/// The service entrants' colors, matching their closest queue entrant's.
+fn service_color(entrant: ServiceEntrant) -> RGBColor {
+    match entrant {
+        ServiceEntrant::TimerService => queue_color(QueueEntrant::Wheel),
+        ServiceEntrant::TokioSleep => queue_color(QueueEntrant::BinaryHeap),
+        ServiceEntrant::DelayQueueChannel => queue_color(QueueEntrant::DelayQueue),
+        ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),
+    }
+}
+
+/// The file name of a queue workload's plot.
+pub fn scaling_file(w: Workload) -> String {
+    let unit = if w == Workload::Churn { "op" } else { "timer" };
+    format!("{}-ns-per-{unit}.svg", w.label().to_lowercase())
 }
 
 /// Writes every plot the report has data for; returns the files written.
 pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
-    for w in [Workload::W1, Workload::W2, Workload::W3] {
-        if report.samples.iter().any(|s| s.workload == w) {
-            let path = dir.join(format!(
-                "{}-ns-per-timer.svg",
-                format!("{w:?}").to_lowercase()
-            ));
+    for w in Workload::ALL {
+        if report.queues.iter().any(|s| s.workload == w) {
+            let path = dir.join(scaling_file(w));
             scaling_plot(report, w, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
             written.push(path);
         }
     }
-    if !report.w4.is_empty() {
+    if !report.services.is_empty() {
         let path = dir.join("w4-lateness-cdf.svg");
         lateness_cdf(report, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
         written.push(path);
@@ -56,13 +72,13 @@ fn padded_log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
 }
 
 fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
-    let samples: Vec<_> = report.samples.iter().filter(|s| s.workload == w).collect();
+    let samples: Vec<_> = report.queues.iter().filter(|s| s.workload == w).collect();
     let x = padded_log_range(samples.iter().map(|s| s.n as f64));
-    let y = padded_log_range(samples.iter().map(|s| s.ns_per_timer()));
+    let y = padded_log_range(samples.iter().map(|s| s.ns_per_op()));
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(describe(w), ("sans-serif", 18))
+        .caption(w.describe(), ("sans-serif", 18))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
@@ -70,15 +86,19 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
     chart
         .configure_mesh()
         .x_desc("N (timers)")
-        .y_desc("ns per timer (median)")
+        .y_desc(if w == Workload::Churn {
+            "ns per operation (median)"
+        } else {
+            "ns per timer (median)"
+        })
         .x_label_formatter(&|v| format!("{v:.0e}"))
         .draw()?;
-    for entrant in Entrant::ALL {
+    for entrant in QueueEntrant::ALL {
         let points = series(&samples, entrant);
         if points.is_empty() {
             continue;
         }
-        let c = color(entrant);
+        let c = queue_color(entrant);
         let width = if entrant.is_tickwheel() { 3 } else { 1 };
         chart
             .draw_series(LineSeries::new(points.clone(), c.stroke_width(width)))?
@@ -94,12 +114,12 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
     Ok(())
 }
 
-/// `(N, ns per timer)` of one entrant, by N.
-fn series(samples: &[&VirtualSample], entrant: Entrant) -> Vec<(f64, f64)> {
+/// `(N, ns per operation)` of one entrant, by N.
+fn series(samples: &[&QueueSample], entrant: QueueEntrant) -> Vec<(f64, f64)> {
     let mut points: Vec<(f64, f64)> = samples
         .iter()
         .filter(|s| s.entrant == entrant)
-        .map(|s| (s.n as f64, s.ns_per_timer()))
+        .map(|s| (s.n as f64, s.ns_per_op()))
         .collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     points
@@ -126,14 +146,17 @@ const CDF_FLOOR_MS: f64 = 0.01;
 
 fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
     let x_max = report
-        .w4
+        .services
         .iter()
         .filter_map(|s| s.cdf.iter().map(|p| p.0).reduce(f64::max))
         .fold(1.0, f64::max)
         * 1.5;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let (n, max_delay) = report.w4.first().map_or((0, 0), |s| (s.n, s.max_delay_ms));
+    let (n, max_delay) = report
+        .services
+        .first()
+        .map_or((0, 0), |s| (s.n, s.max_delay_ms));
     let caption = format!(
         "W4 lateness CDF: {} tasks, delays 0..={max_delay} ms, real clock",
         crate::report::pretty_n(n)
@@ -151,8 +174,8 @@ fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
         ))
         .y_desc("fraction of tasks at most this late")
         .draw()?;
-    for sample in &report.w4 {
-        let c = color(sample.entrant);
+    for sample in &report.services {
+        let c = service_color(sample.entrant);
         chart
             .draw_series(LineSeries::new(
                 sample.cdf.iter().map(|&(ms, q)| (ms.max(CDF_FLOOR_MS), q)),

@@ -13,16 +13,17 @@ fn tickwheel(args: &[&str]) -> Output {
         .expect("the tickwheel binary runs")
 }
 
-const VIRTUAL: [&str; 7] = [
+const QUEUES: [&str; 8] = [
     "tickwheel-wheel",
     "tickwheel-hashed",
     "tickwheel-heap",
     "std-binaryheap",
+    "priority-queue",
     "btreemap",
     "tokio-delayqueue",
     "hhwt",
 ];
-const REALTIME: [&str; 4] = [
+const SERVICES: [&str; 4] = [
     "tickwheel-service",
     "tokio-sleep",
     "delayqueue-channel",
@@ -64,6 +65,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "w1-ns-per-timer.svg",
         "w2-ns-per-timer.svg",
         "w3-ns-per-timer.svg",
+        "w5-ns-per-op.svg",
         "w4-lateness-cdf.svg",
     ] {
         let path = out.join(file);
@@ -73,6 +75,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
     let svg = std::fs::read_to_string(out.join("w2-ns-per-timer.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("tickwheel-wheel"));
     assert!(stdout.contains("every timer fired exactly once, never early"));
+    assert!(stdout.contains("W5 churn") && stdout.contains("priority-queue"));
     assert!(stdout.contains("command: ") && stdout.contains("machine: "));
 
     let json = read_json(&out.join("results.json"));
@@ -81,16 +84,21 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         .unwrap()
         .contains("--w4-n 300"));
     assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
-    let results = json["results"].as_array().unwrap();
-    for workload in ["W1", "W2", "W3"] {
-        for entrant in VIRTUAL {
+    let results = json["queues"].as_array().unwrap();
+    for workload in ["W1", "W2", "W3", "W5"] {
+        for entrant in QUEUES {
             for n in [300, 1000] {
                 let found = results
                     .iter()
                     .find(|r| r["workload"] == workload && r["entrant"] == entrant && r["n"] == n);
                 let r = found.unwrap_or_else(|| panic!("{workload} {entrant} N={n} missing"));
                 assert_eq!(r["verified"], true);
-                assert!(r["ns_per_timer"].as_f64().unwrap() > 0.0);
+                assert!(r["ns_per_op"].as_f64().unwrap() > 0.0);
+                assert!(r["ops"].as_u64().unwrap() >= n);
+                if workload == "W5" {
+                    let heap = r["peak_heap_bytes"].as_u64().unwrap();
+                    assert!(heap >= 4 * n, "{entrant}: {heap} heap bytes for {n} timers");
+                }
                 if workload != "W1" {
                     assert!(
                         r["max_late_ticks"].is_u64(),
@@ -100,8 +108,8 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
             }
         }
     }
-    let w4 = json["w4"].as_array().unwrap();
-    for entrant in REALTIME {
+    let w4 = json["services"].as_array().unwrap();
+    for entrant in SERVICES {
         let r = w4.iter().find(|r| r["entrant"] == entrant);
         let r = r.unwrap_or_else(|| panic!("W4 {entrant} missing; notes: {}", json["notes"]));
         assert_eq!(r["n"], 300);
@@ -117,7 +125,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert_eq!(
         csv.lines().count(),
-        1 + 3 * VIRTUAL.len() * 2 + REALTIME.len()
+        1 + 4 * QUEUES.len() * 2 + SERVICES.len()
     );
 }
 

@@ -6,7 +6,7 @@
 //! skipped. Invariant: `generation[id]` is odd while the timer is pending, even otherwise,
 //! and exactly one heap entry per pending timer carries the current generation.
 
-use super::VirtualQueue;
+use super::VirtualTimeQueue;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -33,7 +33,7 @@ impl LazyBinaryHeap {
     }
 }
 
-impl VirtualQueue for LazyBinaryHeap {
+impl VirtualTimeQueue for LazyBinaryHeap {
     type Handle = (u32, u32);
 
     #[inline]

@@ -8,7 +8,7 @@
 //! the crate (`Expired`); we keep such timers aside and report them at the next tick, so no
 //! timer is lost.
 
-use super::VirtualQueue;
+use super::VirtualTimeQueue;
 use hierarchical_hash_wheel_timer::wheels::cancellable::QuadWheelWithOverflow;
 use hierarchical_hash_wheel_timer::{IdOnlyTimerEntry, TimerError};
 use std::time::Duration;
@@ -38,7 +38,7 @@ impl Default for HierarchicalHashWheel {
     }
 }
 
-impl VirtualQueue for HierarchicalHashWheel {
+impl VirtualTimeQueue for HierarchicalHashWheel {
     type Handle = u32;
 
     #[inline]

@@ -1,14 +1,14 @@
 //! Adapter for tickwheel's own queues: any [`TimerQueue<u32>`] (`Wheel`, `HashedWheel`,
 //! `Heap`). Handles are [`TimerKey`]s; `reset` keeps the key.
 
-use super::VirtualQueue;
+use super::VirtualTimeQueue;
 use tickwheel::{TimerKey, TimerQueue};
 
 /// A tickwheel queue holding timer ids.
 #[derive(Debug, Default)]
 pub struct TickwheelQueue<Q>(pub Q);
 
-impl<Q: TimerQueue<u32>> VirtualQueue for TickwheelQueue<Q> {
+impl<Q: TimerQueue<u32>> VirtualTimeQueue for TickwheelQueue<Q> {
     type Handle = TimerKey;
 
     #[inline]

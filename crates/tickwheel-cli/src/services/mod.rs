@@ -1,5 +1,10 @@
-//! W4, the real-time workload: N tasks with delays on the real clock, run by a timer
-//! service; schedule rate, wall and CPU time, memory, and lateness.
+//! The real-time services family: timer services with their own threads on the real clock,
+//! measured on W4 (N tasks with delays; schedule rate, wall and CPU time, memory, lateness;
+//! defined in `docs/ARCHITECTURE.md`, "Workloads").
+//!
+//! Layout: [`drivers`] puts each entrant behind [`RealTimeTimer`]; this file runs W4 and
+//! checks it; [`isolated`] runs it in a child process; [`report`] holds the samples and
+//! renders their table.
 //!
 //! Invariants:
 //! * Every entrant gets the same delays and the same callback: [`Log::fire`], which stamps
@@ -14,21 +19,65 @@
 //!   `tickwheel bench` runs each entrant in its own process ([`run_isolated`]) so these are
 //!   the entrant's own.
 
-use crate::entrants::Entrant;
 use crate::machine;
 use indicatif::ProgressBar;
-use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod child;
 mod drivers;
+mod isolated;
+pub mod report;
 
-pub use child::run_isolated;
+pub use isolated::run_isolated;
+use report::{Lateness, ServiceSample};
+
+/// A timer service that runs the real-time workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServiceEntrant {
+    /// tickwheel's `TimerService` with callbacks.
+    TimerService,
+    /// tokio `sleep` tasks on a multi-thread runtime.
+    TokioSleep,
+    /// tokio-util's `DelayQueue` in one task, fed through an unbounded channel.
+    DelayQueueChannel,
+    /// A `BinaryHeap` behind a mutex plus one timer thread.
+    HeapThread,
+}
+
+impl ServiceEntrant {
+    /// All service entrants, in table order (tickwheel first, then peers).
+    pub const ALL: [ServiceEntrant; 4] = [
+        ServiceEntrant::TimerService,
+        ServiceEntrant::TokioSleep,
+        ServiceEntrant::DelayQueueChannel,
+        ServiceEntrant::HeapThread,
+    ];
+
+    /// The name used on the command line, in tables and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceEntrant::TimerService => "tickwheel-service",
+            ServiceEntrant::TokioSleep => "tokio-sleep",
+            ServiceEntrant::DelayQueueChannel => "delayqueue-channel",
+            ServiceEntrant::HeapThread => "binaryheap-thread",
+        }
+    }
+
+    /// Whether this entrant is tickwheel's own (as opposed to a peer).
+    pub fn is_tickwheel(self) -> bool {
+        self == ServiceEntrant::TimerService
+    }
+}
 
 /// How long after the last deadline a missing task counts as lost.
 pub const GRACE: Duration = Duration::from_secs(30);
+
+impl std::fmt::Display for ServiceEntrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The shared record of a W4 run: one firing stamp per task.
 #[derive(Debug)]
@@ -76,7 +125,7 @@ impl Log {
 }
 
 /// A real-time timer that runs W4's callbacks.
-pub trait Driver {
+pub trait RealTimeTimer {
     /// Schedules `log.fire(id)` at `deadline` (the harness's `Instant::now()` plus the task's
     /// delay: every entrant gets the instant the harness read, none reads the clock again).
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>);
@@ -84,92 +133,23 @@ pub trait Driver {
     fn shutdown(self: Box<Self>);
 }
 
-/// Lateness percentiles in ns.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Lateness {
-    /// Median.
-    pub p50: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Worst.
-    pub max: u64,
-}
-
-/// What one W4 run measured.
-#[derive(Debug, Clone)]
-pub struct W4Sample {
-    /// Who ran it.
-    pub entrant: Entrant,
-    /// Task count.
-    pub n: usize,
-    /// Largest delay in ms.
-    pub max_delay_ms: u64,
-    /// Time to schedule all tasks.
-    pub schedule: Duration,
-    /// From the first schedule to the last firing.
-    pub wall: Duration,
-    /// Process CPU time over the run.
-    pub cpu: Option<Duration>,
-    /// Peak RSS growth over the run, bytes.
-    pub peak_rss: Option<u64>,
-    /// Lateness percentiles.
-    pub lateness: Lateness,
-    /// Lateness CDF: `(lateness in ms, fraction of tasks at most that late)`.
-    pub cdf: Vec<(f64, f64)>,
-    /// Lateness histogram: `(bucket upper bound in ms, tasks)`; the last bound is infinite.
-    pub histogram: Vec<(f64, usize)>,
-}
-
-impl W4Sample {
-    /// Tasks scheduled per second.
-    pub fn schedule_rate(&self) -> f64 {
-        self.n as f64 / self.schedule.as_secs_f64().max(1e-9)
-    }
-
-    /// The sample as JSON.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "workload": "W4",
-            "entrant": self.entrant.name(),
-            "tickwheel": self.entrant.is_tickwheel(),
-            "n": self.n,
-            "max_delay_ms": self.max_delay_ms,
-            "schedule_s": self.schedule.as_secs_f64(),
-            "schedule_per_s": self.schedule_rate(),
-            "wall_s": self.wall.as_secs_f64(),
-            "cpu_s": self.cpu.map(|c| c.as_secs_f64()),
-            "peak_rss_growth_bytes": self.peak_rss,
-            "lateness_ns": { "p50": self.lateness.p50, "p99": self.lateness.p99,
-                             "p999": self.lateness.p999, "max": self.lateness.max },
-            "lateness_cdf_ms": self.cdf,
-            "lateness_histogram_ms": self.histogram.iter().map(|(b, c)| json!({
-                "le_ms": if b.is_finite() { json!(b) } else { json!("inf") }, "tasks": c,
-            })).collect::<Vec<_>>(),
-            "verified": true,
-        })
-    }
-}
-
-/// Builds the driver of a real-time entrant.
-pub fn driver(entrant: Entrant) -> Result<Box<dyn Driver>, String> {
+/// Starts the timer of a service entrant.
+pub fn start(entrant: ServiceEntrant) -> Result<Box<dyn RealTimeTimer>, String> {
     Ok(match entrant {
-        Entrant::Service => Box::new(drivers::Service::new()?),
-        Entrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
-        Entrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
-        Entrant::HeapThread => Box::new(drivers::HeapThread::new()?),
-        other => return Err(format!("{other} is not a real-time entrant")),
+        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new()?),
+        ServiceEntrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
+        ServiceEntrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
+        ServiceEntrant::HeapThread => Box::new(drivers::HeapThread::new()?),
     })
 }
 
 /// Runs W4 with `delays` (ms) on `entrant`; `progress` shows tasks fired.
 pub fn run(
-    entrant: Entrant,
+    entrant: ServiceEntrant,
     delays: &[u64],
     progress: Option<&ProgressBar>,
-) -> Result<W4Sample, String> {
-    let driver = driver(entrant)?;
+) -> Result<ServiceSample, String> {
+    let driver = start(entrant)?;
     let n = delays.len();
     let log = Arc::new(Log::new(n));
     let mut deadlines = vec![0u64; n];
@@ -195,9 +175,9 @@ pub fn run(
         .zip(rss_before)
         .map(|(a, b)| a.saturating_sub(b));
     driver.shutdown();
-    waited.map_err(|e| format!("{entrant} failed W4: {e}"))?;
-    let mut sample =
-        summarize(&log, &deadlines, start).map_err(|e| format!("{entrant} failed W4: {e}"))?;
+    waited.map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
+    let mut sample = summarize(&log, &deadlines, start)
+        .map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
     sample.entrant = entrant;
     sample.max_delay_ms = max_delay.as_millis() as u64;
     sample.schedule = schedule;
@@ -228,7 +208,7 @@ fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Res
     }
 }
 
-fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<W4Sample, String> {
+fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<ServiceSample, String> {
     let mut late = Vec::with_capacity(deadlines.len());
     let mut last = start;
     for (id, (slot, &deadline)) in log.fired_at.iter().zip(deadlines).enumerate() {
@@ -245,8 +225,8 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<W4Sample, Strin
         late.push(fired - deadline);
     }
     late.sort_unstable();
-    Ok(W4Sample {
-        entrant: Entrant::Service,
+    Ok(ServiceSample {
+        entrant: ServiceEntrant::TimerService,
         n: deadlines.len(),
         max_delay_ms: 0,
         schedule: Duration::ZERO,
@@ -333,12 +313,7 @@ mod tests {
     #[test]
     fn peers_run_a_tiny_w4_exactly_once_never_early() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
-        for entrant in [
-            Entrant::Service,
-            Entrant::TokioSleep,
-            Entrant::DelayQueueChannel,
-            Entrant::HeapThread,
-        ] {
+        for entrant in ServiceEntrant::ALL {
             let sample = run(entrant, &delays, None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);

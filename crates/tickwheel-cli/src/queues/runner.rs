@@ -1,4 +1,5 @@
-//! Runs the virtual-time workloads W1–W3 on one entrant and checks the outcome.
+//! Runs W1 (schedule + cancel), W2 (schedule + fire) and W3 (reset) on one queue and checks
+//! the outcome.
 //!
 //! Invariants:
 //! * Only the workload's operations are inside the timed region: inputs, the handle table
@@ -7,18 +8,14 @@
 //! * W1 counts successful cancels (must be `n`). W2 logs `(id, tick)` of every firing into a
 //!   preallocated vector (the same cost for every entrant) and, after the clock stops, checks
 //!   exactly-once and never-early, then runs [`QUIET_TICKS`] more ticks to catch late
-//!   duplicates. W3 is checked, untimed, on the first repeat by draining the queue: every timer
-//!   must fire once, never before its *last* deadline.
-//! * A failed check is an error; the caller never turns it into a number.
+//!   duplicates. W3 is checked, untimed, when asked (the first repeat) by draining the queue:
+//!   every timer must fire once, never before its *last* deadline.
+//! * Peak heap is measured from the empty queue (after the harness's own vectors exist).
 
-use crate::entrants::{
-    BTreeTimers, Entrant, HierarchicalHashWheel, LazyBinaryHeap, TickwheelQueue, TokioDelayQueue,
-    VirtualQueue,
-};
-use crate::workload::Input;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
-use tickwheel::{HashedWheel, Heap, Wheel};
+use super::{Outcome, VirtualTimeQueue};
+use crate::memory::PeakMeter;
+use std::time::Instant;
+use tickwheel_lab::workloads::QueueInput;
 
 /// Ticks polled after the last expected firing to catch timers that fire twice or late.
 pub const QUIET_TICKS: u64 = 100;
@@ -26,93 +23,19 @@ pub const QUIET_TICKS: u64 = 100;
 /// Ticks past the latest deadline after which a timer that has not fired counts as lost.
 pub const LOST_AFTER_TICKS: u64 = 1_000;
 
-/// A virtual-time workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Virtual {
-    /// Schedule + cancel.
-    W1,
-    /// Schedule + fire.
-    W2,
-    /// Reset.
-    W3,
-}
-
-/// What one run measured.
-#[derive(Debug, Clone, Copy)]
-pub struct RunOutcome {
-    /// Wall time of the timed region.
-    pub elapsed: Duration,
-    /// Largest firing delay past the deadline, in ticks (W2, and W3 when checked).
-    pub max_late_ticks: Option<u64>,
-}
-
-/// Runs `workload` on a fresh instance of `entrant`; `check_w3` enables W3's drain check.
-pub fn run(
-    entrant: Entrant,
-    workload: Virtual,
-    input: &Input,
-    check_w3: bool,
-) -> Result<RunOutcome, String> {
-    let attempt = catch_unwind(AssertUnwindSafe(|| {
-        dispatch(entrant, workload, input, check_w3)
-    }));
-    match attempt {
-        Ok(result) => result.map_err(|e| format!("{entrant} failed {workload:?}: {e}")),
-        Err(panic) => Err(format!(
-            "{entrant} panicked in {workload:?}: {}",
-            panic_message(&*panic)
-        )),
-    }
-}
-
-/// The text of a caught panic payload.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
-    }
-}
-
-fn dispatch(e: Entrant, w: Virtual, input: &Input, check: bool) -> Result<RunOutcome, String> {
-    match e {
-        Entrant::Wheel => on(TickwheelQueue(Wheel::new()), w, input, check),
-        Entrant::HashedWheel => on(TickwheelQueue(HashedWheel::new()), w, input, check),
-        Entrant::Heap => on(TickwheelQueue(Heap::new()), w, input, check),
-        Entrant::BinaryHeap => on(LazyBinaryHeap::default(), w, input, check),
-        Entrant::BTreeMap => on(BTreeTimers::default(), w, input, check),
-        Entrant::Hhwt => on(HierarchicalHashWheel::default(), w, input, check),
-        Entrant::DelayQueue => {
-            let queue = TokioDelayQueue::new().map_err(|e| format!("tokio runtime: {e}"))?;
-            on(queue, w, input, check)
-        }
-        realtime => Err(format!("{realtime} runs only the real-time workload W4")),
-    }
-}
-
-fn on<Q: VirtualQueue>(
-    mut queue: Q,
-    w: Virtual,
-    input: &Input,
-    check: bool,
-) -> Result<RunOutcome, String> {
-    queue.scoped(|q| match w {
-        Virtual::W1 => w1(q, input),
-        Virtual::W2 => w2(q, input),
-        Virtual::W3 => w3(q, input, check),
-    })
-}
-
-fn insert_all<Q: VirtualQueue>(q: &mut Q, deadlines: &[u64], handles: &mut Vec<Q::Handle>) {
+fn insert_all<Q: VirtualTimeQueue>(q: &mut Q, deadlines: &[u64], handles: &mut Vec<Q::Handle>) {
     for (id, &deadline) in deadlines.iter().enumerate() {
         handles.push(q.insert(id as u32, deadline));
     }
 }
 
-fn w1<Q: VirtualQueue>(q: &mut Q, input: &Input) -> Result<RunOutcome, String> {
+/// W1: inserts every timer, then cancels each in the input's order.
+pub fn schedule_cancel<Q: VirtualTimeQueue>(
+    q: &mut Q,
+    input: &QueueInput,
+) -> Result<Outcome, String> {
     let mut handles = Vec::with_capacity(input.n());
+    let meter = PeakMeter::start();
     let start = Instant::now();
     insert_all(q, &input.deadlines, &mut handles);
     let mut cancelled = 0usize;
@@ -126,17 +49,24 @@ fn w1<Q: VirtualQueue>(q: &mut Q, input: &Input) -> Result<RunOutcome, String> {
             input.n()
         ));
     }
-    Ok(RunOutcome {
+    Ok(Outcome {
         elapsed,
+        ops: input.n() as u64,
         max_late_ticks: None,
+        peak_heap_bytes: meter.peak_growth(),
     })
 }
 
-fn w2<Q: VirtualQueue>(q: &mut Q, input: &Input) -> Result<RunOutcome, String> {
+/// W2: inserts every timer, then advances tick by tick until all fired; verified.
+pub fn schedule_fire<Q: VirtualTimeQueue>(
+    q: &mut Q,
+    input: &QueueInput,
+) -> Result<Outcome, String> {
     let n = input.n();
     let mut handles = Vec::with_capacity(n);
     let mut fired = Vec::with_capacity(n + 16);
     let limit = input.max_deadline() + LOST_AFTER_TICKS;
+    let meter = PeakMeter::start();
     let start = Instant::now();
     insert_all(q, &input.deadlines, &mut handles);
     let mut tick = 0;
@@ -145,16 +75,25 @@ fn w2<Q: VirtualQueue>(q: &mut Q, input: &Input) -> Result<RunOutcome, String> {
         q.advance(tick, &mut fired);
     }
     let elapsed = start.elapsed();
+    let peak_heap_bytes = meter.peak_growth();
     quiet_ticks(q, tick, &mut fired);
     let max_late_ticks = Some(verify_fired(&fired, &input.deadlines)?);
-    Ok(RunOutcome {
+    Ok(Outcome {
         elapsed,
+        ops: n as u64,
         max_late_ticks,
+        peak_heap_bytes,
     })
 }
 
-fn w3<Q: VirtualQueue>(q: &mut Q, input: &Input, check: bool) -> Result<RunOutcome, String> {
+/// W3: inserts every timer (untimed), then times the resets; `check` drains and verifies.
+pub fn reset<Q: VirtualTimeQueue>(
+    q: &mut Q,
+    input: &QueueInput,
+    check: bool,
+) -> Result<Outcome, String> {
     let mut handles = Vec::with_capacity(input.n());
+    let meter = PeakMeter::start();
     insert_all(q, &input.deadlines, &mut handles);
     let start = Instant::now();
     for &(id, deadline) in &input.resets {
@@ -162,6 +101,7 @@ fn w3<Q: VirtualQueue>(q: &mut Q, input: &Input, check: bool) -> Result<RunOutco
         *slot = q.reset(*slot, id, deadline);
     }
     let elapsed = start.elapsed();
+    let peak_heap_bytes = meter.peak_growth();
     let mut max_late_ticks = None;
     if check {
         let mut last = input.deadlines.clone();
@@ -178,13 +118,15 @@ fn w3<Q: VirtualQueue>(q: &mut Q, input: &Input, check: bool) -> Result<RunOutco
         quiet_ticks(q, tick, &mut fired);
         max_late_ticks = Some(verify_fired(&fired, &last)?);
     }
-    Ok(RunOutcome {
+    Ok(Outcome {
         elapsed,
+        ops: input.n() as u64,
         max_late_ticks,
+        peak_heap_bytes,
     })
 }
 
-fn quiet_ticks<Q: VirtualQueue>(q: &mut Q, from: u64, fired: &mut Vec<(u32, u64)>) {
+fn quiet_ticks<Q: VirtualTimeQueue>(q: &mut Q, from: u64, fired: &mut Vec<(u32, u64)>) {
     for tick in from + 1..=from + QUIET_TICKS {
         q.advance(tick, fired);
     }
@@ -220,7 +162,9 @@ pub fn verify_fired(fired: &[(u32, u64)], deadlines: &[u64]) -> Result<u64, Stri
 
 #[cfg(test)]
 mod tests {
+    use super::super::{on, run, Input, QueueEntrant};
     use super::*;
+    use crate::workload::Workload;
 
     #[test]
     fn verify_catches_early_double_and_lost() {
@@ -241,22 +185,21 @@ mod tests {
     }
 
     #[test]
-    fn every_virtual_peer_passes_every_workload_on_small_input() {
-        let peers = [
-            Entrant::BinaryHeap,
-            Entrant::BTreeMap,
-            Entrant::DelayQueue,
-            Entrant::Hhwt,
+    fn every_queue_passes_every_workload_on_small_input() {
+        let workloads = [
+            Workload::ScheduleCancel,
+            Workload::ScheduleFire,
+            Workload::Reset,
+            Workload::Churn,
         ];
-        for entrant in peers {
-            for (w, input) in [
-                (Virtual::W1, crate::workload::w1(1, 300)),
-                (Virtual::W2, crate::workload::w2(2, 300)),
-                (Virtual::W3, crate::workload::w3(3, 300)),
-            ] {
+        for entrant in QueueEntrant::ALL {
+            for w in workloads {
+                let input = Input::generate(w, 3, 300).unwrap();
                 let outcome = run(entrant, w, &input, true).unwrap();
-                if w != Virtual::W1 {
-                    assert!(outcome.max_late_ticks.is_some(), "{entrant} {w:?}");
+                let name = entrant.name();
+                assert!(outcome.ops >= 300, "{name} {w:?}");
+                if w != Workload::ScheduleCancel {
+                    assert_eq!(outcome.max_late_ticks, Some(0), "{name} {w:?} fired late");
                 }
             }
         }
@@ -268,7 +211,7 @@ mod tests {
         pending: Vec<(u32, u64)>,
     }
 
-    impl VirtualQueue for Broken {
+    impl VirtualTimeQueue for Broken {
         type Handle = u32;
         fn insert(&mut self, id: u32, deadline: u64) -> u32 {
             self.pending.push((id, deadline));
@@ -304,23 +247,23 @@ mod tests {
             fault,
             pending: Vec::new(),
         };
-        let w2 = crate::workload::w2(5, 50);
+        let w2 = Input::generate(Workload::ScheduleFire, 5, 50).unwrap();
         for (fault, expect) in [
             ("early", "early"),
             ("double", "twice"),
             ("lose", "never fired"),
         ] {
-            let err = on(broken(fault), Virtual::W2, &w2, true).unwrap_err();
+            let err = on(broken(fault), Workload::ScheduleFire, &w2, true).unwrap_err();
             assert!(err.contains(expect), "{fault}: {err}");
         }
-        let w3 = crate::workload::w3(5, 50);
-        assert!(on(broken("early"), Virtual::W3, &w3, true)
+        let w3 = Input::generate(Workload::Reset, 5, 50).unwrap();
+        assert!(on(broken("early"), Workload::Reset, &w3, true)
             .unwrap_err()
             .contains("early"));
-        let w1 = crate::workload::w1(5, 50);
-        assert!(on(broken("cancel"), Virtual::W1, &w1, true)
+        let w1 = Input::generate(Workload::ScheduleCancel, 5, 50).unwrap();
+        assert!(on(broken("cancel"), Workload::ScheduleCancel, &w1, true)
             .unwrap_err()
             .contains("cancels"));
-        assert!(on(broken("none"), Virtual::W2, &w2, true).is_ok());
+        assert!(on(broken("none"), Workload::ScheduleFire, &w2, true).is_ok());
     }
 }

@@ -1,13 +1,13 @@
 //! Peer: tokio-util's `DelayQueue`, driven by paused tokio time.
 //!
 //! The queue lives on a current-thread runtime started paused, so tokio's clock is virtual
-//! and moves only when we call `tokio::time::advance`. Each [`VirtualQueue::advance`] moves
+//! and moves only when we call `tokio::time::advance`. Each [`VirtualTimeQueue::advance`] moves
 //! the clock one millisecond (DelayQueue's own resolution) and drains every expired entry,
 //! which is how a task awaiting `poll_expired` would see them (outside tokio's coop budget;
 //! see the comment in `advance`). Inserts use `insert_at` with
 //! `start + deadline` so deadlines are absolute, exactly as for the other entrants.
 
-use super::VirtualQueue;
+use super::VirtualTimeQueue;
 use std::future::poll_fn;
 use std::task::Poll;
 use std::time::Duration;
@@ -48,7 +48,7 @@ impl TokioDelayQueue {
     }
 }
 
-impl VirtualQueue for TokioDelayQueue {
+impl VirtualTimeQueue for TokioDelayQueue {
     type Handle = Key;
 
     #[inline]

@@ -1,7 +1,8 @@
-//! W4's real-time entrants: tickwheel's `TimerService`, tokio `sleep` tasks, tokio-util's
-//! `DelayQueue` fed through a channel, and a `BinaryHeap`-plus-thread baseline.
+//! The service entrants, each behind [`RealTimeTimer`]: tickwheel's `TimerService`, tokio
+//! `sleep` tasks, tokio-util's `DelayQueue` fed through a channel, and a
+//! `BinaryHeap`-plus-thread baseline.
 
-use super::{Driver, Log};
+use super::{Log, RealTimeTimer};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -15,19 +16,19 @@ use tokio_util::time::DelayQueue;
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
 /// wheels): each task is a callback scheduled with `schedule_at(deadline, f)` (not
 /// `schedule(delay, f)`, which would read the clock a second time).
-pub struct Service {
+pub struct TickwheelService {
     service: TimerService,
 }
 
-impl Service {
+impl TickwheelService {
     /// Starts a service with the defaults.
-    pub fn new() -> Result<Service, String> {
+    pub fn new() -> Result<TickwheelService, String> {
         let service = TimerService::new().map_err(|e| format!("TimerService: {e}"))?;
-        Ok(Service { service })
+        Ok(TickwheelService { service })
     }
 }
 
-impl Driver for Service {
+impl RealTimeTimer for TickwheelService {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         // The handle is not needed: W4 never cancels (dropping it does not cancel).
@@ -56,7 +57,7 @@ impl TokioSleep {
     }
 }
 
-impl Driver for TokioSleep {
+impl RealTimeTimer for TokioSleep {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         let deadline = tokio::time::Instant::from_std(deadline);
@@ -140,7 +141,7 @@ async fn delay_queue_task(mut receiver: mpsc::UnboundedReceiver<(Instant, Task)>
     .await;
 }
 
-impl Driver for DelayQueueChannel {
+impl RealTimeTimer for DelayQueueChannel {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         let task: Task = Box::new(move || log.fire(id));
@@ -257,7 +258,7 @@ fn timer_thread(shared: &Shared) {
     }
 }
 
-impl Driver for HeapThread {
+impl RealTimeTimer for HeapThread {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
         let log = Arc::clone(log);
         // Allocated before locking: the timer thread pops under the same lock.

@@ -1,26 +1,26 @@
-//! Runs each W4 entrant in a fresh child process (`tickwheel w4-worker`, a hidden
+//! Runs each service entrant in a fresh child process (`tickwheel service-worker`, a hidden
 //! subcommand), so its peak memory and CPU time are its own: in one process, an entrant
 //! would reuse pages an earlier one freed to the allocator and show no memory growth.
 //!
 //! The child regenerates the same delays from the seed, runs [`super::run`], draws its
 //! progress bar on the inherited stderr and prints one JSON sample on stdout.
 
-use super::{Lateness, W4Sample};
-use crate::entrants::Entrant;
+use super::report::{Lateness, ServiceSample};
+use super::ServiceEntrant;
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Runs W4 for `entrant` in a child process and returns its sample.
 pub fn run_isolated(
-    entrant: Entrant,
+    entrant: ServiceEntrant,
     seed: u64,
     n: usize,
     max_delay_ms: u64,
-) -> Result<W4Sample, String> {
+) -> Result<ServiceSample, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let output = Command::new(exe)
-        .args(["w4-worker", "--entrant", entrant.name()])
+        .args(["service-worker", "--entrant", entrant.name()])
         .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
         .args(["--max-delay-ms", &max_delay_ms.to_string()])
         .stdin(Stdio::null())
@@ -29,14 +29,19 @@ pub fn run_isolated(
         .map_err(|e| format!("cannot start the W4 worker: {e}"))?;
     if !output.status.success() {
         return Err(format!(
-            "W4 worker for {entrant} failed ({}); its message is above",
+            "W4 worker for {} failed ({}); its message is above",
+            entrant.name(),
             output.status
         ));
     }
     let json: Value = serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("W4 worker for {entrant} printed no sample: {e}"))?;
-    from_json(entrant, &json)
-        .ok_or_else(|| format!("W4 worker for {entrant} printed a malformed sample"))
+        .map_err(|e| format!("W4 worker for {} printed no sample: {e}", entrant.name()))?;
+    from_json(entrant, &json).ok_or_else(|| {
+        format!(
+            "W4 worker for {} printed a malformed sample",
+            entrant.name()
+        )
+    })
 }
 
 fn pairs(value: &Value) -> Option<Vec<(f64, f64)>> {
@@ -47,8 +52,8 @@ fn pairs(value: &Value) -> Option<Vec<(f64, f64)>> {
         .collect()
 }
 
-/// Reads back what [`W4Sample::to_json`] wrote.
-fn from_json(entrant: Entrant, v: &Value) -> Option<W4Sample> {
+/// Reads back what [`ServiceSample::to_json`] wrote.
+fn from_json(entrant: ServiceEntrant, v: &Value) -> Option<ServiceSample> {
     let late = &v["lateness_ns"];
     let histogram = v["lateness_histogram_ms"]
         .as_array()?
@@ -58,7 +63,7 @@ fn from_json(entrant: Entrant, v: &Value) -> Option<W4Sample> {
             Some((bound, b["tasks"].as_u64()? as usize))
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(W4Sample {
+    Some(ServiceSample {
         entrant,
         n: v["n"].as_u64()? as usize,
         max_delay_ms: v["max_delay_ms"].as_u64()?,
@@ -83,8 +88,8 @@ mod tests {
 
     #[test]
     fn a_sample_survives_the_trip_through_json() {
-        let sample = W4Sample {
-            entrant: Entrant::HeapThread,
+        let sample = ServiceSample {
+            entrant: ServiceEntrant::HeapThread,
             n: 3,
             max_delay_ms: 7,
             schedule: Duration::from_micros(5),
@@ -100,7 +105,7 @@ mod tests {
             cdf: vec![(0.0, 0.5), (0.1, 1.0)],
             histogram: vec![(1.0, 2), (f64::INFINITY, 1)],
         };
-        let back = from_json(Entrant::HeapThread, &sample.to_json()).unwrap();
+        let back = from_json(ServiceEntrant::HeapThread, &sample.to_json()).unwrap();
         assert_eq!(back.n, 3);
         assert_eq!(back.max_delay_ms, 7);
         assert_eq!(back.wall, sample.wall);

@@ -3,7 +3,7 @@
 //! Keys are unique because ids are; cancel and reset are a remove (and an insert) by key,
 //! and firing pops the first key while its deadline is due.
 
-use super::VirtualQueue;
+use super::VirtualTimeQueue;
 use std::collections::BTreeMap;
 
 /// Timers ordered by `(deadline, id)`.
@@ -12,7 +12,7 @@ pub struct BTreeTimers {
     map: BTreeMap<(u64, u32), ()>,
 }
 
-impl VirtualQueue for BTreeTimers {
+impl VirtualTimeQueue for BTreeTimers {
     type Handle = (u64, u32);
 
     #[inline]

@@ -1,0 +1,206 @@
+//! The virtual-time queues family: timer queues the harness drives tick by tick on one
+//! thread, measured on W1 (schedule + cancel), W2 (schedule + fire), W3 (reset) and W5
+//! (churn). Workloads are defined in `docs/ARCHITECTURE.md` ("Workloads").
+//!
+//! Layout: [`adapters`] puts each entrant behind [`VirtualTimeQueue`]; [`runner`] runs W1–W3
+//! and [`churn`] runs W5 on any such queue, with their checks; [`report`] holds the samples
+//! and renders their tables.
+//!
+//! Invariant: a run either passes its checks and yields an [`Outcome`], or yields an error
+//! (a panic in an entrant included); a failed check never becomes a number.
+
+mod adapters;
+mod churn;
+pub mod report;
+mod runner;
+
+pub use adapters::VirtualTimeQueue;
+
+use crate::workload::Workload;
+use adapters::{
+    BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, TickwheelQueue,
+    TokioDelayQueue,
+};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+use tickwheel::{HashedWheel, Heap, Wheel};
+use tickwheel_lab::workloads::{self, ChurnInput, QueueInput};
+
+/// A timer queue that runs the virtual-time workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QueueEntrant {
+    /// `tickwheel::Wheel`.
+    Wheel,
+    /// `tickwheel::HashedWheel`.
+    HashedWheel,
+    /// `tickwheel::Heap`.
+    Heap,
+    /// `std::collections::BinaryHeap` with lazy cancellation.
+    BinaryHeap,
+    /// The `priority-queue` crate's indexed heap (real `remove` and `change_priority`).
+    PriorityQueue,
+    /// `BTreeMap<(deadline, id), _>`, async-io's design.
+    BTreeMap,
+    /// tokio-util's `DelayQueue` on paused tokio time.
+    DelayQueue,
+    /// `hierarchical_hash_wheel_timer`'s cancellable four-level wheel.
+    Hhwt,
+}
+
+impl QueueEntrant {
+    /// All queue entrants, in table order (tickwheel first, then peers).
+    pub const ALL: [QueueEntrant; 8] = [
+        QueueEntrant::Wheel,
+        QueueEntrant::HashedWheel,
+        QueueEntrant::Heap,
+        QueueEntrant::BinaryHeap,
+        QueueEntrant::PriorityQueue,
+        QueueEntrant::BTreeMap,
+        QueueEntrant::DelayQueue,
+        QueueEntrant::Hhwt,
+    ];
+
+    /// The name used on the command line, in tables and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueEntrant::Wheel => "tickwheel-wheel",
+            QueueEntrant::HashedWheel => "tickwheel-hashed",
+            QueueEntrant::Heap => "tickwheel-heap",
+            QueueEntrant::BinaryHeap => "std-binaryheap",
+            QueueEntrant::PriorityQueue => "priority-queue",
+            QueueEntrant::BTreeMap => "btreemap",
+            QueueEntrant::DelayQueue => "tokio-delayqueue",
+            QueueEntrant::Hhwt => "hhwt",
+        }
+    }
+
+    /// Whether this entrant is tickwheel's own (as opposed to a peer).
+    pub fn is_tickwheel(self) -> bool {
+        matches!(
+            self,
+            QueueEntrant::Wheel | QueueEntrant::HashedWheel | QueueEntrant::Heap
+        )
+    }
+
+    /// Why this entrant cannot run `workload`, if it cannot (the table says so instead of
+    /// showing a number). Every queue entrant here can cancel and reset, so only workloads
+    /// of another family are refused.
+    pub fn cannot_run(self, workload: Workload) -> Option<&'static str> {
+        (workload.family() != crate::workload::Family::Queues)
+            .then_some("not a virtual-time workload")
+    }
+}
+
+impl std::fmt::Display for QueueEntrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The seeded input of one virtual-time workload at one N.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// W1, W2 or W3.
+    Batch(QueueInput),
+    /// W5.
+    Churn(ChurnInput),
+}
+
+impl Input {
+    /// Generates `workload`'s input for `n` timers; `None` for a workload of another family.
+    pub fn generate(workload: Workload, seed: u64, n: usize) -> Option<Input> {
+        Some(match workload {
+            Workload::ScheduleCancel => Input::Batch(workloads::w1(seed, n)),
+            Workload::ScheduleFire => Input::Batch(workloads::w2(seed, n)),
+            Workload::Reset => Input::Batch(workloads::w3(seed, n)),
+            Workload::Churn => Input::Churn(workloads::w5(seed, n)),
+            Workload::RealTimeTasks => return None,
+        })
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    /// Wall time of the timed region.
+    pub elapsed: Duration,
+    /// Operations in the timed region: N for W1–W3 (one timer through the workload); churn
+    /// operations plus firings for W5.
+    pub ops: u64,
+    /// Largest firing delay past the deadline, in ticks (W2, W5, and W3 when checked).
+    pub max_late_ticks: Option<u64>,
+    /// Peak heap growth over the run, from the empty queue, in bytes.
+    pub peak_heap_bytes: u64,
+}
+
+/// Runs `workload` on a fresh instance of `entrant`; `check` enables the checks that cost
+/// an extra drain (W3's).
+pub fn run(
+    entrant: QueueEntrant,
+    workload: Workload,
+    input: &Input,
+    check: bool,
+) -> Result<Outcome, String> {
+    if let Some(why) = entrant.cannot_run(workload) {
+        return Err(format!(
+            "{} cannot run {}: {why}",
+            entrant.name(),
+            workload.label()
+        ));
+    }
+    let attempt = catch_unwind(AssertUnwindSafe(|| {
+        dispatch(entrant, workload, input, check)
+    }));
+    let label = workload.label();
+    let name = entrant.name();
+    match attempt {
+        Ok(result) => result.map_err(|e| format!("{name} failed {label}: {e}")),
+        Err(panic) => Err(format!(
+            "{name} panicked in {label}: {}",
+            panic_message(&*panic)
+        )),
+    }
+}
+
+/// The text of a caught panic payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<Outcome, String> {
+    match e {
+        QueueEntrant::Wheel => on(TickwheelQueue(Wheel::new()), w, input, check),
+        QueueEntrant::HashedWheel => on(TickwheelQueue(HashedWheel::new()), w, input, check),
+        QueueEntrant::Heap => on(TickwheelQueue(Heap::new()), w, input, check),
+        QueueEntrant::BinaryHeap => on(LazyBinaryHeap::default(), w, input, check),
+        QueueEntrant::PriorityQueue => on(IndexedPriorityQueue::default(), w, input, check),
+        QueueEntrant::BTreeMap => on(BTreeTimers::default(), w, input, check),
+        QueueEntrant::Hhwt => on(HierarchicalHashWheel::default(), w, input, check),
+        QueueEntrant::DelayQueue => {
+            let queue = TokioDelayQueue::new().map_err(|e| format!("tokio runtime: {e}"))?;
+            on(queue, w, input, check)
+        }
+    }
+}
+
+/// Runs `w` on `queue` (inside the queue's context).
+fn on<Q: VirtualTimeQueue>(
+    mut queue: Q,
+    w: Workload,
+    input: &Input,
+    check: bool,
+) -> Result<Outcome, String> {
+    queue.scoped(|q| match (w, input) {
+        (Workload::ScheduleCancel, Input::Batch(i)) => runner::schedule_cancel(q, i),
+        (Workload::ScheduleFire, Input::Batch(i)) => runner::schedule_fire(q, i),
+        (Workload::Reset, Input::Batch(i)) => runner::reset(q, i, check),
+        (Workload::Churn, Input::Churn(i)) => churn::run(q, i),
+        _ => Err(format!("{} got the input of another workload", w.label())),
+    })
+}
