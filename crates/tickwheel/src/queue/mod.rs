@@ -61,6 +61,10 @@ pub use wheel::Wheel;
 pub struct TimerKey(NonZeroU64);
 
 impl TimerKey {
+    /// A key no timer ever has (slab index `u32::MAX`, which no entry uses): the wheel's mark
+    /// for a removed item.
+    pub(crate) const TOMBSTONE: TimerKey = TimerKey(NonZeroU64::MAX);
+
     /// Builds a key from a slab index and a generation (`generation >= 1`).
     #[inline]
     pub(crate) fn new(index: u32, generation: u32) -> TimerKey {

@@ -7,10 +7,9 @@
 //! have grown to the high-water mark. The stack is a separate `Vec<u32>`, not a list threaded
 //! through the vacant entries as in the `slab` crate: popping a threaded list reads the entry
 //! it pops to find the next head, so after frees in random order (timers fire in deadline
-//! order, not insertion order) every insert waited for the previous one's cache miss. Popping
-//! the stack reads memory that is already in cache, and the inserts' misses overlap
-//! (docs/DESIGN-NOTES.md, "Why is the free list a stack of indices?"). It costs 4 bytes per
-//! vacant entry. An insert prefetches the entry the insert [`PREFETCH_AHEAD`] pops later will
+//! order, not insertion order) every insert would wait for the previous one's cache miss.
+//! Popping the stack reads memory that is already in cache, and the inserts' misses overlap.
+//! It costs 4 bytes per vacant entry. An insert prefetches the entry the insert [`PREFETCH_AHEAD`] pops later will
 //! reuse — the stack knows it already — so a run of inserts finds its entries in cache; in a
 //! service another thread freed them, and they are often in another core's cache.
 //!
@@ -36,7 +35,7 @@ pub(crate) const NIL: u32 = u32::MAX;
 
 /// How many pops ahead an insert prefetches the entry it will reuse: far enough for the
 /// miss to be over when that insert comes (in a loop of inserts), near enough that frees in
-/// between rarely bury it. 8 measured best of 1, 4, 8 and 16 (docs/DESIGN-NOTES.md).
+/// between rarely bury it.
 const PREFETCH_AHEAD: usize = 8;
 
 /// The largest generation an entry may reach before it is retired.
@@ -172,8 +171,7 @@ impl<L, T> Slab<L, T> {
     ///
     /// It returns the `Option` it took rather than unwrapping it: callers return an
     /// `Option<T>` anyway, and unwrapping then rewrapping a multi-word `T` made the compiler
-    /// copy it through the stack in overlapping pieces, which stalls on store forwarding
-    /// (DESIGN-NOTES, "Why does `Slab::remove` return an `Option`?").
+    /// copy it through the stack in overlapping pieces, which stalls on store forwarding.
     #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Option<T> {
         let entry = &mut self.entries[index as usize];
@@ -198,7 +196,7 @@ impl<L, T> Slab<L, T> {
         let mut sum = 0u32;
         for key in keys {
             if let Some(entry) = self.entries.get(key.index() as usize) {
-                // Both ends of a 56-byte entry may sit in different cache lines.
+                // Both ends of a large entry may sit in different cache lines.
                 sum = sum.wrapping_add(entry.generation) ^ u32::from(entry.value.is_some());
             }
         }
@@ -237,11 +235,9 @@ impl<L, T> Slab<L, T> {
 /// `realloc` serves the block from the arena that allocated it, and under glibc a large
 /// request first consolidates every small block freed into that arena since the last one. In a
 /// timer service that arena is the producer's, and the small blocks are the callbacks the
-/// workers freed: hundreds of thousands of them, tens of milliseconds spent by the timer
-/// thread: with W4 at 10^6 timers, drains of ~1000 timers took 20–30 ms of CPU every ~128
-/// ticks (timed with temporary instrumentation of the timer thread, not kept; what stays
-/// reproducible is `examples/delayed_tasks.rs`, whose p99 fell from ~35 ms to ~1.5 ms with
-/// this and paced absorption). A fresh allocation comes from the growing thread's own arena.
+/// workers freed: there can be hundreds of thousands of them, and consolidating them costs the
+/// timer thread milliseconds in the middle of a tick. A fresh allocation comes from the
+/// growing thread's own arena.
 #[cold]
 #[inline(never)]
 pub(crate) fn grow<T: Copy>(items: &mut Vec<T>) {

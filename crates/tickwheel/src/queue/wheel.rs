@@ -56,20 +56,27 @@
 //! A slot is a vector of items in insertion order, an item being just the timer's
 //! [`TimerKey`] (8 bytes); the timer's slab entry records its deadline and which slot and
 //! position its *current* item is at. An item is valid only if its key is live and the entry
-//! points back at exactly that slot and position, so an item left behind by a removal or a
-//! reset is recognised as stale wherever it sits — it is never written to again. The
-//! hot operations then touch memory the way the hardware likes:
+//! points back at exactly that slot and position, so an item left behind by a reset or by a
+//! move down a level is recognised as stale wherever it sits, without being written to. A
+//! removal overwrites its item with a *tombstone* (a key no timer has), a store that nothing
+//! waits for. The hot operations then touch memory the way the hardware likes:
 //!
-//! * **remove** touches the entry and nothing else at random (the slot's live count is in
-//!   the small, cache-resident slot table); a linked list must also visit both neighbours.
-//! * **expire and absorb** read a slot's items front to back; the entries they touch are
-//!   known up front, so their cache misses overlap instead of forming a pointer chase.
+//! * **remove** loads the timer's entry and nothing else at random (the slot's live count is
+//!   in the small, cache-resident slot table) and stores the tombstone; a linked list must
+//!   also load both neighbours.
+//! * **reset** loads the entry and appends a new item to the tail of its new slot.
+//! * **expire, absorb and compact** read a slot's items front to back; the entries they look
+//!   up are known up front, so their cache misses overlap instead of forming a pointer chase,
+//!   and tombstones need no look-up at all.
 //!
-//! Stale items are bounded: a slot whose stale items outnumber its live ones by more than
-//! `COMPACT_SLACK` (32) is compacted in place (stable, so order is kept), amortized O(1) a
-//! removal; an emptied slot is cleared at once. A removed timer's slab entry and value are
-//! freed immediately. Slot vectors keep their capacity (no allocation in steady state) until
-//! [`shrink_to_fit`](TimerQueue::shrink_to_fit).
+//! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
+//! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
+//! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 16
+//! bytes a pending timer (plus 256 bytes a slot), less than the timer itself needs, and the
+//! wheel never holds more than about twice what its pending timers need. A removed timer's
+//! slab entry and value are freed immediately. Slot vectors keep their capacity (no
+//! allocation in steady state) until [`shrink_to_fit`](TimerQueue::shrink_to_fit), which
+//! compacts every slot and returns what is unused.
 //!
 //! # Expiry
 //!
@@ -85,8 +92,8 @@
 //! while the deadline is beyond their range (three for a deadline a minute away at 1 ms). A
 //! timer is moved at most once a level. Memory a pending timer: an 8-byte item plus a slab
 //! entry of 20 bytes (deadline, slot, position, generation) and the value as `Option<T>`: 28
-//! bytes, plus `T`'s tag where `T` has no niche, plus at most as much again in stale items
-//! awaiting compaction. A freed timer's entry stays in the slab for reuse, with 4 bytes on the
+//! bytes, plus `T`'s tag where `T` has no niche, plus at most 16 bytes of stale items awaiting
+//! compaction. [`Wheel::allocated_bytes`] reports the total. A freed timer's entry stays in the slab for reuse, with 4 bytes on the
 //! slab's free stack, until [`shrink_to_fit`](TimerQueue::shrink_to_fit). The wheel itself is
 //! `LEVELS * RING` slot headers (44 KiB), allocated once.
 
@@ -107,6 +114,10 @@ pub const RING: usize = 2 * SLOTS;
 pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
 /// Mask of a ring slot number.
 const RING_MASK: u64 = RING as u64 - 1;
+/// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one (plus
+/// [`COMPACT_SLACK`]): stale items then cost at most 16 bytes a pending timer, and draining a
+/// slot by removals scans about `COMPACT_RATIO / (COMPACT_RATIO - 1)` items a removal.
+const COMPACT_RATIO: usize = 3;
 /// Stale items a slot may hold beyond its live ones before it is compacted.
 const COMPACT_SLACK: usize = 32;
 /// Items an absorption step moves at least, so that small slots go in one step.
@@ -220,6 +231,10 @@ pub struct Wheel<T> {
     settled: u64,
 }
 
+/// What [`Wheel::unlink`] leaves in place of a removed or reset timer's item: slab index
+/// [`NIL`], which no entry has, so every validity check rejects it without a memory access.
+const TOMBSTONE: TimerKey = TimerKey::TOMBSTONE;
+
 /// [`Wheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
 const UNSETTLED: u64 = u64::MAX;
 
@@ -256,6 +271,17 @@ impl<T> Wheel<T> {
     /// How many timers the slab holds room for without allocating.
     pub fn capacity(&self) -> usize {
         self.slab.capacity()
+    }
+
+    /// Bytes of memory the wheel holds (its own struct excluded): slab, slot vectors at their
+    /// capacity and the slot table. [`shrink_to_fit`](TimerQueue::shrink_to_fit) gives back
+    /// what pending timers do not need.
+    pub fn allocated_bytes(&self) -> usize {
+        let items: usize = self.slots.iter().map(|slot| slot.items.capacity()).sum();
+        self.slab.allocated_bytes()
+            + items * core::mem::size_of::<TimerKey>()
+            + self.slots.len() * core::mem::size_of::<Slot>()
+            + core::mem::size_of::<[Level; LEVELS]>()
     }
 
     /// The slot number of the ready slot (level 0, `now`'s slot).
@@ -304,18 +330,26 @@ impl<T> Wheel<T> {
         (node.slot as usize == number && node.pos as usize == pos).then_some(index)
     }
 
-    /// Detaches the timer at `index` from its slot; its item goes stale where it is.
+    /// Detaches the timer at `index` from its slot; its item goes stale where it is. A removal
+    /// (`mark`) also overwrites the item with a [`TOMBSTONE`], so that compaction will skip
+    /// it without looking up its entry.
     #[inline]
-    fn unlink(&mut self, index: u32) {
-        let number = self.slab.link(index).slot as usize;
-        let target = &mut self.slots[number];
+    fn unlink(&mut self, index: u32, mark: bool) {
+        let Node { slot, pos, .. } = *self.slab.link(index);
+        let target = &mut self.slots[slot as usize];
+        if mark {
+            // A store, not a load: nothing waits for it.
+            if let Some(item) = target.items.get_mut(pos as usize) {
+                *item = TOMBSTONE;
+            }
+        }
         target.live -= 1;
         if target.live == 0 {
-            self.clear_slot(number);
-        } else if target.items.len() > 2 * target.live + COMPACT_SLACK {
+            self.clear_slot(slot as usize);
+        } else if target.items.len() > COMPACT_RATIO * target.live + COMPACT_SLACK {
             // Counts a consumed prefix (ready slot, slot being absorbed) as garbage too:
             // compaction drops it.
-            self.compact(number);
+            self.compact(slot as usize);
         }
     }
 
@@ -364,10 +398,20 @@ impl<T> Wheel<T> {
         let mut items = core::mem::take(&mut self.slots[number].items);
         let mut kept = 0;
         for read in start..items.len() {
+            if (read - start) % TOUCH == 0 {
+                // Load the next entries to be looked up together (tombstones load nothing).
+                self.slab.touch(&items[read..items.len().min(read + TOUCH)]);
+            }
             let key = items[read];
+            if key == TOMBSTONE {
+                // Removed: no entry to look up.
+                continue;
+            }
             if let Some(index) = self.valid(key, number, read) {
-                items[kept] = key;
-                self.slab.link_mut(index).pos = kept as u32;
+                if kept != read {
+                    items[kept] = key;
+                    self.slab.link_mut(index).pos = kept as u32;
+                }
                 kept += 1;
             }
         }
@@ -601,7 +645,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn remove(&mut self, key: TimerKey) -> Option<T> {
         let index = self.slab.find(key)?;
-        self.unlink(index);
+        self.unlink(index, true);
         self.slab.remove(index)
     }
 
@@ -610,7 +654,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
         let Some(index) = self.slab.find(key) else {
             return false;
         };
-        self.unlink(index);
+        self.unlink(index, false);
         let deadline = deadline.max(self.now);
         self.link_at(key, deadline, self.level_of(deadline));
         true
