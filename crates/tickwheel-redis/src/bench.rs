@@ -1,1 +1,456 @@
-//! The durable workload benchmark.
+//! The durable workload: many tasks with delays spread over a minute, delivered by 1 to N
+//! workers, beside the common design run on the same Redis in the same process: one sorted set
+//! polled every second (the Sidekiq / rq-scheduler scheduler loop).
+//!
+//! For each design and worker count it reports the schedule rate (tasks stored per second by
+//! one producer, while the workers run), delivery lateness (delivery instant minus run-at,
+//! first deliveries, p50 / p99 / max) and Redis memory per pending task (`used_memory` from
+//! `INFO memory`, minus the empty server's, over the tasks pending when scheduling ends).
+//!
+//! Workers are threads of this process, each with its own connections, as separate processes
+//! would have. [`redis_benchmark_zadd`] runs `redis-benchmark -P 64 -t zadd` against the same
+//! server for a reference schedule rate.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::Script;
+
+use crate::server::RedisServer;
+use crate::{Config, Error, Outcome, Producer, RunAt, Task, Worker};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// A Redis URL; `None`: start a private `redis-server` (AOF, `appendfsync always`).
+    /// On a given server the benchmark uses its own namespace and deletes its keys afterwards.
+    pub url: Option<String>,
+    /// Tasks per run (default 10^6).
+    pub tasks: u64,
+    /// Delays are uniform in `0..=max_delay` (default 60 s).
+    pub max_delay: Duration,
+    /// Worker counts to run, each a separate run per design (default 1 and 4).
+    pub workers: Vec<usize>,
+    /// Payload bytes per task (default 64).
+    pub payload: usize,
+    /// The baseline's poll interval (default 1 s).
+    pub poll_interval: Duration,
+    /// Shards of the durable namespace (default 16).
+    pub shards: u32,
+    /// Also run the polling baseline (default true).
+    pub baseline: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            url: None,
+            tasks: 1_000_000,
+            max_delay: Duration::from_secs(60),
+            workers: vec![1, 4],
+            payload: 64,
+            poll_interval: Duration::from_secs(1),
+            shards: 16,
+            baseline: true,
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// `tickwheel-redis` or `polled zset (1 s)`.
+    pub design: String,
+    /// Workers that delivered.
+    pub workers: usize,
+    /// Tasks scheduled.
+    pub tasks: u64,
+    /// Tasks per second stored by one producer.
+    pub schedule_rate: f64,
+    /// Distinct tasks delivered before the run's time limit.
+    pub delivered: u64,
+    /// Deliveries beyond the first of a task.
+    pub duplicates: u64,
+    /// Lateness of first deliveries, ms: p50, p99, max.
+    pub lateness_ms: [f64; 3],
+    /// Redis `used_memory` growth per pending task, bytes.
+    pub memory_per_task: f64,
+    /// Payload bytes per task.
+    pub payload: usize,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Tiny deterministic generator for delays.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn used_memory(con: &mut redis::Connection) -> Result<u64, Error> {
+    let info: String = redis::cmd("INFO").arg("memory").query(con)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| Error::Protocol("INFO memory without used_memory".into()))
+}
+
+fn delete_prefix(con: &mut redis::Connection, pattern: &str) -> Result<(), Error> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con)?;
+    for k in keys {
+        redis::cmd("DEL").arg(k).query::<()>(con)?;
+    }
+    Ok(())
+}
+
+/// Collected first-delivery lateness (µs) and duplicate counts.
+#[derive(Default)]
+struct Sink {
+    lateness_us: Vec<i64>,
+    seen: std::collections::HashSet<String>,
+    duplicates: u64,
+}
+
+impl Sink {
+    fn record(&mut self, id: &str, due_ms: u64, at_us: u64) {
+        if self.seen.insert(id.to_string()) {
+            self.lateness_us.push(at_us as i64 - (due_ms * 1000) as i64);
+        } else {
+            self.duplicates += 1;
+        }
+    }
+}
+
+fn percentiles(v: &mut [i64]) -> [f64; 3] {
+    if v.is_empty() {
+        return [f64::NAN; 3];
+    }
+    v.sort_unstable();
+    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    [p(0.5), p(0.99), p(1.0)]
+}
+
+/// Runs every configured design and worker count; `progress` hears what is going on.
+pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<RunReport>, Error> {
+    let server = match &cfg.url {
+        Some(_) => None,
+        None => Some(RedisServer::start()?),
+    };
+    let url = cfg
+        .url
+        .clone()
+        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let mut reports = Vec::new();
+    for &workers in &cfg.workers {
+        progress(&format!(
+            "tickwheel-redis, {workers} worker(s), {} tasks",
+            cfg.tasks
+        ));
+        reports.push(run_durable(cfg, &url, workers)?);
+        if cfg.baseline {
+            progress(&format!(
+                "polled zset, {workers} worker(s), {} tasks",
+                cfg.tasks
+            ));
+            reports.push(run_polled(cfg, &url, workers)?);
+        }
+    }
+    Ok(reports)
+}
+
+fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
+    let ns = format!("bench-{}", std::process::id());
+    let mut config = Config::new(url, &ns);
+    config.shards = cfg.shards;
+    let client = config.client()?;
+    let mut con = client.get_connection()?;
+    delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
+    let base = used_memory(&mut con)?;
+    let mut producer = Producer::connect(&config)?;
+
+    let sink = Arc::new(Mutex::new(Sink::default()));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    let mut stops = Vec::new();
+    for _ in 0..workers {
+        let mut w = Worker::connect(&config)?;
+        stops.push(w.stop_handle());
+        let (sink, delivered) = (sink.clone(), delivered.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut local: Vec<(String, u64, u64)> = Vec::new();
+            let r = w.run(|d| {
+                local.push((d.id.clone(), d.due_ms, now_us()));
+                delivered.fetch_add(1, Ordering::Relaxed);
+                if local.len() >= 1024 {
+                    let mut s = sink.lock().expect("sink");
+                    for (id, due, at) in local.drain(..) {
+                        s.record(&id, due, at);
+                    }
+                }
+                Outcome::Ack
+            });
+            let mut s = sink.lock().expect("sink");
+            for (id, due, at) in local.drain(..) {
+                s.record(&id, due, at);
+            }
+            r
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500)); // leases taken, windows loaded
+
+    let payload = vec![b'p'; cfg.payload];
+    let max = cfg.max_delay.as_millis() as u64 + 1;
+    let mut rng = Lcg(42);
+    let started = Instant::now();
+    let mut ids: Vec<String> = Vec::with_capacity(10_000);
+    let mut delays: Vec<u64> = Vec::with_capacity(10_000);
+    let mut i = 0;
+    while i < cfg.tasks {
+        ids.clear();
+        delays.clear();
+        let n = (cfg.tasks - i).min(10_000);
+        for j in i..i + n {
+            ids.push(format!("task-{j}"));
+            delays.push(rng.next(max));
+        }
+        producer.schedule_many(ids.iter().zip(&delays).map(|(id, &d)| Task {
+            id,
+            run_at: RunAt::After(Duration::from_millis(d)),
+            payload: &payload,
+        }))?;
+        i += n;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let pending = producer.len()?;
+    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
+
+    let limit = Instant::now() + cfg.max_delay + Duration::from_secs(30);
+    while delivered.load(Ordering::Relaxed) < cfg.tasks && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for s in &stops {
+        s.stop();
+    }
+    for h in handles {
+        h.join()
+            .map_err(|_| Error::Protocol("worker thread panicked".into()))??;
+    }
+    delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
+    let mut sink = sink.lock().expect("sink");
+    let delivered = sink.seen.len() as u64;
+    let duplicates = sink.duplicates;
+    Ok(RunReport {
+        design: "tickwheel-redis".into(),
+        workers,
+        tasks: cfg.tasks,
+        schedule_rate: cfg.tasks as f64 / secs,
+        delivered,
+        duplicates,
+        lateness_ms: percentiles(&mut sink.lateness_us),
+        memory_per_task: memory,
+        payload: cfg.payload,
+    })
+}
+
+/// The baseline's claim: everything due, in batches, moved out atomically.
+const POLL_CLAIM: &str = r#"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, 1000)
+local out = {}
+for i = 1, #ids, 2 do
+  if redis.call('ZREM', KEYS[1], ids[i]) == 1 then
+    out[#out + 1] = ids[i]
+    out[#out + 1] = ids[i + 1]
+    out[#out + 1] = redis.call('HGET', KEYS[2], ids[i])
+    redis.call('HDEL', KEYS[2], ids[i])
+  end
+end
+return out
+"#;
+
+fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
+    let prefix = format!("poll-{}", std::process::id());
+    let (zset, hash) = (format!("{prefix}:schedule"), format!("{prefix}:payloads"));
+    let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl {
+        url: url.into(),
+        reason: e.to_string(),
+    })?;
+    let mut con = client.get_connection()?;
+    redis::cmd("DEL")
+        .arg(&zset)
+        .arg(&hash)
+        .query::<()>(&mut con)?;
+    let base = used_memory(&mut con)?;
+
+    let sink = Arc::new(Mutex::new(Sink::default()));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let (sink, delivered, stop) = (sink.clone(), delivered.clone(), stop.clone());
+        let (zset, hash, client) = (zset.clone(), hash.clone(), client.clone());
+        let interval = cfg.poll_interval;
+        handles.push(std::thread::spawn(move || -> Result<(), Error> {
+            let mut con = client.get_connection()?;
+            let script = Script::new(POLL_CLAIM);
+            // Workers spread their polls over the interval, as Sidekiq's random poll offsets do.
+            let mut next = Instant::now() + interval.mul_f64(w as f64 / workers as f64);
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                next += interval;
+                loop {
+                    let now_ms = now_us() / 1000;
+                    let got: Vec<redis::Value> =
+                        script.key(&zset).key(&hash).arg(now_ms).invoke(&mut con)?;
+                    let n = got.len() / 3;
+                    let mut s = sink.lock().expect("sink");
+                    for t in got.chunks(3) {
+                        let id = crate::namespace::string(t[0].clone())?;
+                        let due = crate::namespace::int(&t[1])? as u64;
+                        s.record(&id, due, now_us());
+                    }
+                    delivered.fetch_add(n as u64, Ordering::Relaxed);
+                    if n < 1000 {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        }));
+    }
+
+    let payload = vec![b'p'; cfg.payload];
+    let max = cfg.max_delay.as_millis() as u64 + 1;
+    let mut rng = Lcg(42);
+    let started = Instant::now();
+    let mut i = 0;
+    while i < cfg.tasks {
+        let n = (cfg.tasks - i).min(10_000);
+        let now_ms = now_us() / 1000;
+        let mut pipe = redis::pipe();
+        for j in i..i + n {
+            let id = format!("task-{j}");
+            pipe.cmd("ZADD")
+                .arg(&zset)
+                .arg(now_ms + rng.next(max))
+                .arg(&id)
+                .ignore();
+            pipe.cmd("HSET").arg(&hash).arg(&id).arg(&payload).ignore();
+        }
+        pipe.query::<()>(&mut con)?;
+        i += n;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let pending: u64 = redis::cmd("ZCARD").arg(&zset).query(&mut con)?;
+    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
+
+    let limit = Instant::now() + cfg.max_delay + Duration::from_secs(30);
+    while delivered.load(Ordering::Relaxed) < cfg.tasks && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .map_err(|_| Error::Protocol("poller thread panicked".into()))??;
+    }
+    redis::cmd("DEL")
+        .arg(&zset)
+        .arg(&hash)
+        .query::<()>(&mut con)?;
+    let mut sink = sink.lock().expect("sink");
+    Ok(RunReport {
+        design: format!("polled zset ({} ms)", cfg.poll_interval.as_millis()),
+        workers,
+        tasks: cfg.tasks,
+        schedule_rate: cfg.tasks as f64 / secs,
+        delivered: sink.seen.len() as u64,
+        duplicates: sink.duplicates,
+        lateness_ms: percentiles(&mut sink.lateness_us),
+        memory_per_task: memory,
+        payload: cfg.payload,
+    })
+}
+
+/// `redis-benchmark -P 64 -t zadd -n <n> -q` against `url`'s host and port: ZADDs per second,
+/// or `None` when `redis-benchmark` is missing or its output is not understood. It writes the
+/// key `myzset` (and deletes it afterwards).
+pub fn redis_benchmark_zadd(url: &str, n: u64) -> Option<f64> {
+    let info = redis::Client::open(url).ok()?.get_connection_info().clone();
+    let (host, port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
+        _ => return None,
+    };
+    let out = std::process::Command::new("redis-benchmark")
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "-P",
+            "64",
+            "-t",
+            "zadd",
+            "-q",
+        ])
+        .args(["-n", &n.to_string()])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rate = text
+        .split(['\r', '\n'])
+        .filter_map(|l| l.trim().strip_prefix("ZADD: "))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+        .next_back()?;
+    if let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) {
+        let _: Result<(), _> = redis::cmd("DEL").arg("myzset").query(&mut con);
+    }
+    Some(rate)
+}
+
+/// The reports as a plain-text table.
+pub fn table(reports: &[RunReport]) -> String {
+    let mut s = format!(
+        "{:<22} {:>7} {:>9} {:>12} {:>10} {:>9} {:>9} {:>9} {:>11}\n",
+        "design",
+        "workers",
+        "tasks",
+        "schedule/s",
+        "delivered",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "B/task"
+    );
+    for r in reports {
+        s += &format!(
+            "{:<22} {:>7} {:>9} {:>12.0} {:>10} {:>9.2} {:>9.2} {:>9.1} {:>11.0}\n",
+            r.design,
+            r.workers,
+            r.tasks,
+            r.schedule_rate,
+            r.delivered,
+            r.lateness_ms[0],
+            r.lateness_ms[1],
+            r.lateness_ms[2],
+            r.memory_per_task
+        );
+    }
+    if let Some(r) = reports.first() {
+        s += &format!(
+            "payload {} B/task; memory target 2 x payload + 64 = {} B/task\n",
+            r.payload,
+            2 * r.payload + 64
+        );
+    }
+    s
+}

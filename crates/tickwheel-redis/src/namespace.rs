@@ -416,6 +416,8 @@ pub(crate) fn connect(cfg: &Config, client: &Client) -> Result<Connection, Error
     let con = client.get_connection_with_timeout(cfg.io_timeout)?;
     con.set_read_timeout(Some(cfg.io_timeout))?;
     con.set_write_timeout(Some(cfg.io_timeout))?;
+    let mut con = con;
+    scripts().load_all(&mut con)?;
     Ok(con)
 }
 

@@ -40,25 +40,41 @@ end
 "#;
 
 /// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload) per task.
-/// Returns how many tasks replaced an existing one.
+/// Returns how many tasks replaced an existing one (an id given twice in one call counts
+/// once). Variadic `HSET`/`ZADD` over slices of 128 tasks keep the per-task cost low.
 const SCHEDULE: &str = r#"
-local now = nil
+local n = (#ARGV - 3) / 4
 local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
+local v = redis.call('HINCRBY', KEYS[4], 'seq', n) - n
+local now = nil
 local replaced = 0
-for i = 4, #ARGV, 4 do
-  local id, payload = ARGV[i], ARGV[i + 3]
-  local run_at = tonumber(ARGV[i + 2])
-  if ARGV[i + 1] == 'd' then
-    now = now or clock(ARGV[1])
-    run_at = now + run_at
+local i = 4
+while i <= #ARGV do
+  local z, h, ids = {}, {}, {}
+  local k = 0
+  while i <= #ARGV and k < 128 do
+    local id, payload = ARGV[i], ARGV[i + 3]
+    local run_at = tonumber(ARGV[i + 2])
+    if ARGV[i + 1] == 'd' then
+      now = now or clock(ARGV[1])
+      run_at = now + run_at
+    end
+    v = v + 1
+    k = k + 1
+    z[2 * k - 1] = run_at
+    z[2 * k] = id
+    h[2 * k - 1] = id
+    h[2 * k] = header(v, 0, run_at) .. payload
+    ids[k] = id
+    if run_at <= horizon then notify(ARGV[2], ARGV[3], v, run_at, id) end
+    i = i + 4
   end
-  local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-  if redis.call('ZREM', KEYS[3], id) == 1 or redis.call('HEXISTS', KEYS[2], id) == 1 then
-    replaced = replaced + 1
+  local added = redis.call('HSET', KEYS[2], unpack(h))
+  if added < k then
+    replaced = replaced + k - added
+    redis.call('ZREM', KEYS[3], unpack(ids))
   end
-  redis.call('ZADD', KEYS[1], run_at, id)
-  redis.call('HSET', KEYS[2], id, header(v, 0, run_at) .. payload)
-  if run_at <= horizon then notify(ARGV[2], ARGV[3], v, run_at, id) end
+  redis.call('ZADD', KEYS[1], unpack(z))
 end
 return replaced
 "#;
@@ -295,6 +311,30 @@ pub(crate) struct Scripts {
     pub retry: Script,
     pub heartbeat: Script,
     pub init: Script,
+}
+
+impl Scripts {
+    /// Loads every script into Redis's script cache (after connecting: pipelines send
+    /// `EVALSHA` and cannot load a missing script in the middle).
+    pub fn load_all(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        for s in [
+            &self.schedule,
+            &self.cancel,
+            &self.reschedule,
+            &self.state,
+            &self.acquire,
+            &self.release,
+            &self.load,
+            &self.deliver,
+            &self.ack,
+            &self.retry,
+            &self.heartbeat,
+            &self.init,
+        ] {
+            s.prepare_invoke().load(con)?;
+        }
+        Ok(())
+    }
 }
 
 /// The process-wide scripts.

@@ -587,6 +587,10 @@ impl Worker {
         Ok(())
     }
 
+    /// Claims everything due in one pipeline (one script call per shard and batch), hands
+    /// the claims to the handler, then acknowledges them in one pipeline: two round trips per
+    /// wake-up whatever the number of shards, which matters when every write waits for an
+    /// fsync (`appendfsync always`).
     fn deliver_due(
         &mut self,
         handler: &mut dyn FnMut(&Delivery) -> Outcome,
@@ -597,121 +601,138 @@ impl Worker {
             self.index.remove(&k);
             due.entry(k.0).or_default().push(k.1);
         }
-        let mut delivered = 0;
+        if due.is_empty() {
+            return Ok(0);
+        }
         let vis = self.cfg.visibility_timeout.as_millis() as u64;
         let now_arg = self.cfg.now_arg();
-        for (shard, ids) in due {
+        let sha = scripts().deliver.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        let mut calls: Vec<(u32, u64)> = Vec::new();
+        for (shard, ids) in &due {
+            let Some(epoch) = self.owned.get(shard).map(|o| o.epoch) else {
+                continue;
+            };
             for chunk in ids.chunks(self.cfg.batch) {
-                let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) else {
-                    break;
+                let keys = &self.ns.shards[*shard as usize].0;
+                let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
+                cmd.arg(&now_arg).arg(epoch).arg(vis).arg(chunk);
+                calls.push((*shard, epoch));
+            }
+        }
+        if calls.is_empty() {
+            return Ok(0);
+        }
+        let before = local_us();
+        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let after = local_us();
+        let mut claimed: Vec<Delivery> = Vec::new();
+        for ((shard, epoch), reply) in calls.into_iter().zip(replies) {
+            let mut reply = array(reply)?.into_iter();
+            let mut head = || {
+                reply
+                    .next()
+                    .ok_or_else(|| Error::Protocol("DELIVER".into()))
+            };
+            let status = int(&head()?)?;
+            let server_now = int(&head()?)? as u64;
+            if status < 0 {
+                self.stats.fenced += 1;
+                self.drop_shard(shard);
+                continue;
+            }
+            if let TimeSource::Server = self.cfg.time {
+                self.offset_ms = server_now as i64 - ((before + after) / 2000) as i64;
+            }
+            for entry in reply {
+                let mut e = array(entry)?.into_iter();
+                let mut next = || {
+                    e.next()
+                        .ok_or_else(|| Error::Protocol("DELIVER entry".into()))
                 };
-                let mut inv = scripts().deliver.prepare_invoke();
-                for k in &self.ns.shards[shard as usize].0 {
-                    inv.key(k);
-                }
-                inv.arg(&now_arg).arg(epoch).arg(vis);
-                for id in chunk {
-                    inv.arg(id);
-                }
-                let before = local_us();
-                let reply: Value = inv.invoke(self.con()?)?;
-                let after = local_us();
-                let mut reply = array(reply)?.into_iter();
-                let status = int(&reply
-                    .next()
-                    .ok_or_else(|| Error::Protocol("DELIVER".into()))?)?;
-                let server_now = int(&reply
-                    .next()
-                    .ok_or_else(|| Error::Protocol("DELIVER".into()))?)?
-                    as u64;
-                if status < 0 {
-                    self.stats.fenced += 1;
-                    self.drop_shard(shard);
-                    break;
-                }
-                if let TimeSource::Server = self.cfg.time {
-                    self.offset_ms = server_now as i64 - ((before + after) / 2000) as i64;
-                }
-                let mut claimed = Vec::new();
-                for entry in reply {
-                    let mut e = array(entry)?.into_iter();
-                    let mut next = || {
-                        e.next()
-                            .ok_or_else(|| Error::Protocol("DELIVER entry".into()))
-                    };
-                    match int(&next()?)? {
-                        1 => {
-                            let id = string(next()?)?;
-                            let version = int(&next()?)? as u64;
-                            let attempt = int(&next()?)? as u32;
-                            let due_ms = int(&next()?)? as u64;
-                            let payload = bytes(next()?)?;
-                            self.arm(shard, id.clone(), server_now + vis, version);
-                            claimed.push(Delivery {
-                                id,
-                                payload,
-                                due_ms,
-                                attempt,
-                                version,
-                                shard,
-                                epoch,
-                                claimed_at_ms: server_now,
-                            });
-                        }
-                        2 => {
-                            let id = string(next()?)?;
-                            let at = int(&next()?)? as u64;
-                            let version = int(&next()?)? as u64;
-                            self.arm(shard, id, at, version);
-                        }
-                        _ => {}
+                match int(&next()?)? {
+                    1 => {
+                        let id = string(next()?)?;
+                        let version = int(&next()?)? as u64;
+                        let attempt = int(&next()?)? as u32;
+                        let due_ms = int(&next()?)? as u64;
+                        let payload = bytes(next()?)?;
+                        self.arm(shard, id.clone(), server_now + vis, version);
+                        claimed.push(Delivery {
+                            id,
+                            payload,
+                            due_ms,
+                            attempt,
+                            version,
+                            shard,
+                            epoch,
+                            claimed_at_ms: server_now,
+                        });
                     }
-                }
-                let mut acks: Vec<&Delivery> = Vec::new();
-                let mut retries = Vec::new();
-                for d in &claimed {
-                    self.stats.delivered += 1;
-                    delivered += 1;
-                    match handler(d) {
-                        Outcome::Ack => acks.push(d),
-                        Outcome::RetryAfter(after) => retries.push((d, after)),
-                        Outcome::Leave => {}
+                    2 => {
+                        let id = string(next()?)?;
+                        let at = int(&next()?)? as u64;
+                        let version = int(&next()?)? as u64;
+                        self.arm(shard, id, at, version);
                     }
-                }
-                self.ack(shard, epoch, &acks)?;
-                for (d, after) in retries {
-                    self.retry(d, after)?;
+                    _ => {}
                 }
             }
         }
-        Ok(delivered)
+        let mut acks: BTreeMap<(u32, u64), Vec<&Delivery>> = BTreeMap::new();
+        let mut retries = Vec::new();
+        for d in &claimed {
+            self.stats.delivered += 1;
+            match handler(d) {
+                Outcome::Ack => acks.entry((d.shard, d.epoch)).or_default().push(d),
+                Outcome::RetryAfter(after) => retries.push((d, after)),
+                Outcome::Leave => {}
+            }
+        }
+        self.ack(acks)?;
+        for (d, after) in retries {
+            self.retry(d, after)?;
+        }
+        Ok(claimed.len())
     }
 
-    fn ack(&mut self, shard: u32, epoch: u64, acks: &[&Delivery]) -> Result<(), Error> {
+    fn ack(&mut self, acks: BTreeMap<(u32, u64), Vec<&Delivery>>) -> Result<(), Error> {
         if acks.is_empty() {
             return Ok(());
         }
-        let mut inv = scripts().ack.prepare_invoke();
-        for k in &self.ns.shards[shard as usize].0 {
-            inv.key(k);
+        let sha = scripts().ack.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        let mut calls: Vec<(u32, &[&Delivery])> = Vec::new();
+        for (&(shard, epoch), ds) in &acks {
+            for chunk in ds.chunks(self.cfg.batch) {
+                let keys = &self.ns.shards[shard as usize].0;
+                let cmd = pipe
+                    .cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(4)
+                    .arg(keys.as_slice())
+                    .arg(epoch);
+                for d in chunk {
+                    cmd.arg(&d.id).arg(d.version).arg(d.attempt);
+                }
+                calls.push((shard, chunk));
+            }
         }
-        inv.arg(epoch);
-        for d in acks {
-            inv.arg(&d.id).arg(d.version).arg(d.attempt);
-        }
-        let reply: Value = inv.invoke(self.con()?)?;
-        let mut reply = array(reply)?.into_iter();
-        if int(&reply.next().ok_or_else(|| Error::Protocol("ACK".into()))?)? < 0 {
-            self.stats.fenced += 1;
-            self.drop_shard(shard);
-            return Ok(());
-        }
-        for (d, ok) in acks.iter().zip(reply) {
-            if int(&ok)? == 1 {
-                self.stats.acked += 1;
-                self.disarm(shard, d.id.clone());
-            } else {
-                self.stats.stale_acks += 1;
+        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        for ((shard, chunk), reply) in calls.into_iter().zip(replies) {
+            let mut reply = array(reply)?.into_iter();
+            if int(&reply.next().ok_or_else(|| Error::Protocol("ACK".into()))?)? < 0 {
+                self.stats.fenced += 1;
+                self.drop_shard(shard);
+                continue;
+            }
+            for (d, ok) in chunk.iter().zip(reply) {
+                if int(&ok)? == 1 {
+                    self.stats.acked += 1;
+                    self.disarm(shard, d.id.clone());
+                } else {
+                    self.stats.stale_acks += 1;
+                }
             }
         }
         Ok(())

@@ -1,0 +1,87 @@
+//! A worker process that appends every delivery to a log file, for crash tests and demos.
+//!
+//! ```text
+//! tickwheel-redis-worker --url redis://127.0.0.1:6379/ --namespace NS --log FILE
+//!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
+//! ```
+//!
+//! Each delivery is one line, written (one `write`) before it is acknowledged, so a SIGKILL
+//! never loses the record of a delivery that Redis saw acknowledged:
+//! `id due_ms attempt delivered_at_ms version shard epoch pid`.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tickwheel_redis::{Config, Outcome, Worker};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tickwheel-redis-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let (mut url, mut ns, mut log) = (None, None, None);
+    let mut cfg = Config::new("", "");
+    let ms = |v: Option<String>| -> Result<Duration, String> {
+        v.and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+            .ok_or_else(|| "expected a number of milliseconds".to_string())
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--url" => url = args.next(),
+            "--namespace" => ns = args.next(),
+            "--log" => log = args.next(),
+            "--lease-ms" => cfg.lease = ms(args.next())?,
+            "--visibility-ms" => cfg.visibility_timeout = ms(args.next())?,
+            "--window-ms" => cfg.window = ms(args.next())?,
+            "--maintenance-ms" => cfg.maintenance_interval = ms(args.next())?,
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?} (see the source's header)"
+                ))
+            }
+        }
+    }
+    cfg.url = url.ok_or("--url is required")?;
+    cfg.namespace = ns.ok_or("--namespace is required")?;
+    let log = log.ok_or("--log is required")?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("{log}: {e}"))?;
+    let pid = std::process::id();
+    let mut worker = Worker::connect(&cfg).map_err(|e| e.to_string())?;
+    let mut failed = None;
+    worker
+        .run(|d| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |t| t.as_millis());
+            let line = format!(
+                "{} {} {} {} {} {} {} {}\n",
+                d.id, d.due_ms, d.attempt, now, d.version, d.shard, d.epoch, pid
+            );
+            match file.write_all(line.as_bytes()) {
+                Ok(()) => Outcome::Ack,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    Outcome::Leave
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    match failed {
+        Some(e) => Err(format!("{log}: {e}")),
+        None => Ok(()),
+    }
+}
