@@ -521,6 +521,10 @@ fn past_only_patterns_end() {
     );
     assert_eq!(cron.next_after(ts("2020-01-01T00:00:00Z")), None);
     assert_eq!(cron.iter_after(ts("2026-01-01T00:00:00Z")).count(), 0);
+    // In a zone with transitions too (the search stops instead of asking again in every
+    // later offset segment).
+    let paris = Cron::new("0 0 0 1 1 * 2020", "Europe/Paris").unwrap();
+    assert_eq!(paris.next_after(ts("2026-01-01T00:00:00Z")), None);
 }
 
 #[test]

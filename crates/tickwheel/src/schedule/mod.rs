@@ -265,10 +265,12 @@ impl Cron {
         loop {
             let offset = self.tz.to_offset(lower);
             let end = self.following_change(lower, offset);
-            if let Some(found) = self.in_segment(lower, start, end, offset) {
-                return Some(found);
+            match self.in_segment(lower, start, end, offset) {
+                Found::At(at) => return Some(at),
+                Found::Never => return None,
+                Found::NotBefore => {}
             }
-            // `None` with no end: nothing further in an endless segment.
+            // No end: nothing further in an endless segment.
             let next = end?;
             start = Some(next);
             lower = next;
@@ -291,7 +293,7 @@ impl Cron {
         start: Option<Timestamp>,
         end: Option<Timestamp>,
         offset: Offset,
-    ) -> Option<Timestamp> {
+    ) -> Found {
         let entered = start.and_then(|s| {
             let before = self
                 .tz
@@ -305,8 +307,10 @@ impl Cron {
                 // Entered by a gap: a fixed-time appointment inside it runs at `s`.
                 let gap_start = before.to_datetime(s);
                 let gap_end = offset.to_datetime(s);
-                if self.next_civil(gap_start).is_some_and(|c| c < gap_end) {
-                    return Some(s);
+                match self.next_civil(gap_start) {
+                    Some(c) if c < gap_end => return Found::At(s),
+                    Some(_) => {}
+                    None => return Found::Never,
                 }
             }
             if fixed && self.repeated == Repeated::First && before.seconds() > offset.seconds() {
@@ -315,11 +319,17 @@ impl Cron {
                 civil_lower = civil_lower.max(before.to_datetime(s));
             }
         }
-        let civil = self.next_civil(civil_lower)?;
-        let at = offset.to_timestamp(civil).ok()?;
+        // No match at all from here on (croner searches to its year limit): stop, rather than
+        // asking again in every later segment.
+        let Some(civil) = self.next_civil(civil_lower) else {
+            return Found::Never;
+        };
+        let Ok(at) = offset.to_timestamp(civil) else {
+            return Found::Never;
+        };
         match end {
-            Some(end) if at >= end => None,
-            _ => Some(at),
+            Some(end) if at >= end => Found::NotBefore,
+            _ => Found::At(at),
         }
     }
 
@@ -361,6 +371,16 @@ impl FromStr for Cron {
 /// As [`Cron::new`].
 pub fn cron(pattern: &str, time_zone: &str) -> Result<Cron, ScheduleError> {
     Cron::new(pattern, time_zone)
+}
+
+/// What a search of one offset segment found.
+enum Found {
+    /// The first fire instant.
+    At(Timestamp),
+    /// Nothing before the segment's end: look in the next one.
+    NotBefore,
+    /// No wall-clock time from here on matches: the schedule is over.
+    Never,
 }
 
 /// The fire instants of a [`Cron`] after a given instant, in increasing order. Made by
