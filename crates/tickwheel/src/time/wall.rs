@@ -356,3 +356,41 @@ impl fmt::Debug for ManualWallClock {
             .finish()
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod linux_tests {
+    use rustix::io::Errno;
+    use rustix::time::{
+        timerfd_create, timerfd_gettime, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags,
+        TimerfdTimerFlags, Timespec,
+    };
+
+    /// The watcher's arming is accepted by the kernel and stays quiet while nobody sets the
+    /// clock. (Setting the realtime clock to see `ECANCELED` would step the whole machine's
+    /// clock, so the notification itself is not exercised here.)
+    #[test]
+    fn cancel_on_set_timer_arms_and_stays_quiet() {
+        let fd = timerfd_create(
+            TimerfdClockId::Realtime,
+            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
+        )
+        .unwrap();
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let far = Itimerspec {
+            it_interval: zero,
+            it_value: Timespec {
+                tv_sec: 9_000_000_000,
+                tv_nsec: 0,
+            },
+        };
+        let flags = TimerfdTimerFlags::ABSTIME | TimerfdTimerFlags::CANCEL_ON_SET;
+        timerfd_settime(&fd, flags, &far).unwrap();
+        let armed = timerfd_gettime(&fd).unwrap();
+        assert!(armed.it_value.tv_sec > 0, "armed");
+        let mut count = [0u8; 8];
+        assert_eq!(rustix::io::read(&fd, &mut count), Err(Errno::AGAIN));
+    }
+}
