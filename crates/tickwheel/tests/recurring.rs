@@ -194,6 +194,28 @@ fn a_panicking_run_does_not_end_the_series_and_shutdown_does() {
 }
 
 #[test]
+fn series_that_cannot_run_end_at_once() {
+    let clock = ManualClock::new();
+    let service = service_on(&clock, 1);
+    let never = service.schedule_every(Duration::MAX, || panic!("never runs"));
+    assert!(!never.is_active(), "no representable first run");
+    assert_eq!(never.next_run(), None);
+    let h = service.schedule_every(Duration::ZERO, || {});
+    assert_eq!(
+        h.next_run(),
+        Some(clock.now() + service.resolution()),
+        "zero: one tick"
+    );
+    service.shutdown();
+    assert!(!h.is_active());
+    let late = service.schedule_every(ms(1), || panic!("after shutdown"));
+    assert!(
+        !late.is_active() && !late.cancel(),
+        "scheduled after shutdown: ended"
+    );
+}
+
+#[test]
 fn cancel_racing_runs_is_exact() {
     for round in 0..100 {
         let clock = ManualClock::new();

@@ -55,7 +55,8 @@ use crate::time::{SystemClock, WallClock};
 /// * **Panics** in the callback are caught, the series goes on, and the panic is passed on
 ///   to the worker, which counts it in [`Stats::panicked`](super::Stats::panicked).
 /// * **Shutdown** discards the pending timer: the series ends.
-/// * A zero period is one tick of the service's resolution.
+/// * A zero period is one tick of the service's resolution. A period so long that a run's
+///   instant is not representable (`Duration::MAX`) ends the series instead of running it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -206,12 +207,12 @@ impl TimerService {
         let (plan, first, missed) = match schedule.kind {
             Kind::Rate { period, start } => (
                 Plan::Rate(nonzero(period, resolution)),
-                Target::At(start.unwrap_or_else(|| now + nonzero(period, resolution))),
+                first_at(start, now, nonzero(period, resolution)),
                 schedule.missed.unwrap_or(MissedTickBehavior::Burst),
             ),
             Kind::Delay { period, start } => (
                 Plan::Delay(nonzero(period, resolution)),
-                Target::At(start.unwrap_or_else(|| now + nonzero(period, resolution))),
+                first_at(start, now, nonzero(period, resolution)),
                 MissedTickBehavior::Delay,
             ),
             #[cfg(feature = "cron")]
@@ -265,6 +266,15 @@ impl TimerService {
         F: Fn() + Send + Sync + 'static,
     {
         self.schedule_recurring(Schedule::every(period), f)
+    }
+}
+
+/// The first run of a periodic series: `start`, or one period from `now` (`Never` when that
+/// is not representable, as for `Duration::MAX`).
+fn first_at(start: Option<Instant>, now: Instant, period: Duration) -> Target {
+    match start.or_else(|| now.checked_add(period)) {
+        Some(at) => Target::At(at),
+        None => Target::Never,
     }
 }
 
