@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tickwheel::service::Schedule;
 use tickwheel::{ManualClock, MissedTickBehavior, TimerService};
@@ -267,6 +267,7 @@ fn cancel_racing_runs_is_exact() {
 #[cfg(feature = "cron")]
 mod calendar {
     use super::*;
+    use std::time::SystemTime;
     use tickwheel::schedule::jiff::{Timestamp, Zoned};
     use tickwheel::schedule::Cron;
     use tickwheel::time::ManualWallClock;
