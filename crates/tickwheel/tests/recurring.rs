@@ -394,6 +394,30 @@ mod calendar {
     }
 
     #[test]
+    fn periodic_series_ignore_wall_clock_steps() {
+        let rig = rig("2026-05-10T10:30:00Z");
+        let (runs, clock) = (rig.runs.clone(), rig.clock.clone());
+        let every = rig
+            .service
+            .schedule_every(Duration::from_secs(60), move || {
+                runs.lock().unwrap().push(text(clock.wall_now()));
+            });
+        let due = every.next_run();
+        rig.clock.step_forward(Duration::from_secs(86_400));
+        rig.clock.step_back(Duration::from_secs(2 * 86_400));
+        rig.service.settle();
+        assert_eq!(
+            every.next_run(),
+            due,
+            "a period counts on the monotonic clock"
+        );
+        assert_eq!(rig.runs(), Vec::<String>::new());
+        rig.advance(Duration::from_secs(60));
+        assert_eq!(rig.runs(), ["2026-05-09T10:31:00Z"]);
+        assert!(every.cancel());
+    }
+
+    #[test]
     fn a_calendar_with_no_further_run_ends() {
         let rig = rig("2026-12-31T23:59:00Z");
         let once = rig.start(
