@@ -2,14 +2,18 @@
 //! run can report the peak memory of the queue it measured.
 //!
 //! Invariants: every allocation, reallocation and free of the process passes through
-//! [`CountingAllocator`], which forwards it unchanged to the system allocator and adjusts
-//! two relaxed atomic counters (one uncontended atomic add per call, the same cost for
-//! every entrant). Counts are process-wide, so a measurement is meaningful only while one
-//! thread allocates (the virtual-time workloads run on one thread).
+//! [`CountingAllocator`], which forwards it unchanged to the system allocator. Once the
+//! first [`PeakMeter`] starts, it also adjusts two relaxed atomic counters (one uncontended
+//! atomic add per call, the same cost for every entrant); before that (in `tickwheel demo`
+//! and the service workers, which are multi-threaded) it costs one relaxed load. Counts are
+//! process-wide and relative to the moment counting began, so a measurement is meaningful
+//! only as a difference, while one thread allocates (the virtual-time workloads run on one
+//! thread).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
+static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 
@@ -18,6 +22,9 @@ static PEAK: AtomicIsize = AtomicIsize::new(0);
 pub struct CountingAllocator;
 
 fn grew(by: usize) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     let live = LIVE.fetch_add(by as isize, Ordering::Relaxed) + by as isize;
     if live > PEAK.load(Ordering::Relaxed) {
         PEAK.fetch_max(live, Ordering::Relaxed);
@@ -25,6 +32,9 @@ fn grew(by: usize) {
 }
 
 fn shrank(by: usize) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     LIVE.fetch_sub(by as isize, Ordering::Relaxed);
 }
 
@@ -68,41 +78,32 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 }
 
-/// Heap bytes live now.
+/// Heap bytes live now, relative to when counting began.
 #[cfg(test)]
-pub fn live_bytes() -> u64 {
-    LIVE.load(Ordering::Relaxed).max(0) as u64
-}
-
-/// Starts a new peak measurement from the bytes live now; returns them (the baseline).
-pub fn reset_peak() -> u64 {
-    let live = LIVE.load(Ordering::Relaxed);
-    PEAK.store(live, Ordering::Relaxed);
-    live.max(0) as u64
-}
-
-/// The most heap bytes live at once since the last [`reset_peak`].
-pub fn peak_bytes() -> u64 {
-    PEAK.load(Ordering::Relaxed).max(0) as u64
+fn live_bytes() -> isize {
+    LIVE.load(Ordering::Relaxed)
 }
 
 /// Measures the peak heap growth above the bytes live when it was created.
 #[derive(Debug)]
 pub struct PeakMeter {
-    baseline: u64,
+    baseline: isize,
 }
 
 impl PeakMeter {
-    /// Starts measuring from now.
+    /// Starts counting (if not yet) and a new peak measurement from the bytes live now.
     pub fn start() -> PeakMeter {
-        PeakMeter {
-            baseline: reset_peak(),
-        }
+        COUNTING.store(true, Ordering::Relaxed);
+        let baseline = LIVE.load(Ordering::Relaxed);
+        PEAK.store(baseline, Ordering::Relaxed);
+        PeakMeter { baseline }
     }
 
-    /// The peak bytes above the baseline so far.
+    /// The most bytes live at once above the baseline since the start.
     pub fn peak_growth(&self) -> u64 {
-        peak_bytes().saturating_sub(self.baseline)
+        PEAK.load(Ordering::Relaxed)
+            .saturating_sub(self.baseline)
+            .max(0) as u64
     }
 }
 
