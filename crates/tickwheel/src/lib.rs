@@ -62,6 +62,6 @@ pub use time::{BootClock, Clock, ManualClock, ManualWallClock, MonotonicClock, S
 
 /// The README's code blocks, compiled and run by `cargo test --doc`, so they cannot drift
 /// from the code.
-#[cfg(all(doctest, target_os = "linux", feature = "timerfd"))]
+#[cfg(all(doctest, target_os = "linux", feature = "timerfd", feature = "cron"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
