@@ -12,9 +12,9 @@
 //!     baseline.
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
 //!
-//! Layout: this file parses the command line and calls [`bench`] or [`demo`]; modules never
-//! import from it. [`workload`] names the workloads and their family, [`entrant`] joins the
-//! families' entrant names, [`report`] and [`plot`] write the files.
+//! Layout: this file parses the command line and calls [`mod@bench`] or [`demo`]; modules
+//! never import from it. [`workload`] names the workloads and their family, [`entrant`]
+//! joins the families' entrant names, [`report`] and [`plot`] write the files.
 //!
 //! Exit codes: 0 success, 1 the run failed (a verification failed, an entrant errored, a file
 //! could not be written), 2 bad arguments (clap's convention).
