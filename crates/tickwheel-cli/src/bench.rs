@@ -29,7 +29,7 @@ pub struct Settings {
     pub workloads: Vec<Workload>,
     /// Entrants, in table order.
     pub entrants: Vec<Entrant>,
-    /// Repeats per measurement (`None`: by N, see [`default_repeats`]).
+    /// Repeats per measurement (`None`: by the work done, see [`default_repeats`]).
     pub repeat: Option<u32>,
     /// Output directory.
     pub out: PathBuf,
@@ -75,9 +75,15 @@ impl Settings {
 }
 
 /// Repeats when `--repeat` is not given: enough for a stable median at small N, few enough
-/// at large N for the default run to finish within a few minutes on 2 cores.
-pub fn default_repeats(n: usize) -> u32 {
-    match n {
+/// at large N for the default run to finish within a few minutes on 2 cores. Counted in
+/// timers for W1–W3 and in operations for W5 (about 10·N), so W5 at N = 10^6 runs once.
+pub fn default_repeats(workload: Workload, n: usize) -> u32 {
+    let work = if workload == Workload::Churn {
+        n.saturating_mul(10)
+    } else {
+        n
+    };
+    match work {
         0..=100_000 => 5,
         100_001..=1_000_000 => 3,
         _ => 1,
@@ -206,7 +212,7 @@ fn plan_queues(s: &Settings) -> Vec<Group> {
             workload: w,
             n,
             entrants: able.clone(),
-            repeats: s.repeat.unwrap_or_else(|| default_repeats(n)),
+            repeats: s.repeat.unwrap_or_else(|| default_repeats(w, n)),
         }));
     }
     out

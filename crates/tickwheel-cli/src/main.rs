@@ -97,7 +97,7 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_entrant)]
     entrants: Vec<Entrant>,
     /// Runs per (workload, entrant, N); the median is reported. Default: 5 up to N = 10^5,
-    /// 3 up to 10^6, 1 above.
+    /// 3 up to 10^6, 1 above (W5 counts 10·N, its operations).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: Option<u32>,
     /// Directory for results.csv, results.json and the SVG plots (created if missing).
