@@ -409,6 +409,144 @@ fn matches_a_sort_on_random_input<F: Flavor>() {
     assert_eq!(fired, expected);
 }
 
+/// Inserts `n` timers with deadlines in `base..base + span`, values their insertion index.
+fn fill<F: Flavor>(
+    q: &mut F::Q<u64>,
+    rng: &mut SplitMix64,
+    n: u64,
+    base: u64,
+    span: u64,
+) -> Vec<(TimerKey, u64, u64)> {
+    (0..n)
+        .map(|i| {
+            let d = base + rng.range(0, span - 1);
+            (q.insert(d, i), d, i)
+        })
+        .collect()
+}
+
+/// Drains everything and checks it against `live` (key, deadline, value), sorted by
+/// (deadline, insertion).
+fn drains_exactly<F: Flavor>(q: &mut F::Q<u64>, mut live: Vec<(TimerKey, u64, u64)>) {
+    live.sort_by_key(|&(_, d, _)| d); // stable: insertion order among equal deadlines
+    let expected: Vec<(u64, u64)> = live.iter().map(|&(_, d, v)| (d, v)).collect();
+    let mut fired = Vec::new();
+    while let Some((_, v)) = q.poll_expired(u64::MAX) {
+        fired.push((q.now(), v));
+    }
+    assert_eq!(fired, expected);
+    assert!(q.is_empty());
+}
+
+/// Cancels nine timers in ten, in random order, from slots of every size: compaction runs
+/// many times over, and what is left fires in order.
+fn cancel_storm_keeps_the_rest_in_order<F: Flavor>() {
+    let mut rng = SplitMix64(11);
+    let mut q = F::make();
+    // Few deadlines (big slots) and many (small ones), at several levels.
+    let mut timers = fill::<F>(&mut q, &mut rng, 6_000, 1, 40);
+    timers.extend(fill::<F>(&mut q, &mut rng, 6_000, 100, 5_000));
+    timers.extend(fill::<F>(&mut q, &mut rng, 3_000, 300_000, 64));
+    for i in (1..timers.len()).rev() {
+        let j = rng.range(0, i as u64) as usize;
+        timers.swap(i, j);
+    }
+    let keep = timers.split_off(timers.len() / 10 * 9);
+    for &(key, _, v) in &timers {
+        assert_eq!(q.remove(key), Some(v));
+        assert_eq!(q.remove(key), None, "removed twice");
+    }
+    assert_eq!(q.len(), keep.len());
+    for &(key, d, _) in &keep {
+        assert_eq!(q.deadline(key), Some(d));
+    }
+    let mut keep = keep;
+    keep.sort_by_key(|&(_, _, v)| v); // insertion order
+    drains_exactly::<F>(&mut q, keep);
+}
+
+/// Cancels timers and inserts new ones into the freed storage, round after round: old keys
+/// stay stale, new timers fire in order, and reused storage mixes with live timers in the
+/// same slots.
+fn cancel_then_reuse<F: Flavor>() {
+    let mut rng = SplitMix64(12);
+    let mut q = F::make();
+    let mut live = fill::<F>(&mut q, &mut rng, 3_000, 1, 2_000);
+    let mut stale = Vec::new();
+    let mut next_value = 3_000;
+    for _ in 0..10 {
+        for _ in 0..1_500 {
+            let (key, _, v) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+            assert_eq!(q.remove(key), Some(v));
+            stale.push(key);
+        }
+        for _ in 0..1_500 {
+            let d = rng.range(1, 2_000);
+            live.push((q.insert(d, next_value), d, next_value));
+            next_value += 1;
+        }
+        for &key in &stale {
+            assert_eq!(q.deadline(key), None);
+            assert!(!q.reset(key, 5));
+        }
+    }
+    for &key in &stale {
+        assert_eq!(q.remove(key), None);
+    }
+    live.sort_by_key(|&(_, _, v)| v);
+    drains_exactly::<F>(&mut q, live);
+}
+
+/// Removes and resets timers of a slot while the wheel is moving it down a level in paced
+/// steps (compaction of a half-moved slot), and inserts more into it meanwhile.
+fn compaction_during_absorption<F: Flavor>() {
+    let mut rng = SplitMix64(13);
+    let mut q = F::make();
+    assert_eq!(poll(&mut q, 0), None);
+    // 20 000 timers in one level-1 slot (ticks 128..192), moved down over ticks 64..128.
+    let mut live = fill::<F>(&mut q, &mut rng, 20_000, 128, 64);
+    for (tick, value) in (1..128).zip(20_000..) {
+        assert_eq!(
+            drain(&mut q, tick),
+            Vec::<u64>::new(),
+            "nothing due before 128"
+        );
+        // Remove a few hundred at random: the half-moved slot compacts.
+        for _ in 0..300.min(live.len() - 1) {
+            let (key, _, v) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+            assert_eq!(q.remove(key), Some(v));
+        }
+        // Reset some within the slot: each goes behind the rest at its new deadline.
+        for _ in 0..20 {
+            let at = rng.range(0, live.len() as u64 - 1) as usize;
+            let d = 128 + rng.range(0, 63);
+            assert!(q.reset(live[at].0, d));
+            let (key, _, v) = live.remove(at);
+            live.push((key, d, v));
+        }
+        let d = 128 + rng.range(0, 63);
+        live.push((q.insert(d, value), d, value));
+    }
+    // `live` is in insertion order already: resets were moved to the back.
+    drains_exactly::<F>(&mut q, live);
+}
+
+/// Resets a set of timers over and over without ever polling: stale items must not pile up,
+/// so every timer still fires once, in order, after a million resets.
+fn reset_storm_fires_each_timer_once<F: Flavor>() {
+    let mut rng = SplitMix64(14);
+    let mut q = F::make();
+    let mut live = fill::<F>(&mut q, &mut rng, 1_000, 1, 500);
+    for _ in 0..200_000 {
+        let at = rng.range(0, live.len() as u64 - 1) as usize;
+        let d = rng.range(1, 500);
+        assert!(q.reset(live[at].0, d));
+        let (key, _, v) = live.remove(at);
+        live.push((key, d, v));
+    }
+    drains_exactly::<F>(&mut q, live);
+}
+
 /// Instantiates every case above for each flavor: `mod <flavor> { #[test] fn <case>() }`.
 macro_rules! suite {
     ($($flavor:ident: $ty:ty),* $(,)?) => {$(
@@ -434,6 +572,10 @@ macro_rules! suite {
                 shrink_keeps_live_keys_and_stale_keys_stale,
                 values_are_dropped_exactly_once,
                 matches_a_sort_on_random_input,
+                cancel_storm_keeps_the_rest_in_order,
+                cancel_then_reuse,
+                compaction_during_absorption,
+                reset_storm_fires_each_timer_once,
             );
         }
     )*};
@@ -451,4 +593,90 @@ suite!(
     hashed: super::Hashed512,
     hashed_8_slots: super::Hashed8,
     hashed_1_slot: super::Hashed1,
+);
+
+/// Memory after cancels and resets, for each queue type (`allocated_bytes` is not part of the
+/// trait): storage freed by cancels is reused rather than grown, stale items left by resets do
+/// not pile up, and `shrink_to_fit` returns what the live timers do not need.
+macro_rules! memory_bounds {
+    ($($name:ident: $make:expr),* $(,)?) => {$(
+        mod $name {
+            use super::SplitMix64;
+            use tickwheel::TimerQueue;
+
+            /// The bytes the same `n` timers need in a fresh queue, shrunk.
+            fn need(n: u64) -> usize {
+                let mut q = $make;
+                for i in 0..n {
+                    q.insert(1 + i % 500, i);
+                }
+                q.shrink_to_fit();
+                q.allocated_bytes()
+            }
+
+            #[test]
+            fn cancel_and_refill_rounds_do_not_grow() {
+                let mut rng = SplitMix64(21);
+                let mut q = $make;
+                let mut keys: Vec<_> = (0..20_000u64).map(|i| q.insert(1 + i % 500, i)).collect();
+                let full = q.allocated_bytes();
+                for round in 0..20u64 {
+                    for _ in 0..10_000 {
+                        let key = keys.swap_remove(rng.range(0, keys.len() as u64 - 1) as usize);
+                        assert!(q.remove(key).is_some());
+                    }
+                    for i in 0..10_000u64 {
+                        keys.push(q.insert(1 + rng.range(0, 499), round * 10_000 + i));
+                    }
+                    assert!(
+                        q.allocated_bytes() <= full * 2,
+                        "round {round}: {} bytes, {full} when first filled",
+                        q.allocated_bytes()
+                    );
+                }
+            }
+
+            #[test]
+            fn reset_storm_stays_within_twice_the_need() {
+                let mut rng = SplitMix64(22);
+                let mut q = $make;
+                let keys: Vec<_> = (0..20_000u64).map(|i| q.insert(1 + i % 500, i)).collect();
+                for _ in 0..400_000 {
+                    let key = keys[rng.range(0, keys.len() as u64 - 1) as usize];
+                    assert!(q.reset(key, 1 + rng.range(0, 499)));
+                }
+                let need = need(20_000);
+                assert!(
+                    q.allocated_bytes() <= 2 * need,
+                    "{} bytes after resets, {need} needed",
+                    q.allocated_bytes()
+                );
+                q.shrink_to_fit();
+                assert!(q.allocated_bytes() <= need + need / 4, "shrunk: {}", q.allocated_bytes());
+            }
+
+            #[test]
+            fn shrink_after_cancelling_the_newest_returns_the_rest() {
+                let mut q = $make;
+                let keys: Vec<_> = (0..50_000u64).map(|i| q.insert(1 + i % 500, i)).collect();
+                for &key in keys[5_000..].iter().rev() {
+                    assert!(q.remove(key).is_some());
+                }
+                q.shrink_to_fit();
+                let need = need(5_000);
+                assert!(
+                    q.allocated_bytes() <= 2 * need,
+                    "{} bytes for 5 000 timers after shrink, {need} needed",
+                    q.allocated_bytes()
+                );
+                assert_eq!(q.len(), 5_000);
+            }
+        }
+    )*};
+}
+
+memory_bounds!(
+    wheel_memory: tickwheel::Wheel::<u64>::new(),
+    heap_memory: tickwheel::Heap::<u64>::new(),
+    hashed_memory: tickwheel::HashedWheel::<u64>::new(),
 );

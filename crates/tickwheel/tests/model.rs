@@ -9,14 +9,23 @@
 //! issued, so stale keys are exercised as often as live ones.
 //!
 //! 256 cases a flavor by default; set `PROPTEST_CASES` for more.
+//!
+//! `long_model_run` drives each queue with a seeded stream of the same operations, checked
+//! the same way, for `TICKWHEEL_MODEL_OPS` queue operations a queue (20 000 by default). The
+//! long run, 10^8 operations a queue (a few minutes a queue in a release build):
+//!
+//! ```text
+//! TICKWHEEL_MODEL_OPS=100000000 cargo test --release -p tickwheel --test model long_model_run -- --nocapture
+//! ```
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
 use proptest::prelude::*;
 use tickwheel::{TimerKey, TimerQueue};
+use tickwheel_lab::SplitMix64;
 
 /// A tick chosen relative to the clock when the operation runs.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +93,9 @@ enum Op {
     /// wheel's paced moving down, so it is caught half done.
     Burst(Tick, u16, u32),
     Remove(usize),
+    /// Removes `count` keys picked from `start` on with a fixed stride: a burst of cancels
+    /// that leaves slots mostly stale, so they compact (often mid-absorption).
+    CancelStorm(usize, u16),
     Reset(usize, Tick),
     Deadline(usize),
     Poll(Tick),
@@ -98,6 +110,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => deadline().prop_map(Op::Insert),
         1 => (deadline(), 257..800u16, 0..3u32).prop_map(|(t, n, s)| Op::Burst(t, n, s)),
         2 => any::<usize>().prop_map(Op::Remove),
+        1 => (any::<usize>(), 1..600u16).prop_map(|(k, n)| Op::CancelStorm(k, n)),
         3 => (any::<usize>(), deadline()).prop_map(|(k, d)| Op::Reset(k, d)),
         1 => any::<usize>().prop_map(Op::Deadline),
         3 => target().prop_map(Op::Poll),
@@ -106,6 +119,34 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Len),
         1 => Just(Op::Shrink),
     ]
+}
+
+/// The keys issued so far: operations pick among them, and a key issued twice fails.
+#[derive(Default)]
+struct Keys {
+    list: Vec<TimerKey>,
+    /// Every key ever issued (the long run forgets the oldest with `forget_oldest`).
+    seen: HashSet<TimerKey>,
+}
+
+impl Keys {
+    fn pick(&self, i: usize) -> Option<TimerKey> {
+        (!self.list.is_empty()).then(|| self.list[i % self.list.len()])
+    }
+
+    /// Records a new key; `false` if it was issued before.
+    fn issue(&mut self, key: TimerKey) -> bool {
+        self.list.push(key);
+        self.seen.insert(key)
+    }
+
+    /// Keeps the newest `keep` keys for picking; older ones are neither picked nor checked.
+    fn forget_oldest(&mut self, keep: usize) {
+        let drop = self.list.len().saturating_sub(keep);
+        for key in self.list.drain(..drop) {
+            self.seen.remove(&key);
+        }
+    }
 }
 
 /// The reference: the contract written as plainly as possible.
@@ -160,7 +201,7 @@ impl Model {
 fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut q = F::make::<u32>();
     let mut model = Model::default();
-    let mut keys: Vec<TimerKey> = Vec::new();
+    let mut keys = Keys::default();
     for (step, op) in ops.iter().enumerate() {
         let value = step as u32;
         apply(&mut q, &mut model, &mut keys, op, value)?;
@@ -177,31 +218,37 @@ fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
 fn apply<Q: TimerQueue<u32>>(
     q: &mut Q,
     model: &mut Model,
-    keys: &mut Vec<TimerKey>,
+    keys: &mut Keys,
     op: &Op,
     value: u32,
 ) -> Result<(), TestCaseError> {
-    let pick = |i: usize| (!keys.is_empty()).then(|| keys[i % keys.len()]);
+    let pick = |i: usize| keys.pick(i);
     match *op {
         Op::Insert(tick) => {
             let deadline = tick.at(q.now());
             let key = q.insert(deadline, value);
-            prop_assert!(!keys.contains(&key), "key {:?} issued twice", key);
+            prop_assert!(keys.issue(key), "key {:?} issued twice", key);
             model.insert(key, deadline, value);
-            keys.push(key);
         }
         Op::Burst(tick, count, spread) => {
             let base = tick.at(q.now());
             for i in 0..u64::from(count) {
                 let deadline = base.saturating_add((i * 37) % (1 << (6 * spread)));
                 let key = q.insert(deadline, value);
+                prop_assert!(keys.issue(key), "key {:?} issued twice", key);
                 model.insert(key, deadline, value);
-                keys.push(key);
             }
         }
         Op::Remove(i) => {
             if let Some(key) = pick(i) {
                 prop_assert_eq!(q.remove(key), model.remove(key));
+            }
+        }
+        Op::CancelStorm(start, count) => {
+            for i in 0..usize::from(count) {
+                if let Some(key) = pick(start.wrapping_add(i.wrapping_mul(7_919))) {
+                    prop_assert_eq!(q.remove(key), model.remove(key));
+                }
             }
         }
         Op::Reset(i, tick) => {
@@ -299,4 +346,110 @@ fn ticks_land_where_intended() {
     assert_eq!(Tick::Far(63).at(1 << 63), u64::MAX);
     assert_eq!(Tick::Past(10).at(4), 0);
     assert_eq!(Tick::Near(129).at(u64::MAX), u64::MAX);
+}
+
+/// Draws an operation with about the weights of [`op`], from a seeded generator.
+fn random_op(rng: &mut SplitMix64) -> Op {
+    let deadline = |rng: &mut SplitMix64| match rng.below(14) {
+        0 | 1 => Tick::Past(rng.in_range(1..=1_999)),
+        2..=7 => Tick::Near(rng.below(130)),
+        8..=10 => Tick::Boundary(rng.in_range(1..=10) as u32, rng.below(3) as i8 - 1),
+        11 | 12 => Tick::Far(rng.below(64) as u32),
+        _ => Tick::Max,
+    };
+    // Like `target`, but jumps to the far end of time are a thousand times rarer, so that a
+    // queue lives for thousands of operations.
+    let target = |rng: &mut SplitMix64| match rng.below(10_000) {
+        0..=799 => Tick::Past(rng.in_range(1..=99)),
+        800..=1_599 => Tick::Near(0),
+        1_600..=6_599 => Tick::Near(rng.below(130)),
+        6_600..=8_199 => Tick::Boundary(rng.in_range(1..=10) as u32, rng.below(3) as i8 - 1),
+        8_200..=9_997 => Tick::Far(rng.below(40) as u32),
+        9_998 => Tick::Far(rng.in_range(40..=63) as u32),
+        _ => Tick::Max,
+    };
+    let pick = |rng: &mut SplitMix64| rng.next_u64() as usize;
+    match rng.below(27) {
+        0..=7 => Op::Insert(deadline(rng)),
+        8 => Op::Burst(
+            deadline(rng),
+            rng.in_range(257..=799) as u16,
+            rng.below(3) as u32,
+        ),
+        9 | 10 => Op::Remove(pick(rng)),
+        11 => Op::CancelStorm(pick(rng), rng.in_range(1..=599) as u16),
+        12..=14 => Op::Reset(pick(rng), deadline(rng)),
+        15 => Op::Deadline(pick(rng)),
+        16..=18 => Op::Poll(target(rng)),
+        19 | 20 => Op::Drain(target(rng)),
+        21 => Op::NextExpiration,
+        22 => Op::Len,
+        23 => Op::Shrink,
+        // Extra polls and inserts keep the queue turning over in a long run.
+        24 => Op::Poll(Tick::Near(rng.below(130))),
+        _ => Op::Insert(Tick::Near(rng.below(130))),
+    }
+}
+
+/// Runs `total` seeded queue operations (a burst or a cancel storm counts as the inserts or
+/// removals it makes) on queues of flavor `F` against the model. A queue whose
+/// clock has run to the far end of time (where every deadline is `u64::MAX`) is drained,
+/// checked and replaced by a fresh one, and so is one after every million operations; the key
+/// list keeps the last 10^5 keys issued, stale ones included.
+fn long_run<F: Flavor>(seed: u64, total: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let mut done = 0u64;
+    let mut queues = 0u64;
+    while done < total {
+        queues += 1;
+        let mut q = F::make::<u32>();
+        let mut model = Model::default();
+        let mut keys = Keys::default();
+        let mut run = 0u64;
+        while done < total && run < 1_000_000 && q.now() < u64::MAX / 2 {
+            let op = random_op(&mut rng);
+            if let Err(e) = apply(&mut q, &mut model, &mut keys, &op, done as u32) {
+                panic!("seed {seed}, operation {done} ({op:?}): {e}");
+            }
+            assert_eq!(
+                q.len(),
+                model.timers.len(),
+                "len after operation {done} ({op:?})"
+            );
+            assert_eq!(q.now(), model.now, "now after operation {done} ({op:?})");
+            // A burst or a storm counts as the queue operations it makes.
+            let weight = match op {
+                Op::Burst(_, count, _) | Op::CancelStorm(_, count) => u64::from(count),
+                _ => 1,
+            };
+            if keys.list.len() > 200_000 {
+                keys.forget_oldest(100_000);
+            }
+            done += weight;
+            run += weight;
+        }
+        let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+        let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
+        assert_eq!(rest, expected, "final drain, seed {seed}");
+    }
+    println!("{total} operations on {queues} queues, seed {seed}");
+}
+
+/// Operations a queue for `long_model_run`: `TICKWHEEL_MODEL_OPS`, 20 000 if unset.
+fn long_run_ops() -> u64 {
+    match std::env::var("TICKWHEEL_MODEL_OPS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("TICKWHEEL_MODEL_OPS={text:?} is not a count")),
+        Err(_) => 20_000,
+    }
+}
+
+#[test]
+fn long_model_run() {
+    let total = long_run_ops();
+    long_run::<WheelFlavor>(1, total);
+    long_run::<HeapFlavor>(2, total);
+    long_run::<Hashed512>(3, total);
+    long_run::<Hashed8>(4, total);
 }

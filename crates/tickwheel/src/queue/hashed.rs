@@ -151,6 +151,15 @@ impl<T> HashedWheel<T> {
         self.slab.capacity()
     }
 
+    /// Bytes of memory the wheel holds (its own struct excluded): slab, list heads and
+    /// occupancy bitmap. [`shrink_to_fit`](TimerQueue::shrink_to_fit) gives back what pending
+    /// timers do not need.
+    pub fn allocated_bytes(&self) -> usize {
+        self.slab.allocated_bytes()
+            + self.slots.capacity() * core::mem::size_of::<List>()
+            + self.occupied.capacity() * core::mem::size_of::<u64>()
+    }
+
     /// An empty wheel at tick 0 with `slots` rounded up to a power of two, at least 1 and at
     /// most [`MAX_SLOTS`](Self::MAX_SLOTS).
     ///
