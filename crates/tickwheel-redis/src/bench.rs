@@ -38,7 +38,9 @@ pub struct BenchConfig {
     pub poll_interval: Duration,
     /// Shards of the durable namespace (default 16).
     pub shards: u32,
-    /// Also run the polling baseline (default true).
+    /// Run tickwheel-redis (default true).
+    pub durable: bool,
+    /// Run the polling baseline (default true).
     pub baseline: bool,
 }
 
@@ -52,6 +54,7 @@ impl Default for BenchConfig {
             payload: 64,
             poll_interval: Duration::from_secs(1),
             shards: 16,
+            durable: true,
             baseline: true,
         }
     }
@@ -74,6 +77,8 @@ pub struct RunReport {
     pub duplicates: u64,
     /// Lateness of first deliveries, ms: p50, p99, max.
     pub lateness_ms: [f64; 3],
+    /// The same for tasks due after scheduling ended (the store full, the producer idle).
+    pub lateness_settled_ms: [f64; 3],
     /// Redis `used_memory` growth per pending task, bytes.
     pub memory_per_task: f64,
     /// Payload bytes per task.
@@ -117,7 +122,8 @@ fn delete_prefix(con: &mut redis::Connection, pattern: &str) -> Result<(), Error
 /// Collected first-delivery lateness (µs) and duplicate counts.
 #[derive(Default)]
 struct Sink {
-    lateness_us: Vec<i64>,
+    /// (due ms, lateness µs) of first deliveries.
+    lateness_us: Vec<(u64, i64)>,
     seen: std::collections::HashSet<String>,
     duplicates: u64,
 }
@@ -125,11 +131,23 @@ struct Sink {
 impl Sink {
     fn record(&mut self, id: &str, due_ms: u64, at_us: u64) {
         if self.seen.insert(id.to_string()) {
-            self.lateness_us.push(at_us as i64 - (due_ms * 1000) as i64);
+            self.lateness_us
+                .push((due_ms, at_us as i64 - (due_ms * 1000) as i64));
         } else {
             self.duplicates += 1;
         }
     }
+}
+
+/// Percentiles of all first deliveries, and of those due at or after `settled_ms`.
+fn split_percentiles(v: &[(u64, i64)], settled_ms: u64) -> ([f64; 3], [f64; 3]) {
+    let mut all: Vec<i64> = v.iter().map(|x| x.1).collect();
+    let mut settled: Vec<i64> = v
+        .iter()
+        .filter(|x| x.0 >= settled_ms)
+        .map(|x| x.1)
+        .collect();
+    (percentiles(&mut all), percentiles(&mut settled))
 }
 
 fn percentiles(v: &mut [i64]) -> [f64; 3] {
@@ -142,7 +160,22 @@ fn percentiles(v: &mut [i64]) -> [f64; 3] {
 }
 
 /// Runs every configured design and worker count; `progress` hears what is going on.
-pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<RunReport>, Error> {
+pub fn run(cfg: &BenchConfig, progress: impl FnMut(&str)) -> Result<Vec<RunReport>, Error> {
+    Ok(run_with_reference(cfg, false, progress)?.0)
+}
+
+/// [`run`], and when `reference` is set also [`redis_benchmark_zadd`] (10^6 ZADDs) against the
+/// same server before the runs.
+pub fn run_with_reference(
+    cfg: &BenchConfig,
+    reference: bool,
+    mut progress: impl FnMut(&str),
+) -> Result<(Vec<RunReport>, Option<f64>), Error> {
+    if cfg.workers.contains(&0) || cfg.tasks == 0 {
+        return Err(Error::InvalidConfig(
+            "tasks and worker counts must be positive".into(),
+        ));
+    }
     let server = match &cfg.url {
         Some(_) => None,
         None => Some(RedisServer::start()?),
@@ -151,13 +184,21 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<RunR
         .url
         .clone()
         .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let zadd = if reference {
+        progress("redis-benchmark -P 64 -t zadd -n 1000000");
+        redis_benchmark_zadd(&url, 1_000_000)
+    } else {
+        None
+    };
     let mut reports = Vec::new();
     for &workers in &cfg.workers {
-        progress(&format!(
-            "tickwheel-redis, {workers} worker(s), {} tasks",
-            cfg.tasks
-        ));
-        reports.push(run_durable(cfg, &url, workers)?);
+        if cfg.durable {
+            progress(&format!(
+                "tickwheel-redis, {workers} worker(s), {} tasks",
+                cfg.tasks
+            ));
+            reports.push(run_durable(cfg, &url, workers)?);
+        }
         if cfg.baseline {
             progress(&format!(
                 "polled zset, {workers} worker(s), {} tasks",
@@ -166,7 +207,7 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<RunR
             reports.push(run_polled(cfg, &url, workers)?);
         }
     }
-    Ok(reports)
+    Ok((reports, zadd))
 }
 
 fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
@@ -232,6 +273,7 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
         i += n;
     }
     let secs = started.elapsed().as_secs_f64();
+    let settled_ms = now_us() / 1000;
     let pending = producer.len()?;
     let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
 
@@ -247,7 +289,8 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
             .map_err(|_| Error::Protocol("worker thread panicked".into()))??;
     }
     delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
-    let mut sink = sink.lock().expect("sink");
+    let sink = sink.lock().expect("sink");
+    let (all, settled) = split_percentiles(&sink.lateness_us, settled_ms);
     let delivered = sink.seen.len() as u64;
     let duplicates = sink.duplicates;
     Ok(RunReport {
@@ -257,7 +300,8 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
         schedule_rate: cfg.tasks as f64 / secs,
         delivered,
         duplicates,
-        lateness_ms: percentiles(&mut sink.lateness_us),
+        lateness_ms: all,
+        lateness_settled_ms: settled,
         memory_per_task: memory,
         payload: cfg.payload,
     })
@@ -351,6 +395,7 @@ fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport,
         i += n;
     }
     let secs = started.elapsed().as_secs_f64();
+    let settled_ms = now_us() / 1000;
     let pending: u64 = redis::cmd("ZCARD").arg(&zset).query(&mut con)?;
     let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
 
@@ -367,7 +412,8 @@ fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport,
         .arg(&zset)
         .arg(&hash)
         .query::<()>(&mut con)?;
-    let mut sink = sink.lock().expect("sink");
+    let sink = sink.lock().expect("sink");
+    let (all, settled) = split_percentiles(&sink.lateness_us, settled_ms);
     Ok(RunReport {
         design: format!("polled zset ({} ms)", cfg.poll_interval.as_millis()),
         workers,
@@ -375,7 +421,8 @@ fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport,
         schedule_rate: cfg.tasks as f64 / secs,
         delivered: sink.seen.len() as u64,
         duplicates: sink.duplicates,
-        lateness_ms: percentiles(&mut sink.lateness_us),
+        lateness_ms: all,
+        lateness_settled_ms: settled,
         memory_per_task: memory,
         payload: cfg.payload,
     })
@@ -417,31 +464,31 @@ pub fn redis_benchmark_zadd(url: &str, n: u64) -> Option<f64> {
     Some(rate)
 }
 
-/// The reports as a plain-text table.
+/// The reports as a plain-text table: lateness of all first deliveries, then of those due
+/// after scheduling ended ("settled").
 pub fn table(reports: &[RunReport]) -> String {
     let mut s = format!(
-        "{:<22} {:>7} {:>9} {:>12} {:>10} {:>9} {:>9} {:>9} {:>11}\n",
+        "{:<22} {:>3} {:>8} {:>10} {:>9} {:>23} {:>23} {:>7}\n",
         "design",
-        "workers",
+        "wkr",
         "tasks",
-        "schedule/s",
+        "sched/s",
         "delivered",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
+        "late p50/p99/max ms",
+        "settled p50/p99/max",
         "B/task"
     );
+    let l = |x: [f64; 3]| format!("{:.1}/{:.1}/{:.0}", x[0], x[1], x[2]);
     for r in reports {
         s += &format!(
-            "{:<22} {:>7} {:>9} {:>12.0} {:>10} {:>9.2} {:>9.2} {:>9.1} {:>11.0}\n",
+            "{:<22} {:>3} {:>8} {:>10.0} {:>9} {:>23} {:>23} {:>7.0}\n",
             r.design,
             r.workers,
             r.tasks,
             r.schedule_rate,
             r.delivered,
-            r.lateness_ms[0],
-            r.lateness_ms[1],
-            r.lateness_ms[2],
+            l(r.lateness_ms),
+            l(r.lateness_settled_ms),
             r.memory_per_task
         );
     }

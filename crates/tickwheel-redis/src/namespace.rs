@@ -250,8 +250,8 @@ pub struct Config {
     pub maintenance_interval: Duration,
     /// Most tasks claimed or acknowledged in one script call (default 256).
     pub batch: usize,
-    /// Most tasks of one shard loaded in one window read (default 100 000); the window ends
-    /// early when a shard has more.
+    /// Most tasks a worker reads into its windows per step (default 2000): a larger window
+    /// is read over several steps, between deliveries, so no read holds Redis for long.
     pub window_limit: usize,
     /// Timeout of each connection attempt and of each reply (default 5 s).
     pub io_timeout: Duration,
@@ -271,7 +271,7 @@ impl Config {
             window: Duration::from_secs(10),
             maintenance_interval: Duration::from_millis(500),
             batch: 256,
-            window_limit: 100_000,
+            window_limit: 2000,
             io_timeout: Duration::from_secs(5),
         }
     }

@@ -21,6 +21,11 @@ local function clock(arg)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function clock_us(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) * 1000 end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local function parse(h)
   local a = string.find(h, ':', 1, true)
   local b = string.find(h, ':', a + 1, true)
@@ -199,13 +204,14 @@ return {horizon, with_versions(r), with_versions(infl)}
 
 /// ARGV: now, epoch, visibility ms, ids... Claims each due task (pending and due, or in
 /// flight past its visibility deadline): attempt + 1, into the in-flight set.
-/// Returns {-1, now} when fenced, else {1, now, entry...} with entries
+/// Returns {-1, now, now_us} when fenced, else {1, now, now_us, entry...} with entries
 /// {1, id, version, attempt, due, payload} delivered, {2, id, ms, version} not due until ms,
 /// {0, id} gone.
 const DELIVER: &str = r#"
-local now = clock(ARGV[1])
-if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now} end
-local out = {1, now}
+local us = clock_us(ARGV[1])
+local now = math.floor(us / 1000)
+if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us} end
+local out = {1, now, us}
 local vis = now + tonumber(ARGV[3])
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -275,16 +281,17 @@ return {1, run_at}
 "#;
 
 /// KEYS: the namespace's worker set. ARGV: now, worker id, ttl ms (0 to leave).
-/// Returns {live workers, now}.
+/// Returns {live workers, now, now_us}.
 const HEARTBEAT: &str = r#"
-local now = clock(ARGV[1])
+local us = clock_us(ARGV[1])
+local now = math.floor(us / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if tonumber(ARGV[3]) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[2])
 else
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
 end
-return {redis.call('ZCARD', KEYS[1]), now}
+return {redis.call('ZCARD', KEYS[1]), now, us}
 "#;
 
 /// KEYS: the namespace's meta hash. ARGV: schema version, shard count. Creates the namespace

@@ -104,6 +104,19 @@ enum Notice {
     Stop,
 }
 
+/// An acknowledgement waiting to be sent.
+#[derive(Clone, Debug)]
+struct PendingAck {
+    shard: u32,
+    epoch: u64,
+    id: String,
+    version: u64,
+    attempt: u32,
+}
+
+/// How long `run` may hold acknowledgements for the next claim to carry them, ms.
+const ACK_HOLD_MS: u64 = 2;
+
 #[derive(Clone, Copy, Debug)]
 struct Owned {
     epoch: u64,
@@ -127,9 +140,16 @@ pub struct Worker {
     subscribed: bool,
     stop: Arc<AtomicBool>,
     sub_stop: Arc<AtomicBool>,
-    /// Server clock minus local clock, ms (server time source).
-    offset_ms: i64,
+    /// Server clock minus local clock, µs: a lower bound (see `observe_clock`), so the worker
+    /// never believes the server's clock is further than it is and wakes early.
+    offset_us: i64,
+    /// Local µs of the last clock observation.
+    observed_at_us: u64,
     next_maintenance: u64,
+    /// A window is partly read: the next tick reads on.
+    refill_pending: bool,
+    /// Acknowledgements not sent yet: they ride with the next claim (see `step`).
+    pending_acks: Vec<PendingAck>,
     live: u64,
     stats: WorkerStats,
 }
@@ -191,8 +211,11 @@ impl Worker {
             subscribed: false,
             stop: Arc::new(AtomicBool::new(false)),
             sub_stop,
-            offset_ms: 0,
+            offset_us: 0,
+            observed_at_us: 0,
             next_maintenance: 0,
+            refill_pending: false,
+            pending_acks: Vec::new(),
             live: 1,
             stats: WorkerStats::default(),
         };
@@ -255,8 +278,27 @@ impl Worker {
     fn now_ms(&self) -> u64 {
         match &self.cfg.time {
             TimeSource::Manual(t) => t.now_ms(),
-            TimeSource::Server => ((local_us() / 1000) as i64 + self.offset_ms).max(0) as u64,
+            TimeSource::Server => ((local_us() as i64 + self.offset_us) / 1000).max(0) as u64,
         }
+    }
+
+    /// Takes in a reading of the server's clock (`server_us`) from a reply that arrived at
+    /// local `after_us`. The server read its clock before replying, so `server_us - after_us`
+    /// is a lower bound of the offset; the estimate is the tightest recent lower bound,
+    /// allowed to slide down by 1 ms per second for clock drift. An estimate that is never
+    /// ahead means no early wake-ups: no "not yet" answers to spin on.
+    fn observe_clock(&mut self, server_us: i64, after_us: u64) {
+        if !matches!(self.cfg.time, TimeSource::Server) {
+            return;
+        }
+        let sample = server_us - after_us as i64;
+        let decay = (after_us.saturating_sub(self.observed_at_us) / 1000) as i64;
+        self.offset_us = if self.observed_at_us == 0 {
+            sample
+        } else {
+            sample.max(self.offset_us - decay)
+        };
+        self.observed_at_us = after_us;
     }
 
     fn con(&mut self) -> Result<&mut Connection, Error> {
@@ -287,6 +329,19 @@ impl Worker {
     /// many deliveries it made. [`run`](Worker::run) calls it in a loop; tests on a manual
     /// clock call it directly.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
+        self.step(handler, false)
+    }
+
+    /// One step. With `hold`, acknowledgements are kept back when another claim is due within
+    /// [`ACK_HOLD_MS`]: the claim's pipeline carries them, so a busy worker pays one write
+    /// round trip (one fsync under `appendfsync always`) per wake-up instead of two. Held
+    /// acknowledgements are only ever late, never lost: a task whose acknowledgement has not
+    /// reached Redis is delivered again after a crash, as at-least-once allows.
+    fn step(
+        &mut self,
+        handler: &mut dyn FnMut(&Delivery) -> Outcome,
+        hold: bool,
+    ) -> Result<usize, Error> {
         while let Ok(n) = self.notices.try_recv() {
             self.handle_notice(n);
         }
@@ -295,7 +350,16 @@ impl Worker {
             let every = self.cfg.maintenance_interval.min(self.cfg.lease / 3);
             self.next_maintenance = self.now_ms() + every.as_millis() as u64;
         }
-        self.deliver_due(handler)
+        self.refill_pending = self.refill()?;
+        let n = self.deliver_due(handler)?;
+        let soon = self
+            .wheel
+            .next_expiration()
+            .is_some_and(|t| t <= self.now_ms() + ACK_HOLD_MS);
+        if !(hold && soon) {
+            self.flush_acks()?;
+        }
+        Ok(n)
     }
 
     /// Delivers tasks until [`StopHandle::stop`]: sleeps until the wheel's next deadline, a
@@ -306,7 +370,7 @@ impl Worker {
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
         let mut backoff = Duration::from_millis(50);
         while !self.stop.load(Ordering::SeqCst) {
-            match self.tick(&mut handler) {
+            match self.step(&mut handler, true) {
                 Ok(_) => {
                     backoff = Duration::from_millis(50);
                     self.wait();
@@ -333,12 +397,14 @@ impl Worker {
     /// Forgets the connection and the in-memory windows (kept: the leases, renewed next).
     fn reset(&mut self) {
         self.con = None;
+        self.pending_acks.clear(); // delivered again later: at least once
         self.reload_windows();
     }
 
     /// Releases every shard and leaves the worker set (best effort: errors are ignored, the
     /// leases then expire on their own).
     pub fn shutdown(&mut self) {
+        let _ = self.flush_acks();
         let shards: Vec<u32> = self.owned.keys().copied().collect();
         for s in shards {
             self.release(s);
@@ -359,9 +425,12 @@ impl Worker {
     fn wait(&mut self) {
         let now_us = match &self.cfg.time {
             TimeSource::Manual(t) => t.now_ms() * 1000,
-            TimeSource::Server => (local_us() as i64 + self.offset_ms * 1000).max(0) as u64,
+            TimeSource::Server => (local_us() as i64 + self.offset_us).max(0) as u64,
         };
         let mut deadline = self.next_maintenance;
+        if self.refill_pending {
+            deadline = 0;
+        }
         if let Some(t) = self.wheel.next_expiration() {
             deadline = deadline.min(t);
         }
@@ -451,41 +520,48 @@ impl Worker {
     }
 
     fn maintain(&mut self) -> Result<(), Error> {
+        // Before any shard may be released: held acknowledgements go out under their epoch.
+        self.flush_acks()?;
         let lease = self.cfg.lease.as_millis() as u64;
         let (now_arg, id) = (self.cfg.now_arg(), self.id.clone());
-        let before = local_us();
-        let key = self.ns.workers_key.clone();
-        let reply: Value = scripts()
-            .heartbeat
-            .key(&key)
+        // The heartbeat and every renewal in one pipeline: one round trip (one fsync).
+        let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(scripts().heartbeat.get_hash())
+            .arg(1)
+            .arg(&self.ns.workers_key)
             .arg(&now_arg)
             .arg(&id)
-            .arg(lease)
-            .invoke(self.con()?)?;
+            .arg(lease);
+        for &(s, epoch) in &held {
+            pipe.cmd("EVALSHA")
+                .arg(scripts().acquire.get_hash())
+                .arg(4)
+                .arg(self.ns.shards[s as usize].0.as_slice())
+                .arg(&now_arg)
+                .arg(&id)
+                .arg(lease)
+                .arg(epoch);
+        }
+        let replies: Vec<Value> = pipe.query(self.con()?)?;
         let after = local_us();
-        let reply = array(reply)?;
+        let mut replies = replies.into_iter();
+        let reply = array(
+            replies
+                .next()
+                .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?,
+        )?;
         self.live = int(reply
             .first()
             .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?)?
         .max(1) as u64;
-        if let (TimeSource::Server, Some(now)) = (&self.cfg.time, reply.get(1)) {
-            let server = int(now)?;
-            self.offset_ms = server - ((before + after) / 2000) as i64;
+        if let Some(us) = reply.get(2) {
+            self.observe_clock(int(us)?, after);
         }
-
-        // Renew what we hold; whatever fails to renew is lost.
-        let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
-        for (s, epoch) in held {
-            let r = array(self.shard_call(
-                &scripts().acquire,
-                s,
-                &[
-                    now_arg.clone(),
-                    id.clone(),
-                    lease.to_string(),
-                    epoch.to_string(),
-                ],
-            )?)?;
+        // Whatever fails to renew is lost.
+        for ((s, _), r) in held.into_iter().zip(replies) {
+            let r = array(r)?;
             if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
                 self.stats.fenced += 1;
                 self.drop_shard(s);
@@ -533,58 +609,71 @@ impl Worker {
             }
         }
 
-        // Refill windows (only while notifications flow: see `Notice::Up`).
-        if self.subscribed {
-            let now = self.now_ms();
-            let window = self.cfg.window.as_millis() as u64;
-            let shards: Vec<(u32, Owned)> = self.owned.iter().map(|(&s, &o)| (s, o)).collect();
-            for (s, o) in shards {
-                match o.loaded_until {
-                    None => self.load(s, o.epoch, None, now + window)?,
-                    Some(h) if h < now + window / 2 => {
-                        self.load(s, o.epoch, Some(h), now + window)?
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
         Ok(())
     }
 
-    fn load(&mut self, shard: u32, epoch: u64, from: Option<u64>, to: u64) -> Result<(), Error> {
-        let from_arg = from.map_or_else(|| "-inf".to_string(), |f| f.to_string());
-        let limit = self.cfg.window_limit;
-        let with_inflight = if from.is_none() { "1" } else { "0" };
-        let r = self.shard_call(
-            &scripts().load,
-            shard,
-            &[
-                epoch.to_string(),
-                from_arg,
-                to.to_string(),
-                limit.to_string(),
-                with_inflight.to_string(),
-            ],
-        )?;
-        let mut r = array(r)?.into_iter();
-        let first = r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?;
-        let horizon = int(&first)?;
-        if horizon < 0 {
-            self.stats.fenced += 1;
-            self.drop_shard(shard);
-            return Ok(());
+    /// Tops windows up, reading at most [`Config::window_limit`] tasks per call so that a
+    /// refill never holds Redis, or the deliveries waiting behind it, for long; the rest
+    /// follows on the next ticks. A window is topped up once a quarter of it has passed.
+    /// Returns whether more remains to read. Only while notifications flow (see
+    /// `Notice::Up`).
+    fn refill(&mut self) -> Result<bool, Error> {
+        if !self.subscribed {
+            return Ok(false);
         }
-        for list in r {
-            let mut it = array(list)?.into_iter();
-            while let (Some(id), Some(at), Some(v)) = (it.next(), it.next(), it.next()) {
-                let (id, at, v) = (string(id)?, int(&at)? as u64, int(&v)? as u64);
-                self.arm(shard, id, at, v);
+        let now = self.now_ms();
+        let window = self.cfg.window.as_millis() as u64;
+        let to = now + window;
+        let wanted: Vec<(u32, u64, Option<u64>)> = self
+            .owned
+            .iter()
+            .filter_map(|(&s, o)| match o.loaded_until {
+                None => Some((s, o.epoch, None)),
+                Some(h) if h < now + window * 3 / 4 => Some((s, o.epoch, Some(h))),
+                Some(_) => None,
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(false);
+        }
+        // One pipeline (one round trip) reads a share of the budget for every shard.
+        let limit = (self.cfg.window_limit / wanted.len()).max(100);
+        let mut pipe = redis::pipe();
+        for &(s, epoch, from) in &wanted {
+            let from_arg = from.map_or_else(|| "-inf".to_string(), |f| f.to_string());
+            pipe.cmd("EVALSHA")
+                .arg(scripts().load.get_hash())
+                .arg(4)
+                .arg(self.ns.shards[s as usize].0.as_slice())
+                .arg(epoch)
+                .arg(from_arg)
+                .arg(to)
+                .arg(limit)
+                .arg(if from.is_none() { "1" } else { "0" });
+        }
+        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let mut more = false;
+        for ((shard, _, _), reply) in wanted.into_iter().zip(replies) {
+            let mut r = array(reply)?.into_iter();
+            let horizon = int(&r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?)?;
+            if horizon < 0 {
+                self.stats.fenced += 1;
+                self.drop_shard(shard);
+                continue;
             }
+            for list in r {
+                let mut it = array(list)?.into_iter();
+                while let (Some(id), Some(at), Some(v)) = (it.next(), it.next(), it.next()) {
+                    let (id, at, v) = (string(id)?, int(&at)? as u64, int(&v)? as u64);
+                    self.arm(shard, id, at, v);
+                }
+            }
+            if let Some(o) = self.owned.get_mut(&shard) {
+                o.loaded_until = Some(horizon as u64);
+            }
+            more |= (horizon as u64) < to;
         }
-        if let Some(o) = self.owned.get_mut(&shard) {
-            o.loaded_until = Some(horizon as u64);
-        }
-        Ok(())
+        Ok(more)
     }
 
     /// Claims everything due in one pipeline (one script call per shard and batch), hands
@@ -608,6 +697,8 @@ impl Worker {
         let now_arg = self.cfg.now_arg();
         let sha = scripts().deliver.get_hash().to_string();
         let mut pipe = redis::pipe();
+        let acks = std::mem::take(&mut self.pending_acks);
+        let ack_calls = self.ack_calls(&mut pipe, &acks);
         let mut calls: Vec<(u32, u64)> = Vec::new();
         for (shard, ids) in &due {
             let Some(epoch) = self.owned.get(shard).map(|o| o.epoch) else {
@@ -621,11 +712,14 @@ impl Worker {
             }
         }
         if calls.is_empty() {
+            self.pending_acks = acks;
             return Ok(0);
         }
-        let before = local_us();
         let replies: Vec<Value> = pipe.query(self.con()?)?;
         let after = local_us();
+        let mut replies = replies.into_iter();
+        let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
+        self.ack_replies(&acks, ack_calls, ack_replies)?;
         let mut claimed: Vec<Delivery> = Vec::new();
         for ((shard, epoch), reply) in calls.into_iter().zip(replies) {
             let mut reply = array(reply)?.into_iter();
@@ -636,13 +730,12 @@ impl Worker {
             };
             let status = int(&head()?)?;
             let server_now = int(&head()?)? as u64;
+            let server_us = int(&head()?)?;
+            self.observe_clock(server_us, after);
             if status < 0 {
                 self.stats.fenced += 1;
                 self.drop_shard(shard);
                 continue;
-            }
-            if let TimeSource::Server = self.cfg.time {
-                self.offset_ms = server_now as i64 - ((before + after) / 2000) as i64;
             }
             for entry in reply {
                 let mut e = array(entry)?.into_iter();
@@ -673,63 +766,93 @@ impl Worker {
                         let id = string(next()?)?;
                         let at = int(&next()?)? as u64;
                         let version = int(&next()?)? as u64;
+                        // Not before the next millisecond, should the estimate be ahead.
+                        let at = at.max(self.now_ms() + 1);
                         self.arm(shard, id, at, version);
                     }
                     _ => {}
                 }
             }
         }
-        let mut acks: BTreeMap<(u32, u64), Vec<&Delivery>> = BTreeMap::new();
         let mut retries = Vec::new();
         for d in &claimed {
             self.stats.delivered += 1;
             match handler(d) {
-                Outcome::Ack => acks.entry((d.shard, d.epoch)).or_default().push(d),
+                Outcome::Ack => self.pending_acks.push(PendingAck {
+                    shard: d.shard,
+                    epoch: d.epoch,
+                    id: d.id.clone(),
+                    version: d.version,
+                    attempt: d.attempt,
+                }),
                 Outcome::RetryAfter(after) => retries.push((d, after)),
                 Outcome::Leave => {}
             }
         }
-        self.ack(acks)?;
         for (d, after) in retries {
             self.retry(d, after)?;
         }
         Ok(claimed.len())
     }
 
-    fn ack(&mut self, acks: BTreeMap<(u32, u64), Vec<&Delivery>>) -> Result<(), Error> {
-        if acks.is_empty() {
+    /// Sends the held acknowledgements now.
+    fn flush_acks(&mut self) -> Result<(), Error> {
+        if self.pending_acks.is_empty() {
             return Ok(());
         }
-        let sha = scripts().ack.get_hash().to_string();
+        let acks = std::mem::take(&mut self.pending_acks);
         let mut pipe = redis::pipe();
-        let mut calls: Vec<(u32, &[&Delivery])> = Vec::new();
-        for (&(shard, epoch), ds) in &acks {
-            for chunk in ds.chunks(self.cfg.batch) {
+        let calls = self.ack_calls(&mut pipe, &acks);
+        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        self.ack_replies(&acks, calls, replies)
+    }
+
+    /// Adds ACK script calls for `acks` (grouped by shard and epoch, [`Config::batch`] a call)
+    /// to `pipe`; returns each call's shard and the indices of its acks.
+    fn ack_calls(&self, pipe: &mut redis::Pipeline, acks: &[PendingAck]) -> Vec<(u32, Vec<usize>)> {
+        let mut groups: BTreeMap<(u32, u64), Vec<usize>> = BTreeMap::new();
+        for (i, a) in acks.iter().enumerate() {
+            groups.entry((a.shard, a.epoch)).or_default().push(i);
+        }
+        let sha = scripts().ack.get_hash();
+        let mut calls = Vec::new();
+        for ((shard, epoch), idx) in groups {
+            for chunk in idx.chunks(self.cfg.batch) {
                 let keys = &self.ns.shards[shard as usize].0;
                 let cmd = pipe
                     .cmd("EVALSHA")
-                    .arg(&sha)
+                    .arg(sha)
                     .arg(4)
                     .arg(keys.as_slice())
                     .arg(epoch);
-                for d in chunk {
-                    cmd.arg(&d.id).arg(d.version).arg(d.attempt);
+                for &i in chunk {
+                    cmd.arg(&acks[i].id)
+                        .arg(acks[i].version)
+                        .arg(acks[i].attempt);
                 }
-                calls.push((shard, chunk));
+                calls.push((shard, chunk.to_vec()));
             }
         }
-        let replies: Vec<Value> = pipe.query(self.con()?)?;
-        for ((shard, chunk), reply) in calls.into_iter().zip(replies) {
+        calls
+    }
+
+    fn ack_replies(
+        &mut self,
+        acks: &[PendingAck],
+        calls: Vec<(u32, Vec<usize>)>,
+        replies: Vec<Value>,
+    ) -> Result<(), Error> {
+        for ((shard, idx), reply) in calls.into_iter().zip(replies) {
             let mut reply = array(reply)?.into_iter();
             if int(&reply.next().ok_or_else(|| Error::Protocol("ACK".into()))?)? < 0 {
                 self.stats.fenced += 1;
                 self.drop_shard(shard);
                 continue;
             }
-            for (d, ok) in chunk.iter().zip(reply) {
+            for (i, ok) in idx.into_iter().zip(reply) {
                 if int(&ok)? == 1 {
                     self.stats.acked += 1;
-                    self.disarm(shard, d.id.clone());
+                    self.disarm(shard, acks[i].id.clone());
                 } else {
                     self.stats.stale_acks += 1;
                 }

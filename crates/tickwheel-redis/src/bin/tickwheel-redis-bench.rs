@@ -45,9 +45,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match bench::run(&cfg, |m| eprintln!("running: {m}")) {
-        Ok(reports) => {
+    match bench::run_with_reference(&cfg, true, |m| eprintln!("running: {m}")) {
+        Ok((reports, zadd)) => {
             print!("{}", bench::table(&reports));
+            match zadd {
+                Some(r) => println!("redis-benchmark -P 64 -t zadd on the same server: {r:.0}/s"),
+                None => println!("redis-benchmark: not run (not installed?)"),
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
