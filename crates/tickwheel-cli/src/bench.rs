@@ -7,6 +7,7 @@
 //! Nothing is printed as a result, and no file is written, unless every run passed its
 //! checks.
 
+use crate::durable::{self, DurableEntrant, DurableSettings};
 use crate::entrant::Entrant;
 use crate::machine::Machine;
 use crate::plot;
@@ -37,6 +38,8 @@ pub struct Settings {
     pub w4_n: usize,
     /// W4 largest delay, ms.
     pub w4_max_delay_ms: u64,
+    /// W6 settings.
+    pub durable: DurableSettings,
     /// The command line, for the record.
     pub command_line: String,
 }
@@ -60,6 +63,20 @@ impl Settings {
                 _ => None,
             })
             .collect()
+    }
+
+    fn durable_entrants(&self) -> Vec<DurableEntrant> {
+        self.entrants
+            .iter()
+            .filter_map(|e| match e {
+                Entrant::Durable(d) => Some(*d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn runs_durable(&self) -> bool {
+        self.workloads_of(Family::Durable).next().is_some() && !self.durable_entrants().is_empty()
     }
 
     fn workloads_of(&self, family: Family) -> impl Iterator<Item = Workload> + '_ {
@@ -113,15 +130,22 @@ pub fn run(settings: Settings) -> Result<(), String> {
         seed: settings.seed,
         queues: Vec::new(),
         services: Vec::new(),
+        durable: Vec::new(),
+        durable_zadd_per_s: None,
         notes: caveats(&settings),
     };
     let planned = plan_queues(&settings);
-    if planned.is_empty() && !settings.runs_services() {
+    if planned.is_empty() && !settings.runs_services() && !settings.runs_durable() {
         return Err("nothing to run: no chosen entrant runs any chosen workload".to_owned());
     }
     run_queues(&settings, &planned, &mut report)?;
     if settings.runs_services() {
         run_services(&settings, &mut report)?;
+    }
+    if settings.runs_durable() {
+        let (samples, zadd) = durable::run(&settings.durable_entrants(), &settings.durable)?;
+        report.durable = samples;
+        report.durable_zadd_per_s = zadd;
     }
     finish(&settings, &report)
 }
@@ -297,6 +321,10 @@ fn finish(s: &Settings, report: &Report) -> Result<(), String> {
         }
     }
     say_raw!("{}", services::report::table(&report.services));
+    say_raw!(
+        "{}",
+        durable::report::table(&report.durable, report.durable_zadd_per_s)
+    );
     say!(
         "\n* = tickwheel. Seed {}; every entrant got identical input.",
         s.seed

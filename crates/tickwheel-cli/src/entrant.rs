@@ -1,6 +1,7 @@
 //! Every entrant `tickwheel bench` knows, across families: one name space for the command
 //! line, tables and files, each name owned by exactly one family's entrant type.
 
+use crate::durable::DurableEntrant;
 use crate::queues::QueueEntrant;
 use crate::services::ServiceEntrant;
 use std::fmt;
@@ -13,14 +14,17 @@ pub enum Entrant {
     Queue(QueueEntrant),
     /// A timer service on the real clock.
     Service(ServiceEntrant),
+    /// A durable-task design on Redis.
+    Durable(DurableEntrant),
 }
 
 impl Entrant {
-    /// All entrants, in table order: queues, then services.
+    /// All entrants, in table order: queues, then services, then durable designs.
     pub fn all() -> Vec<Entrant> {
         let queues = QueueEntrant::ALL.into_iter().map(Entrant::Queue);
         let services = ServiceEntrant::ALL.into_iter().map(Entrant::Service);
-        queues.chain(services).collect()
+        let durable = DurableEntrant::ALL.into_iter().map(Entrant::Durable);
+        queues.chain(services).chain(durable).collect()
     }
 
     /// The name used on the command line, in tables and in files.
@@ -28,6 +32,7 @@ impl Entrant {
         match self {
             Entrant::Queue(q) => q.name(),
             Entrant::Service(s) => s.name(),
+            Entrant::Durable(d) => d.name(),
         }
     }
 }

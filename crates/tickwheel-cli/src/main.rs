@@ -37,6 +37,7 @@ macro_rules! say_raw {
 
 mod bench;
 mod demo;
+mod durable;
 mod entrant;
 mod machine;
 mod memory;
@@ -109,6 +110,22 @@ struct BenchArgs {
     /// Largest W4 delay in milliseconds (the workload's is 1000); smaller values make W4 quick.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     w4_max_delay_ms: u64,
+    /// Also run W6, durable tasks on Redis (same as adding w6 to --workloads).
+    #[arg(long)]
+    durable: bool,
+    /// Redis for W6; without it W6 starts its own redis-server (which must be installed).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Number of tasks in W6.
+    #[arg(long, value_parser = parse_count, default_value = "1000000")]
+    durable_n: usize,
+    /// Largest W6 delay in milliseconds (the workload's is 60000).
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    durable_max_delay_ms: u64,
+    /// W6 worker counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    durable_workers: Vec<u16>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -212,6 +229,9 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
     ns.sort_unstable();
     ns.dedup();
     let mut workloads = args.workloads;
+    if args.durable {
+        workloads.push(Workload::DurableTasks);
+    }
     workloads.sort_unstable();
     workloads.dedup();
     let mut entrants = if args.entrants.is_empty() {
@@ -230,6 +250,12 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
         out: args.out,
         w4_n: if args.full { 6_000_000 } else { args.w4_n },
         w4_max_delay_ms: args.w4_max_delay_ms,
+        durable: durable::DurableSettings {
+            redis_url: args.redis,
+            n: args.durable_n,
+            max_delay_ms: args.durable_max_delay_ms,
+            workers: args.durable_workers.into_iter().map(usize::from).collect(),
+        },
         command_line,
     }
 }

@@ -4,6 +4,7 @@
 //! Invariant: every number printed or written comes from a sample whose run passed its
 //! checks (a failed check aborts the run before any output is written).
 
+use crate::durable::report::DurableSample;
 use crate::machine::Machine;
 use crate::queues::report::{self as queue_report, QueueSample};
 use crate::services::report::ServiceSample;
@@ -29,6 +30,10 @@ pub struct Report {
     pub queues: Vec<QueueSample>,
     /// Real-time service results (W4).
     pub services: Vec<ServiceSample>,
+    /// Durable-task results (W6).
+    pub durable: Vec<DurableSample>,
+    /// `redis-benchmark -P 64 -t zadd` on W6's own server, per second, when it ran.
+    pub durable_zadd_per_s: Option<f64>,
     /// Caveats worth printing next to the numbers.
     pub notes: Vec<String>,
 }
@@ -55,6 +60,9 @@ pub fn write_csv(report: &Report, path: &Path) -> Result<(), String> {
     for s in &report.services {
         csv.push_str(&crate::services::report::csv_row(s));
     }
+    for s in &report.durable {
+        csv.push_str(&crate::durable::report::csv_row(s));
+    }
     std::fs::write(path, csv).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -67,6 +75,11 @@ pub fn write_json(report: &Report, path: &Path) -> Result<(), String> {
         .map(|s| queue_report::to_json(&report.queues, s))
         .collect();
     let services: Vec<Value> = report.services.iter().map(ServiceSample::to_json).collect();
+    let durable: Vec<Value> = report
+        .durable
+        .iter()
+        .map(crate::durable::report::to_json)
+        .collect();
     let doc = json!({
         "tool": "tickwheel bench",
         "version": env!("CARGO_PKG_VERSION"),
@@ -77,6 +90,8 @@ pub fn write_json(report: &Report, path: &Path) -> Result<(), String> {
         "notes": report.notes,
         "queues": queues,
         "services": services,
+        "durable": durable,
+        "durable_zadd_per_s": report.durable_zadd_per_s,
     });
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
@@ -122,6 +137,24 @@ mod tests {
             histogram: Vec::new(),
         };
         let row = crate::services::report::csv_row(&s);
+        assert_eq!(row.trim_end().split(',').count(), columns, "{row}");
+        let d = crate::durable::report::DurableSample {
+            entrant: crate::durable::DurableEntrant::TickwheelRedis,
+            max_delay_ms: 60_000,
+            run: tickwheel_redis::bench::RunReport {
+                design: "tickwheel-redis".into(),
+                workers: 4,
+                tasks: 10,
+                schedule_rate: 1000.0,
+                delivered: 10,
+                duplicates: 0,
+                lateness_ms: [0.5, 1.0, 2.0],
+                lateness_settled_ms: [0.4, 0.9, 1.5],
+                memory_per_task: 200.0,
+                payload: 64,
+            },
+        };
+        let row = crate::durable::report::csv_row(&d);
         assert_eq!(row.trim_end().split(',').count(), columns, "{row}");
     }
 }

@@ -24,6 +24,9 @@ pub enum Workload {
     /// W5: N live timers (1..=60000 ticks) under 1000 ticks of firing, resets and cancels.
     #[value(name = "w5")]
     Churn,
+    /// W6: durable tasks on Redis, delays 0..=60 s, 1..=4 workers; needs redis-server.
+    #[value(name = "w6")]
+    DurableTasks,
 }
 
 /// What kind of timer a workload measures; each family has its own entrants.
@@ -33,16 +36,19 @@ pub enum Family {
     Queues,
     /// Timer services with their own threads, on the real clock (W4).
     Services,
+    /// Durable delayed tasks stored in Redis, delivered by worker threads (W6).
+    Durable,
 }
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::ScheduleCancel,
         Workload::ScheduleFire,
         Workload::Reset,
         Workload::Churn,
         Workload::RealTimeTasks,
+        Workload::DurableTasks,
     ];
 
     /// The short label used in tables, files and docs: `W1` … `W5`.
@@ -53,6 +59,7 @@ impl Workload {
             Workload::Reset => "W3",
             Workload::RealTimeTasks => "W4",
             Workload::Churn => "W5",
+            Workload::DurableTasks => "W6",
         }
     }
 
@@ -60,6 +67,7 @@ impl Workload {
     pub fn family(self) -> Family {
         match self {
             Workload::RealTimeTasks => Family::Services,
+            Workload::DurableTasks => Family::Durable,
             _ => Family::Queues,
         }
     }
@@ -82,6 +90,10 @@ impl Workload {
             Workload::Churn => {
                 "W5 churn (N live timers, 1..=60000 ticks; 1000 ticks of firing + N/100 \
                  resets/cancels a tick; verified)"
+            }
+            Workload::DurableTasks => {
+                "W6 durable tasks on Redis (N tasks, delays 0..=60 s, 1..=4 workers; schedule \
+                 rate, lateness, Redis memory per task)"
             }
         }
     }

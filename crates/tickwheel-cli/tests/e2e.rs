@@ -234,3 +234,50 @@ fn a_closed_stdout_is_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(output.status.success(), "{stderr}");
 }
+
+/// W6 runs against a redis-server it starts itself; without one installed it fails with a
+/// message saying how to install it (never a silent skip).
+#[test]
+fn durable_workload_runs_on_its_own_redis_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w6");
+    let args = [
+        "bench",
+        "--workloads",
+        "w6",
+        "--durable-n",
+        "500",
+        "--durable-max-delay-ms",
+        "200",
+        "--durable-workers",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = tickwheel(&args);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "W6 failed (is redis-server installed?)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("W6 durable tasks on Redis"), "{stdout}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.contains("W6,tickwheel-redis x1,true,500,"), "{csv}");
+    assert!(csv.contains("W6,polled-zset x1,false,500,"), "{csv}");
+    let json = read_json(&out.join("results.json"));
+    assert_eq!(json["durable"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json["durable"][0]["delivered"], 500);
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(args)
+        .env("TICKWHEEL_REDIS_SERVER", "/nonexistent/redis-server")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("apt-get install -y redis-server"),
+        "{stderr}"
+    );
+}

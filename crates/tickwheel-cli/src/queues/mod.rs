@@ -114,7 +114,7 @@ impl Input {
             Workload::ScheduleFire => Input::Batch(workloads::w2(seed, n)),
             Workload::Reset => Input::Batch(workloads::w3(seed, n)),
             Workload::Churn => Input::Churn(workloads::w5(seed, n)),
-            Workload::RealTimeTasks => return None,
+            Workload::RealTimeTasks | Workload::DurableTasks => return None,
         })
     }
 }
