@@ -1,0 +1,205 @@
+//! What the fuzz targets share: an operation language for a [`TimerQueue`], a `BTreeMap`
+//! model of the contract, and [`run`], which applies operations to both and panics at the
+//! first difference.
+//!
+//! Ticks are chosen relative to the queue's clock (the past, the next ticks, wheel level
+//! boundaries, powers of two ahead, `u64::MAX`), so that arbitrary bytes keep reaching the
+//! interesting places; keys are picked among every key issued, stale ones included.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use arbitrary::Arbitrary;
+use tickwheel::{TimerKey, TimerQueue};
+
+/// A tick relative to the queue's clock when the operation runs.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum Tick {
+    /// `now - n` (saturating).
+    Past(u16),
+    /// `now + n`.
+    Near(u8),
+    /// The next multiple of `64^(k % 11)` after now, plus `delta % 3 - 1`.
+    Boundary(u8, u8),
+    /// `now + 2^(k % 64)`.
+    Far(u8),
+    /// `now + n`.
+    Ahead(u32),
+    /// `u64::MAX`.
+    Max,
+}
+
+impl Tick {
+    /// The tick this names when the clock is at `now`.
+    pub fn at(self, now: u64) -> u64 {
+        match self {
+            Tick::Past(n) => now.saturating_sub(u64::from(n)),
+            Tick::Near(n) => now.saturating_add(u64::from(n)),
+            Tick::Boundary(k, delta) => {
+                let shift = 6 * u32::from(k % 11);
+                let base = (now >> shift)
+                    .saturating_add(1)
+                    .checked_shl(shift)
+                    .filter(|&b| b >> shift > now >> shift)
+                    .unwrap_or(u64::MAX);
+                base.saturating_add_signed(i64::from(delta % 3) - 1)
+            }
+            Tick::Far(k) => now.saturating_add(1 << (k % 64)),
+            Tick::Ahead(n) => now.saturating_add(u64::from(n)),
+            Tick::Max => u64::MAX,
+        }
+    }
+}
+
+/// One operation; `u16` fields pick a key among the keys issued so far.
+#[derive(Arbitrary, Clone, Debug)]
+pub enum Op {
+    Insert(Tick),
+    /// `count` inserts at `tick + (i * 37) % 64^(spread % 3)`.
+    Burst(Tick, u8, u8),
+    Remove(u16),
+    /// `count` removals picked with a stride from `start`.
+    CancelStorm(u16, u8),
+    Reset(u16, Tick),
+    Deadline(u16),
+    GetMut(u16),
+    Poll(Tick),
+    Drain(Tick),
+    NextExpiration,
+    Shrink,
+}
+
+/// The contract written as plainly as possible.
+#[derive(Default)]
+struct Model {
+    now: u64,
+    seq: u64,
+    order: BTreeMap<(u64, u64), TimerKey>,
+    timers: HashMap<TimerKey, (u64, u64, u32)>,
+}
+
+impl Model {
+    fn insert(&mut self, key: TimerKey, deadline: u64, value: u32) {
+        let eff = deadline.max(self.now);
+        self.seq += 1;
+        self.order.insert((eff, self.seq), key);
+        self.timers.insert(key, (eff, self.seq, value));
+    }
+
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        let (eff, seq, value) = self.timers.remove(&key)?;
+        self.order.remove(&(eff, seq));
+        Some(value)
+    }
+
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
+        self.remove(key)
+            .map(|v| self.insert(key, deadline, v))
+            .is_some()
+    }
+
+    fn poll(&mut self, t: u64) -> Option<(TimerKey, u32)> {
+        if t < self.now {
+            return None;
+        }
+        match self.order.first_key_value() {
+            Some((&(eff, _), &key)) if eff <= t => {
+                self.now = eff;
+                Some((key, self.remove(key)?))
+            }
+            _ => {
+                self.now = t;
+                None
+            }
+        }
+    }
+}
+
+/// Applies `ops` to `q` (fresh) and to the model, panicking at the first difference; at the
+/// end everything left must fire in model order.
+pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
+    let mut model = Model::default();
+    let mut keys: Vec<TimerKey> = Vec::new();
+    let mut issued: HashSet<TimerKey> = HashSet::new();
+    let pick =
+        |keys: &[TimerKey], i: u16| (!keys.is_empty()).then(|| keys[usize::from(i) % keys.len()]);
+    for (step, op) in ops.iter().enumerate() {
+        let value = step as u32;
+        match *op {
+            Op::Insert(tick) => {
+                let deadline = tick.at(q.now());
+                let key = q.insert(deadline, value);
+                assert!(issued.insert(key), "key {key:?} issued twice");
+                model.insert(key, deadline, value);
+                keys.push(key);
+            }
+            Op::Burst(tick, count, spread) => {
+                let base = tick.at(q.now());
+                for i in 0..u64::from(count) * 4 {
+                    let deadline = base.saturating_add((i * 37) % (1 << (6 * (spread % 3))));
+                    let key = q.insert(deadline, value);
+                    assert!(issued.insert(key), "key {key:?} issued twice");
+                    model.insert(key, deadline, value);
+                    keys.push(key);
+                }
+            }
+            Op::Remove(i) => {
+                if let Some(key) = pick(&keys, i) {
+                    assert_eq!(q.remove(key), model.remove(key), "remove({key:?})");
+                }
+            }
+            Op::CancelStorm(start, count) => {
+                for n in 0..u16::from(count) * 2 {
+                    if let Some(key) = pick(&keys, start.wrapping_add(n.wrapping_mul(97))) {
+                        assert_eq!(q.remove(key), model.remove(key), "remove({key:?})");
+                    }
+                }
+            }
+            Op::Reset(i, tick) => {
+                if let Some(key) = pick(&keys, i) {
+                    let deadline = tick.at(q.now());
+                    assert_eq!(
+                        q.reset(key, deadline),
+                        model.reset(key, deadline),
+                        "reset({key:?}, {deadline})"
+                    );
+                }
+            }
+            Op::Deadline(i) => {
+                if let Some(key) = pick(&keys, i) {
+                    let expected = model.timers.get(&key).map(|t| t.0);
+                    assert_eq!(q.deadline(key), expected, "deadline({key:?})");
+                }
+            }
+            Op::GetMut(i) => {
+                if let Some(key) = pick(&keys, i) {
+                    let expected = model.timers.get(&key).map(|t| t.2);
+                    assert_eq!(q.get_mut(key).map(|v| *v), expected, "get_mut({key:?})");
+                }
+            }
+            Op::Poll(tick) => {
+                let t = tick.at(q.now());
+                assert_eq!(q.poll_expired(t), model.poll(t), "poll_expired({t})");
+            }
+            Op::Drain(tick) => {
+                let t = tick.at(q.now());
+                let got: Vec<_> = q.drain_expired(t).collect();
+                let expected: Vec<_> = std::iter::from_fn(|| model.poll(t)).collect();
+                assert_eq!(got, expected, "drain_expired({t})");
+            }
+            Op::NextExpiration => {
+                let earliest = model.order.keys().next().map(|&(eff, _)| eff);
+                let next = q.next_expiration();
+                assert_eq!(next.is_some(), earliest.is_some(), "next_expiration");
+                if let (Some(next), Some(earliest)) = (next, earliest) {
+                    assert!(next <= earliest, "next_expiration {next} > {earliest}");
+                }
+            }
+            Op::Shrink => q.shrink_to_fit(),
+        }
+        assert_eq!(q.len(), model.timers.len(), "len after {op:?}");
+        assert_eq!(q.now(), model.now, "now after {op:?}");
+    }
+    let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+    let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
+    assert_eq!(rest, expected, "final drain");
+}
