@@ -16,8 +16,9 @@
 //! `BTreeMap<(deadline, seq), value>` (cancel and reset are map removals).
 //!
 //! Throughput is reported per timer (elements = N), so criterion's time divided by N is the
-//! cost of one timer through the workload. Inputs come from SplitMix64 outside the timed
-//! region. `cargo bench --bench queues` runs everything (a few minutes); a filter such as
+//! cost of one timer through the workload. Inputs come from `tickwheel_lab::workloads` with
+//! seed 1, outside the timed region: the same inputs as `tickwheel bench --seed 1`.
+//! `cargo bench --bench queues` runs everything (a few minutes); a filter such as
 //! `cargo bench --bench queues -- 'W2.*/100000$'` picks one workload and N.
 
 use std::cmp::Reverse;
@@ -27,6 +28,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use tickwheel::{HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
+use tickwheel_lab::workloads::{self, QueueInput};
+use tickwheel_lab::SplitMix64;
 
 /// The timer counts every workload runs at.
 const SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
@@ -161,60 +164,32 @@ impl BenchQueue for BTreeQueue {
     }
 }
 
-/// SplitMix64 (Steele, Lea & Flood): seeded input, generated outside the timed region.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `1..=max` (modulo bias below 2^-40 for these ranges).
-    fn delay(&mut self, max: u64) -> u64 {
-        1 + self.next_u64() % max
-    }
-
-    fn delays(&mut self, n: usize, max: u64) -> Vec<u64> {
-        (0..n).map(|_| self.delay(max)).collect()
-    }
-
-    /// A seeded Fisher–Yates permutation of `0..n`.
-    fn permutation(&mut self, n: usize) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
-            order.swap(i, (self.next_u64() % (i as u64 + 1)) as usize);
-        }
-        order
-    }
-}
+/// The seed of every input: `tickwheel bench --seed 1` runs the same inputs.
+const SEED: u64 = 1;
 
 /// W1: insert all, cancel all in `order`.
-fn w1<Q: BenchQueue>(delays: &[u64], order: &[usize]) -> Q {
+fn w1<Q: BenchQueue>(delays: &[u64], order: &[u32]) -> Q {
     let mut q = Q::make();
     w1_on(&mut q, delays, order, 0);
     q
 }
 
 /// W1's operations on `q`, deadlines `base + delay`.
-fn w1_on<Q: BenchQueue>(q: &mut Q, delays: &[u64], order: &[usize], base: u64) {
+fn w1_on<Q: BenchQueue>(q: &mut Q, delays: &[u64], order: &[u32], base: u64) {
     let keys: Vec<Q::Key> = delays
         .iter()
         .enumerate()
         .map(|(i, &d)| q.insert(base + d, i as u32))
         .collect();
     for &i in order {
-        black_box(q.cancel(keys[i]));
+        black_box(q.cancel(keys[i as usize]));
     }
 }
 
 /// W1 steady-state setup: a queue that already held N timers, cancelled in `churn` order,
 /// and then polled past them all (so the lazy heap drops its stale entries too). Every insert
 /// of the timed W1 then reuses memory freed in random order, as in a long-running program.
-fn w1_warm_setup<Q: BenchQueue>(delays: &[u64], churn: &[usize]) -> Q {
+fn w1_warm_setup<Q: BenchQueue>(delays: &[u64], churn: &[u32]) -> Q {
     let mut q = Q::make();
     w1_on(&mut q, delays, churn, 0);
     while q.poll(W1_WARM_BASE).is_some() {}
@@ -252,8 +227,9 @@ fn w3_setup<Q: BenchQueue>(delays: &[u64]) -> (Q, Vec<Q::Key>) {
 }
 
 /// W3 timed part: reset `keys[pick]` to `deadline` for each pair.
-fn w3<Q: BenchQueue>(q: &mut Q, keys: &mut [Q::Key], resets: &[(usize, u64)]) {
+fn w3<Q: BenchQueue>(q: &mut Q, keys: &mut [Q::Key], resets: &[(u32, u64)]) {
     for &(pick, deadline) in resets {
+        let pick = pick as usize;
         keys[pick] = q.reset(keys[pick], deadline);
     }
 }
@@ -292,9 +268,11 @@ macro_rules! for_each_queue {
 fn bench_w1(c: &mut Criterion) {
     let mut group = c.benchmark_group("W1_schedule_cancel");
     for n in SIZES {
-        let mut rng = SplitMix64(1);
-        let delays = rng.delays(n, 60_000);
-        let order = rng.permutation(n);
+        let QueueInput {
+            deadlines: delays,
+            cancel_order: order,
+            ..
+        } = workloads::w1(SEED, n);
         group.throughput(Throughput::Elements(n as u64));
         for_each_queue!(|name, Q| {
             group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
@@ -312,10 +290,13 @@ fn bench_w1(c: &mut Criterion) {
 fn bench_w1_warm(c: &mut Criterion) {
     let mut group = c.benchmark_group("W1_steady_state");
     for n in SIZES {
-        let mut rng = SplitMix64(1);
-        let delays = rng.delays(n, 60_000);
-        let order = rng.permutation(n);
-        let churn = rng.permutation(n);
+        let QueueInput {
+            deadlines: delays,
+            cancel_order: order,
+            ..
+        } = workloads::w1(SEED, n);
+        // The setup's cancel order: a stream no workload uses.
+        let churn = SplitMix64::stream(SEED, 11).permutation(n as u32);
         group.throughput(Throughput::Elements(n as u64));
         for_each_queue!(|name, Q| {
             group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
@@ -336,14 +317,15 @@ fn bench_w1_warm(c: &mut Criterion) {
 fn bench_w2(c: &mut Criterion) {
     let mut group = c.benchmark_group("W2_schedule_fire");
     for n in SIZES {
-        let delays = SplitMix64(2).delays(n, 10_000);
+        let delays = workloads::w2(SEED, n).deadlines;
+        let horizon = *workloads::W2_DELAYS.end();
         group.throughput(Throughput::Elements(n as u64));
         for_each_queue!(|name, Q| {
             group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_batched(
                     || (),
                     |()| {
-                        let (q, fired) = w2::<Q>(&delays, 10_000);
+                        let (q, fired) = w2::<Q>(&delays, horizon);
                         assert_eq!(fired, n, "{name}: every timer fires exactly once");
                         q
                     },
@@ -358,11 +340,11 @@ fn bench_w2(c: &mut Criterion) {
 fn bench_w3(c: &mut Criterion) {
     let mut group = c.benchmark_group("W3_reset");
     for n in SIZES {
-        let mut rng = SplitMix64(3);
-        let delays = rng.delays(n, 30_000);
-        let resets: Vec<(usize, u64)> = (0..n)
-            .map(|_| ((rng.next_u64() % n as u64) as usize, rng.delay(30_000)))
-            .collect();
+        let QueueInput {
+            deadlines: delays,
+            resets,
+            ..
+        } = workloads::w3(SEED, n);
         group.throughput(Throughput::Elements(n as u64));
         for_each_queue!(|name, Q| {
             group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
