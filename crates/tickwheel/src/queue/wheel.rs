@@ -72,8 +72,8 @@
 //! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
 //! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
 //! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 16
-//! bytes a pending timer (plus 256 bytes a slot), less than the timer itself needs, and the
-//! wheel never holds more than about twice what its pending timers need. A removed timer's
+//! bytes a pending timer (plus 256 bytes a slot; twice that with the vectors' spare
+//! capacity), and the wheel never holds more than about twice what its pending timers need. A removed timer's
 //! slab entry and value are freed immediately. Slot vectors keep their capacity (no
 //! allocation in steady state) until [`shrink_to_fit`](TimerQueue::shrink_to_fit), which
 //! compacts every slot and returns what is unused.
@@ -115,8 +115,10 @@ pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
 /// Mask of a ring slot number.
 const RING_MASK: u64 = RING as u64 - 1;
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one (plus
-/// [`COMPACT_SLACK`]): stale items then cost at most 16 bytes a pending timer, and draining a
-/// slot by removals scans about `COMPACT_RATIO / (COMPACT_RATIO - 1)` items a removal.
+/// [`COMPACT_SLACK`]): stale items then cost at most 16 bytes a pending timer (32 with the
+/// vector's spare capacity), and draining a slot by removals scans about
+/// `COMPACT_RATIO / (COMPACT_RATIO - 1)` items and looks up `1 / (COMPACT_RATIO - 1)` live
+/// ones a removal.
 const COMPACT_RATIO: usize = 3;
 /// Stale items a slot may hold beyond its live ones before it is compacted.
 const COMPACT_SLACK: usize = 32;
@@ -397,23 +399,26 @@ impl<T> Wheel<T> {
         };
         let mut items = core::mem::take(&mut self.slots[number].items);
         let mut kept = 0;
-        for read in start..items.len() {
-            if (read - start) % TOUCH == 0 {
-                // Load the next entries to be looked up together (tombstones load nothing).
-                self.slab.touch(&items[read..items.len().min(read + TOUCH)]);
-            }
-            let key = items[read];
-            if key == TOMBSTONE {
-                // Removed: no entry to look up.
-                continue;
-            }
-            if let Some(index) = self.valid(key, number, read) {
-                if kept != read {
-                    items[kept] = key;
-                    self.slab.link_mut(index).pos = kept as u32;
+        let mut chunk_start = start;
+        while chunk_start < items.len() {
+            let chunk_end = items.len().min(chunk_start + TOUCH);
+            // Load the entries this chunk looks up together (tombstones load nothing).
+            self.slab.touch(&items[chunk_start..chunk_end]);
+            for read in chunk_start..chunk_end {
+                let key = items[read];
+                if key == TOMBSTONE {
+                    // Removed: no entry to look up.
+                    continue;
                 }
-                kept += 1;
+                if let Some(index) = self.valid(key, number, read) {
+                    if kept != read {
+                        items[kept] = key;
+                        self.slab.link_mut(index).pos = kept as u32;
+                    }
+                    kept += 1;
+                }
             }
+            chunk_start = chunk_end;
         }
         items.truncate(kept);
         self.slots[number].items = items;
