@@ -79,9 +79,15 @@
 //! window (10 s by default) into a [`tickwheel::Wheel`] with millisecond ticks, and sleeps until
 //! the wheel's next deadline. The same script that reads the window records its end (the
 //! shard's horizon); a schedule at or before the horizon publishes a notification on the
-//! namespace's channel, so the owner adds it to its wheel at once. The window is refilled when
-//! half of it has passed. Cancels and reschedules need no message: when the wheel fires, the
-//! claim script finds the task gone or not yet due and says so.
+//! namespace's channel, so the owner adds it to its wheel at once. The window is topped up
+//! once a quarter of it has passed, [`Config::window_limit`] tasks a step between deliveries.
+//! Cancels and reschedules need no message: when the wheel fires, the claim script finds the
+//! task gone or not yet due and says so.
+//!
+//! **Round trips.** A wake-up claims everything due, on all the worker's shards, in one
+//! pipeline; the acknowledgements of a batch ride with the next claim when one is due within
+//! 2 ms, or go at once. Under `appendfsync always` every write round trip waits for an fsync,
+//! so a busy worker pays one per wake-up. Renewals and window reads are pipelined likewise.
 //!
 //! *Why a window in a wheel instead of polling?* A poller (a sorted set read every second, as
 //! Sidekiq, rq-scheduler and BullMQ's delayed sets do) delivers up to its poll interval late, and
@@ -97,6 +103,11 @@
 //! (default [`DEFAULT_MAX_PAYLOAD`]); namespaces 1 to 64 bytes without `{`, `}` or whitespace.
 //! A namespace records the schema version of its layout, and a client of another version gets
 //! [`Error::IncompatibleNamespace`] instead of misreading it.
+//!
+//! **Tools.** [`server`] starts a private `redis-server` (tests, benchmarks, demos); [`bench`](mod@bench)
+//! is the durable workload beside a polled sorted set (`tickwheel bench --durable`, or the
+//! `tickwheel-redis-bench` binary); the `tickwheel-redis-worker` binary is a worker process
+//! that logs its deliveries, for crash tests.
 //!
 //! **Redis Cluster.** The key layout is Cluster-ready (each script touches one slot; the
 //! notification channel is a plain `PUBLISH`, which a Cluster broadcasts). The clients here
