@@ -249,31 +249,35 @@ impl<T> Heap<T> {
     }
 
     /// Moves the hole at `pos` up until `node` fits, then fills it.
-    #[inline]
+    #[inline(always)]
     fn sift_up(&mut self, pos: usize, node: Node) {
         let order = node.order();
+        // Split borrows: the slab writes below cannot move the lines.
+        let (lines, slab) = (&mut self.lines[..], &mut self.slab);
         // In lanes: the parent of lane `l` (position `l - 3`) is lane `l / 4 + 2`.
         let mut lane = pos + OFFSET;
         while lane > OFFSET {
             let parent = lane / ARITY + OFFSET - 1;
-            let up = self.lines[parent / ARITY].0[parent % ARITY];
+            let up = lines[parent / ARITY].0[parent % ARITY];
             if up.order() <= order {
                 break;
             }
-            self.lines[lane / ARITY].0[lane % ARITY] = up;
-            self.slab.link_mut(up.index).0 = (lane - OFFSET) as u32;
+            lines[lane / ARITY].0[lane % ARITY] = up;
+            slab.link_mut(up.index).0 = (lane - OFFSET) as u32;
             lane = parent;
         }
-        self.place(lane - OFFSET, node);
+        lines[lane / ARITY].0[lane % ARITY] = node;
+        slab.link_mut(node.index).0 = (lane - OFFSET) as u32;
     }
 
     /// Moves the hole at `pos` down until `node` fits, then fills it.
-    #[inline]
+    #[inline(always)]
     fn sift_down(&mut self, mut pos: usize, node: Node) {
         let order = node.order();
+        let (lines, slab) = (&mut self.lines[..], &mut self.slab);
         // Node `pos`'s children are the whole of line `pos + 1`; sentinels pad the last one.
-        while let Some(line) = self.lines.get(pos + 1) {
-            let [a, b, c, d] = line.0.map(|child| child.order());
+        while let Some(&Line(children)) = lines.get(pos + 1) {
+            let [a, b, c, d] = children.map(|child| child.order());
             // A tournament: two independent comparisons, then one.
             let (left, left_order) = if b < a { (1, b) } else { (0, a) };
             let (right, right_order) = if d < c { (3, d) } else { (2, c) };
@@ -286,15 +290,19 @@ impl<T> Heap<T> {
                 break;
             }
             // `best_order < order < the sentinel's`: a real node.
-            let child = line.0[best];
-            self.place(pos, child);
+            let child = children[best];
+            let lane = pos + OFFSET;
+            lines[lane / ARITY].0[lane % ARITY] = child;
+            slab.link_mut(child.index).0 = pos as u32;
             pos = ARITY * pos + 1 + best;
         }
-        self.place(pos, node);
+        let lane = pos + OFFSET;
+        lines[lane / ARITY].0[lane % ARITY] = node;
+        slab.link_mut(node.index).0 = pos as u32;
     }
 
     /// Puts `node` at `pos` (whose old node is gone) and restores the heap around it.
-    #[inline]
+    #[inline(always)]
     fn fix(&mut self, pos: usize, node: Node) {
         if pos > 0 && node.order() < self.node((pos - 1) / ARITY).order() {
             self.sift_up(pos, node);
@@ -304,6 +312,7 @@ impl<T> Heap<T> {
     }
 
     /// Takes the node at `pos` out of the heap (its slab entry is left alone).
+    #[inline(always)]
     fn remove_node(&mut self, pos: usize) {
         if self.len == 0 {
             return;
