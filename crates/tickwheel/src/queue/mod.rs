@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | [`Wheel`] (default) | hierarchical wheel, 64 slots a level, 11 levels (Varghese & Lauck scheme 7, Linux tv1..tv5, Kafka overflow wheels) | O(1) | O(1) amortized a timer (moved down at most once a level, in paced steps ahead of time) |
 //! | [`HashedWheel`] | one level of slots with round counts (scheme 6, Netty, libco fixed) | O(1) | O(slot length) a visited slot |
-//! | [`Heap`] | indexed 4-ary min-heap (asio `timer_queue`, libevent) | O(log n) | O(log n) |
+//! | [`Heap`] | indexed 4-ary min-heap in libev's cache-line layout (asio `timer_queue`, libev) | O(log n) | O(log n) |
 //!
 //! No queue reads a clock, starts a thread or allocates per timer in steady state: timers live
 //! in a slab with a free list and are linked by `u32` index. The queues build under
@@ -39,6 +39,21 @@
 //! * **`next_expiration()`** is `Some` exactly when the queue is not empty, and is never later
 //!   than the earliest effective deadline (the wheels may answer earlier: the start of the
 //!   slot that holds it; polling there is cheap and then gives a later answer).
+
+//!
+//! # How the contract is checked
+//!
+//! `tests/conformance.rs` pins each rule down case by case for every flavor, memory bounds
+//! after cancels and resets included; `tests/model.rs` runs random operation sequences
+//! against a `BTreeMap` model (proptest) and, for long runs, a seeded stream:
+//!
+//! ```text
+//! TICKWHEEL_MODEL_OPS=100000000 cargo test --release -p tickwheel --test model long_model_run -- --nocapture
+//! ```
+//!
+//! checks 10^8 operations a queue. `fuzz/` (outside the workspace, nightly) drives each queue
+//! with arbitrary operations against the same model: `cargo +nightly fuzz run wheel` (or
+//! `hashed_wheel`, `heap`).
 
 pub mod hashed;
 pub mod heap;
