@@ -32,8 +32,8 @@ mod wall;
 
 pub use boot::BootClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use wall::{ManualWallClock, SystemClock, WallClock, STEP_POLL, STEP_THRESHOLD};
 pub use ticks::{Ticks, MAX_NOW_TICK, MAX_RESOLUTION, MIN_RESOLUTION, NEVER};
+pub use wall::{ManualWallClock, SystemClock, WallClock, STEP_POLL, STEP_THRESHOLD};
 
 #[cfg(doc)]
 use std::time::Instant;
