@@ -1,7 +1,9 @@
 //! Where lateness comes from: per delivery, how late the claim ran on the server (claimed_at -
-//! due) and how late the handler ran locally, at a light load (1000 tasks, one a ms).
+//! due) and how late the handler ran locally. Tasks are stored before the first is due (no
+//! producer running alongside); by default 1000 tasks, one a ms.
 //!
-//! `cargo run --release -p tickwheel-redis --example lateness_probe`
+//! `PROBE_N=200000 PROBE_PER_MS=40 cargo run --release -p tickwheel-redis --example
+//! lateness_probe [-- always|everysec|no]` (the argument sets the server's `appendfsync`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,12 +25,25 @@ fn main() -> Result<(), tickwheel_redis::Error> {
     let mut p = Producer::connect(&cfg)?;
     let mut w = Worker::connect(&cfg)?;
     let stop = w.stop_handle();
-    let ids: Vec<String> = (0..1000).map(|i| format!("t{i}")).collect();
-    p.schedule_many(ids.iter().enumerate().map(|(i, id)| Task {
-        id,
-        run_at: RunAt::After(Duration::from_millis(1000 + i as u64)),
-        payload: b"",
-    }))?;
+    let n: usize = std::env::var("PROBE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let per_ms: usize = std::env::var("PROBE_PER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let ids: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let lead = 1000 + n as u64 / 50; // scheduled and loaded before the first is due
+    for (c, chunk) in ids.chunks(10_000).enumerate() {
+        p.schedule_many(chunk.iter().enumerate().map(|(i, id)| Task {
+            id,
+            run_at: RunAt::After(Duration::from_millis(
+                lead + ((c * 10_000 + i) / per_ms) as u64,
+            )),
+            payload: b"",
+        }))?;
+    }
     let mut claim = Vec::new();
     let mut local = Vec::new();
     w.run(|d| {
@@ -38,7 +53,7 @@ fn main() -> Result<(), tickwheel_redis::Error> {
             .as_micros() as i64;
         claim.push(d.claimed_at_ms as i64 - d.due_ms as i64);
         local.push(now - d.due_ms as i64 * 1000);
-        if local.len() == 1000 {
+        if local.len() == n {
             stop.stop();
         }
         Outcome::Ack

@@ -1,5 +1,7 @@
-//! Wheel-only lateness at the worker's pattern (absolute ms ticks, a task a ms, sleep until
-//! next_expiration), to separate the wheel's part of lateness from Redis's.
+//! Wheel-only lateness at the worker's pattern (absolute ms ticks, sleep until
+//! next_expiration, drain), to separate the wheel's part of a worker's lateness from Redis's.
+//!
+//! `cargo run --release -p tickwheel-redis --example wheel_probe [-- TASKS PER_MS]`
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tickwheel::{TimerQueue, Wheel};
@@ -14,8 +16,17 @@ fn now_us() -> u64 {
 fn main() {
     let start = now_us() / 1000;
     let mut w = Wheel::with_start(start);
-    for i in 0..2000u64 {
-        w.insert(start + 500 + i, start + 500 + i);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
+    let per_ms: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    for i in 0..n {
+        let due = start + 500 + i / per_ms;
+        w.insert(due, due);
     }
     let mut late = Vec::new();
     let mut wakes = 0;

@@ -120,7 +120,6 @@ fn delete_prefix(con: &mut redis::Connection, pattern: &str) -> Result<(), Error
 }
 
 /// Collected first-delivery lateness (µs) and duplicate counts.
-#[derive(Default)]
 struct Sink {
     /// (due ms, lateness µs) of first deliveries.
     lateness_us: Vec<(u64, i64)>,
@@ -129,6 +128,16 @@ struct Sink {
 }
 
 impl Sink {
+    /// Sized for every task up front: growing a million-entry set mid-run would stall the
+    /// worker thread that records into it, and show up as the design's lateness.
+    fn with_capacity(n: usize) -> Sink {
+        Sink {
+            lateness_us: Vec::with_capacity(n),
+            seen: std::collections::HashSet::with_capacity(n),
+            duplicates: 0,
+        }
+    }
+
     fn record(&mut self, id: &str, due_ms: u64, at_us: u64) {
         if self.seen.insert(id.to_string()) {
             self.lateness_us
@@ -220,7 +229,7 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
     let base = used_memory(&mut con)?;
     let mut producer = Producer::connect(&config)?;
 
-    let sink = Arc::new(Mutex::new(Sink::default()));
+    let sink = Arc::new(Mutex::new(Sink::with_capacity(cfg.tasks as usize)));
     let delivered = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     let mut stops = Vec::new();
@@ -336,7 +345,7 @@ fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport,
         .query::<()>(&mut con)?;
     let base = used_memory(&mut con)?;
 
-    let sink = Arc::new(Mutex::new(Sink::default()));
+    let sink = Arc::new(Mutex::new(Sink::with_capacity(cfg.tasks as usize)));
     let delivered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
