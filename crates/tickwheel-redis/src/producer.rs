@@ -114,9 +114,14 @@ impl Producer {
     }
 
     /// Stores many tasks in one pipeline: tasks are grouped by shard, up to
-    /// [`Config::batch`] per script call. `Ok` means every task is stored; on `Err` some may
+    /// [`Config::batch`] per script call, and each task is stored exactly as
+    /// [`schedule`](Producer::schedule) would store it, in the order given (replace by id,
+    /// a new version, the owning worker told of tasks inside its loaded window: one
+    /// notification per script call, however many tasks it names). Every id and payload is
+    /// checked before anything is sent. `Ok` means every task is stored; on `Err` some may
     /// be, and calling again with the same tasks is safe (same ids replace). Returns how many
-    /// tasks replaced existing ones.
+    /// tasks replaced existing ones (as many as `true`s the same calls to `schedule` would
+    /// return).
     pub fn schedule_many<'a, I>(&mut self, tasks: I) -> Result<usize, Error>
     where
         I: IntoIterator<Item = Task<'a>>,

@@ -36,8 +36,15 @@ end
 local function header(v, a, d)
   return string.format('%d:%d:%d:', v, a, d)
 end
-local function notify(channel, shard, v, run_at, id)
-  redis.call('PUBLISH', channel, string.format('%s:%d:%d:', shard, v, run_at) .. id)
+-- A notification names a shard and one or more tasks: `shard:` then, per task,
+-- `version:run_at:id length:id`. One PUBLISH per script call, however many tasks it stored.
+local function entry(v, run_at, id)
+  return string.format('%d:%d:%d:', v, run_at, #id) .. id
+end
+local function notify(channel, shard, entries)
+  if #entries > 0 then
+    redis.call('PUBLISH', channel, shard .. ':' .. table.concat(entries))
+  end
 end
 local function epoch_is(state, e)
   return tonumber(redis.call('HGET', state, 'epoch') or '0') == tonumber(e)
@@ -46,32 +53,34 @@ end
 
 /// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload) per task.
 /// Returns how many tasks replaced an existing one (an id given twice in one call counts
-/// once). Variadic `HSET`/`ZADD` over slices of 128 tasks keep the per-task cost low.
+/// twice, as two calls would). Variadic `HSET`/`ZADD` over slices of 128 tasks keep the
+/// per-task cost low, and every task at or before the horizon goes into one notification for
+/// the whole call (see `notify`).
 const SCHEDULE: &str = r#"
 local n = (#ARGV - 3) / 4
 local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
 local v = redis.call('HINCRBY', KEYS[4], 'seq', n) - n
 local now = nil
 local replaced = 0
+local note = {}
 local i = 4
 while i <= #ARGV do
   local z, h, ids = {}, {}, {}
   local k = 0
   while i <= #ARGV and k < 128 do
-    local id, payload = ARGV[i], ARGV[i + 3]
-    local run_at = tonumber(ARGV[i + 2])
+    local id, run_at = ARGV[i], ARGV[i + 2]
     if ARGV[i + 1] == 'd' then
       now = now or clock(ARGV[1])
-      run_at = now + run_at
+      run_at = string.format('%d', now + tonumber(run_at))
     end
     v = v + 1
     k = k + 1
     z[2 * k - 1] = run_at
     z[2 * k] = id
     h[2 * k - 1] = id
-    h[2 * k] = header(v, 0, run_at) .. payload
+    h[2 * k] = v .. ':0:' .. run_at .. ':' .. ARGV[i + 3]
     ids[k] = id
-    if run_at <= horizon then notify(ARGV[2], ARGV[3], v, run_at, id) end
+    if tonumber(run_at) <= horizon then note[#note + 1] = entry(v, run_at, id) end
     i = i + 4
   end
   local added = redis.call('HSET', KEYS[2], unpack(h))
@@ -81,6 +90,7 @@ while i <= #ARGV do
   end
   redis.call('ZADD', KEYS[1], unpack(z))
 end
+notify(ARGV[2], ARGV[3], note)
 return replaced
 "#;
 
@@ -104,7 +114,7 @@ local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
 redis.call('ZADD', KEYS[1], run_at, id)
 redis.call('HSET', KEYS[2], id, header(v, a, run_at) .. payload)
 if run_at <= tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0') then
-  notify(ARGV[2], ARGV[3], v, run_at, id)
+  notify(ARGV[2], ARGV[3], {entry(v, run_at, id)})
 end
 return 1
 "#;

@@ -899,20 +899,32 @@ impl Drop for Worker {
     }
 }
 
-/// `shard:version:run_at:id`
-fn parse_notice(b: &[u8]) -> Option<Notice> {
-    let s = std::str::from_utf8(b).ok()?;
-    let mut it = s.splitn(4, ':');
-    let shard = it.next()?.parse().ok()?;
-    let version = it.next()?.parse().ok()?;
-    let run_at = it.next()?.parse().ok()?;
-    let id = it.next()?.to_string();
-    Some(Notice::Task {
-        shard,
-        version,
-        run_at,
-        id,
-    })
+/// A notification: `shard:` then, per task, `version:run_at:id length:id` (one message per
+/// script call however many tasks it stored). `None` when malformed.
+fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
+    fn field<'a>(b: &mut &'a [u8]) -> Option<&'a str> {
+        let i = b.iter().position(|&c| c == b':')?;
+        let f = std::str::from_utf8(&b[..i]).ok()?;
+        *b = &b[i + 1..];
+        Some(f)
+    }
+    let mut b = b;
+    let shard: u32 = field(&mut b)?.parse().ok()?;
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let version = field(&mut b)?.parse().ok()?;
+        let run_at = field(&mut b)?.parse().ok()?;
+        let len: usize = field(&mut b)?.parse().ok()?;
+        let id = std::str::from_utf8(b.get(..len)?).ok()?.to_string();
+        b = &b[len..];
+        out.push(Notice::Task {
+            shard,
+            version,
+            run_at,
+            id,
+        });
+    }
+    Some(out)
 }
 
 fn subscribe_loop(
@@ -940,7 +952,7 @@ fn subscribe_loop(
                 }
                 match ps.get_message() {
                     Ok(msg) => {
-                        if let Some(n) = parse_notice(msg.get_payload_bytes()) {
+                        for n in parse_notice(msg.get_payload_bytes()).unwrap_or_default() {
                             if tx.send(n).is_err() {
                                 return Ok(());
                             }
@@ -962,5 +974,34 @@ fn subscribe_loop(
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_carry_one_or_many_tasks_and_reject_garbage() {
+        let got: Vec<(u32, u64, u64, String)> = parse_notice(b"3:7:1000:2:a:8:1001:4:b:c:")
+            .unwrap()
+            .into_iter()
+            .map(|n| match n {
+                Notice::Task {
+                    shard,
+                    version,
+                    run_at,
+                    id,
+                } => (shard, version, run_at, id),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![(3, 7, 1000, "a:".into()), (3, 8, 1001, "b:c:".into())]
+        );
+        assert!(parse_notice(b"3:7:1000:9:short").is_none());
+        assert!(parse_notice(b"x:7:1000:1:a").is_none());
+        assert!(parse_notice(b"3").is_none());
     }
 }

@@ -7,7 +7,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tickwheel_redis::{Config, Delivery, ManualTime, Outcome, Producer, RunAt, TaskState, Worker};
+use tickwheel_redis::{
+    Config, Delivery, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker,
+};
 
 const T0: u64 = 1_000_000;
 
@@ -431,6 +433,157 @@ fn random_operations_match_the_reference_model() {
     }
     assert!(delivered > 100, "the run exercised deliveries: {delivered}");
     assert_eq!(p.len().unwrap(), model.len() as u64);
+}
+
+/// A tick without reloading the windows: tasks scheduled into a loaded window reach the wheel
+/// only through their notification.
+fn tick_only(w: &mut Worker) -> Vec<(String, u32, u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    w.tick(&mut |d: &Delivery| {
+        got.push((d.id.clone(), d.attempt, d.due_ms, d.payload.clone()));
+        Outcome::Ack
+    })
+    .unwrap();
+    got.sort();
+    got
+}
+
+/// Waits (wall clock, for pub/sub) until `w`'s wheel holds `n` tasks; time does not move.
+fn wait_for_wheel(w: &mut Worker, n: usize, what: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(tick_only(w).is_empty(), "{what}: nothing is due yet");
+        if w.in_wheel() == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: {} tasks in the wheel, want {n}",
+            w.in_wheel()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
+    let s = common::server();
+    let window = 1000;
+    let mk = |ns: &str| {
+        let (mut cfg, time) = common::manual(&s, ns, 3);
+        cfg.window = Duration::from_millis(window);
+        let p = Producer::connect(&cfg).unwrap();
+        let w = Worker::connect(&cfg).unwrap();
+        (p, w, time)
+    };
+    let (mut p1, mut w1, t1) = mk("one");
+    let (mut pn, mut wn, tn) = mk("many");
+    let set = |ms: u64| {
+        t1.set_ms(T0 + ms);
+        tn.set_ms(T0 + ms);
+    };
+    // The reference model: id -> (run_at, payload, attempt of its next delivery).
+    let mut model: BTreeMap<String, (u64, Vec<u8>, u32)> = BTreeMap::new();
+
+    // Before: k0..k9, k0 due at once and left in flight, the others inside and beyond the
+    // window; both workers load their windows.
+    for i in 0..10u64 {
+        let (id, at) = (format!("k{i}"), if i == 0 { T0 } else { T0 + 150 * i });
+        for p in [&mut p1, &mut pn] {
+            p.schedule(&id, RunAt::AtMillis(at), b"old").unwrap();
+        }
+        model.insert(id, (at, b"old".to_vec(), 1));
+    }
+    for w in [&mut w1, &mut wn] {
+        assert_eq!(ids(&step(w, |_| Outcome::Leave)), [("k0", 1)]);
+    }
+    let horizon = T0 + window;
+    // What the wheels hold: the loaded window (a replaced task keeps its entry until the claim
+    // script answers "not yet"), then every id the notifications name.
+    let mut wheel: std::collections::BTreeSet<String> = model
+        .iter()
+        .filter(|(_, (at, _, _))| *at <= horizon)
+        .map(|(id, _)| id.clone())
+        .collect();
+
+    // The batch: new ids inside and beyond the loaded window, replaced pending ids, the
+    // in-flight k0 replaced, one id given twice, a delay relative to the (manual) clock.
+    let mut batch: Vec<(String, RunAt, Vec<u8>)> = Vec::new();
+    for i in 0..24u64 {
+        let at = T0 + 37 + 97 * i; // 2.3 windows
+        batch.push((
+            format!("n{i}"),
+            RunAt::AtMillis(at),
+            format!("n{i}").into_bytes(),
+        ));
+    }
+    for i in (0..10u64).step_by(2) {
+        let at = T0 + 2200 - 210 * i;
+        batch.push((format!("k{i}"), RunAt::AtMillis(at), b"new".to_vec()));
+    }
+    batch.push(("n3".into(), RunAt::AtMillis(T0 + 5), b"n3 again".to_vec()));
+    batch.push((
+        "d".into(),
+        RunAt::After(Duration::from_millis(420)),
+        b"d".to_vec(),
+    ));
+    let mut replaced_one = 0;
+    for (id, run_at, payload) in &batch {
+        replaced_one += usize::from(p1.schedule(id, *run_at, payload).unwrap());
+        let at = match run_at {
+            RunAt::AtMillis(ms) => *ms,
+            _ => T0 + 420,
+        };
+        model.insert(id.clone(), (at, payload.clone(), 1));
+    }
+    let replaced_many = pn
+        .schedule_many(batch.iter().map(|(id, run_at, payload)| Task {
+            id,
+            run_at: *run_at,
+            payload,
+        }))
+        .unwrap();
+    assert_eq!(replaced_many, replaced_one);
+    assert_eq!(replaced_one, 5 + 1, "k0, k2, .., k8 and the second n3");
+    for id in model.keys() {
+        assert_eq!(
+            pn.state(id).unwrap(),
+            p1.state(id).unwrap(),
+            "state of {id}"
+        );
+    }
+
+    // Notifications: every id at or before the horizon (the window's end) reaches the wheel
+    // without a reload.
+    wheel.extend(
+        model
+            .iter()
+            .filter(|(_, (at, _, _))| *at <= horizon)
+            .map(|(id, _)| id.clone()),
+    );
+    assert_eq!(wheel.len(), 19, "k0..k6 loaded, k8, n0..n9 and d notified");
+    wait_for_wheel(&mut w1, wheel.len(), "one by one");
+    wait_for_wheel(&mut wn, wheel.len(), "batch");
+
+    // Deliveries step by step (no reloads): the same for both, and as the model says.
+    let mut now = 0;
+    let mut delivered = 0;
+    while now < 3000 {
+        now += 61;
+        set(now);
+        let want: Vec<(String, u32, u64, Vec<u8>)> = model
+            .iter()
+            .filter(|(_, (at, _, _))| *at <= T0 + now)
+            .map(|(id, (at, pl, a))| (id.clone(), *a, *at, pl.clone()))
+            .collect();
+        model.retain(|_, (at, _, _)| *at > T0 + now);
+        assert_eq!(tick_only(&mut w1), want, "one by one at +{now}");
+        assert_eq!(tick_only(&mut wn), want, "batch at +{now}");
+        delivered += want.len();
+    }
+    assert!(model.is_empty());
+    assert_eq!(delivered, 10 + 24 + 1);
+    assert!(p1.is_empty().unwrap() && pn.is_empty().unwrap());
 }
 
 #[test]
