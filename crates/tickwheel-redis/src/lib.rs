@@ -50,12 +50,41 @@
 //!   retries a failed call safely. [`Producer::cancel`] returns `true` exactly when the task
 //!   was pending and will not be delivered.
 //!
+//! # Recurring tasks
+//!
+//! [`Producer::schedule_recurring`] stores a task with a [`Recurrence`]: a fixed period, or a
+//! cron pattern in an IANA time zone (evaluated by [`tickwheel::schedule::Cron`], with its
+//! daylight-saving policy). Each run is delivered like a one-shot task, carrying
+//! [`Delivery::recurrence`]. The worker computes the next run when the handler acknowledges,
+//! and the script that acknowledges the run re-arms the task at it in the same atomic step,
+//! and only if the run is still the current one (same shard epoch, version and attempt): a
+//! crash falls either before the acknowledgement (the same run is delivered again) or after
+//! the re-arm, never between, so no run is skipped or doubled by a crash. The next run is the
+//! schedule's first instant after both the run's due time and the moment it was claimed (runs
+//! missed while nothing delivered are not replayed one by one; a period keeps its phase).
+//! [`Producer::cancel`] stops the series, pending or in flight.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use tickwheel_redis::{Config, Producer, Recurrence, RunAt};
+//! # fn main() -> Result<(), tickwheel_redis::Error> {
+//! # let mut producer = Producer::connect(&Config::new("redis://127.0.0.1:6379/", "orders"))?;
+//! let report = Recurrence::cron("0 9 * * MON-FRI", "Europe/Paris")?;
+//! let now_ms = 1_800_000_000_000; // ms since the Unix epoch
+//! let first = report.next_after_ms(now_ms)?.expect("the pattern fires again");
+//! producer.schedule_recurring("daily-report", RunAt::AtMillis(first), &report, b"")?;
+//! let every = Recurrence::Every(Duration::from_secs(60));
+//! producer.schedule_recurring("heartbeat", RunAt::After(Duration::from_secs(60)), &every, b"")?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Design
 //!
 //! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created
 //! and stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard is four keys that
 //! share the hash tag `{namespace:shard}`: a sorted set of pending ids scored by run-at (ms
-//! since the Unix epoch), a hash of `version:attempt:due:payload` values, a sorted set of
+//! since the Unix epoch), a hash of `version:attempt:due:recurrence:payload` values, a sorted set of
 //! in-flight ids scored by visibility deadline, and a state hash (lease owner, epoch, expiry,
 //! horizon, version counter). Every change is one Lua script over one shard's keys.
 //!
@@ -115,6 +144,7 @@
 
 mod namespace;
 mod producer;
+mod recurrence;
 mod scripts;
 pub mod server;
 mod worker;
@@ -126,4 +156,5 @@ pub use namespace::{
     SCHEMA_VERSION,
 };
 pub use producer::{Producer, Task};
+pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use worker::{Delivery, Outcome, StopHandle, Worker, WorkerStats};

@@ -11,7 +11,7 @@ use crate::scripts::scripts;
 
 /// The version of the key layout and value format this crate reads and writes. A namespace
 /// stores the version that created it; clients of another version refuse to use it.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The longest task id, in bytes.
 pub const MAX_ID_LEN: usize = 1024;
@@ -54,6 +54,9 @@ pub enum Error {
     InvalidRunAt,
     /// A configuration value is out of range (the message says which).
     InvalidConfig(String),
+    /// A recurrence that cannot be stored or evaluated: a zero period, a cron pattern or time
+    /// zone that does not parse, or one longer than [`MAX_RECURRENCE_LEN`](crate::MAX_RECURRENCE_LEN).
+    InvalidRecurrence(String),
     /// The namespace was created by another, incompatible version of this crate (or its meta
     /// key holds something else).
     IncompatibleNamespace {
@@ -95,6 +98,7 @@ impl fmt::Display for Error {
                 write!(f, "run-at instant out of range (before the Unix epoch?)")
             }
             Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
+            Error::InvalidRecurrence(m) => write!(f, "invalid recurrence: {m}"),
             Error::IncompatibleNamespace {
                 namespace,
                 found,

@@ -3,6 +3,7 @@
 use redis::{Client, Connection, Value};
 
 use crate::namespace::{array, check_id, connect, int, Config, Error, Namespace, RunAt, TaskState};
+use crate::recurrence::Recurrence;
 use crate::scripts::scripts;
 
 /// One task of a bulk [`Producer::schedule_many`].
@@ -92,6 +93,35 @@ impl Producer {
     /// starts at attempt 0, and an in-flight delivery of the old one can no longer be
     /// acknowledged). Returns whether it replaced one.
     pub fn schedule(&mut self, id: &str, run_at: RunAt, payload: &[u8]) -> Result<bool, Error> {
+        self.store(id, run_at, payload, String::new())
+    }
+
+    /// Stores a recurring task, replacing any task with the same id: its first run at
+    /// `first`, then runs as `recurrence` says, each delivered like a one-shot task (with its
+    /// own version and attempts). The worker acknowledging a run re-arms the task at the next
+    /// run in the same script (the next run is the first instant of the schedule after the
+    /// run's due time and after the moment it was claimed: runs missed while no worker was
+    /// delivering are not replayed one by one). [`cancel`](Producer::cancel) stops the series.
+    /// For a first run on the schedule itself, use [`Recurrence::next_after_ms`].
+    /// Returns whether it replaced a task.
+    pub fn schedule_recurring(
+        &mut self,
+        id: &str,
+        first: RunAt,
+        recurrence: &Recurrence,
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        let rec = recurrence.encode()?;
+        self.store(id, first, payload, rec)
+    }
+
+    fn store(
+        &mut self,
+        id: &str,
+        run_at: RunAt,
+        payload: &[u8],
+        rec: String,
+    ) -> Result<bool, Error> {
         self.check(id, payload)?;
         let (mode, ms) = run_at.encode()?;
         let now = self.cfg.now_arg();
@@ -107,7 +137,8 @@ impl Producer {
                 .arg(id)
                 .arg(mode)
                 .arg(ms)
-                .arg(payload);
+                .arg(payload)
+                .arg(rec);
             let replaced: i64 = inv.invoke(con)?;
             Ok(replaced > 0)
         })
@@ -143,7 +174,7 @@ impl Producer {
                 let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
                 cmd.arg(&now).arg(&self.ns.channel).arg(shard);
                 for (t, mode, ms) in chunk {
-                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload);
+                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload).arg("");
                 }
             }
         }
@@ -164,8 +195,10 @@ impl Producer {
     }
 
     /// Cancels a pending task: `true` exactly when it was pending and will not be delivered.
-    /// `false` for an unknown id and for a task in flight (being delivered now: its handler's
-    /// acknowledgement settles it).
+    /// `false` for an unknown id and for a one-shot task in flight (being delivered now: its
+    /// handler's acknowledgement settles it). A recurring task stops: `true` when it was
+    /// pending or in flight (the run in hand can then no longer be acknowledged nor delivered
+    /// again), so no further run is delivered.
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
         self.with_con(|con, ns| {

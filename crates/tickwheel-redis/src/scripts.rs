@@ -4,7 +4,7 @@
 //!
 //! Shard keys, in the order every shard script takes them:
 //! `KEYS[1]` the due set (sorted set id → run-at ms), `KEYS[2]` the task hash (id →
-//! `version:attempt:due:payload`), `KEYS[3]` the in-flight set (sorted set id → visibility
+//! `version:attempt:due:recurrence:payload`, see `parse`), `KEYS[3]` the in-flight set (sorted set id → visibility
 //! deadline ms), `KEYS[4]` the shard state hash (`owner`, `epoch`, `expires`, `horizon`,
 //! `seq`).
 //!
@@ -26,15 +26,20 @@ local function clock_us(arg)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- A task's value: `version:attempt:due:recurrence length:` then the recurrence (empty for
+-- a one-shot task) then the payload. Returns version, attempt, due, payload, recurrence.
 local function parse(h)
   local a = string.find(h, ':', 1, true)
   local b = string.find(h, ':', a + 1, true)
   local c = string.find(h, ':', b + 1, true)
+  local d = string.find(h, ':', c + 1, true)
+  local n = tonumber(string.sub(h, c + 1, d - 1))
   return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
-         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, c + 1)
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1 + n),
+         string.sub(h, d + 1, d + n)
 end
-local function header(v, a, d)
-  return string.format('%d:%d:%d:', v, a, d)
+local function header(v, a, d, rec)
+  return string.format('%d:%d:%d:%d:', v, a, d, #rec) .. rec
 end
 -- A notification names a shard and one or more tasks: `shard:` then, per task,
 -- `version:run_at:id length:id`. One PUBLISH per script call, however many tasks it stored.
@@ -51,13 +56,14 @@ local function epoch_is(state, e)
 end
 "#;
 
-/// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload) per task.
+/// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload, recurrence) per task
+/// (the recurrence is empty for a one-shot task).
 /// Returns how many tasks replaced an existing one (an id given twice in one call counts
 /// twice, as two calls would). Variadic `HSET`/`ZADD` over slices of 128 tasks keep the
 /// per-task cost low, and every task at or before the horizon goes into one notification for
 /// the whole call (see `notify`).
 const SCHEDULE: &str = r#"
-local n = (#ARGV - 3) / 4
+local n = (#ARGV - 3) / 5
 local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
 local v = redis.call('HINCRBY', KEYS[4], 'seq', n) - n
 local now = nil
@@ -78,10 +84,11 @@ while i <= #ARGV do
     z[2 * k - 1] = run_at
     z[2 * k] = id
     h[2 * k - 1] = id
-    h[2 * k] = v .. ':0:' .. run_at .. ':' .. ARGV[i + 3]
+    local rec = ARGV[i + 4]
+    h[2 * k] = v .. ':0:' .. run_at .. ':' .. #rec .. ':' .. rec .. ARGV[i + 3]
     ids[k] = id
     if tonumber(run_at) <= horizon then note[#note + 1] = entry(v, run_at, id) end
-    i = i + 4
+    i = i + 5
   end
   local added = redis.call('HSET', KEYS[2], unpack(h))
   if added < k then
@@ -94,9 +101,16 @@ notify(ARGV[2], ARGV[3], note)
 return replaced
 "#;
 
-/// ARGV: id. 1 when the task was pending and is now gone, 0 otherwise.
+/// ARGV: id. 1 when the task was pending and is now gone, or recurring and in flight (the
+/// series stops: the run in hand can no longer be acknowledged, nor delivered again), 0
+/// otherwise.
 const CANCEL: &str = r#"
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  return 1
+end
+local h = redis.call('HGET', KEYS[2], ARGV[1])
+if h and select(5, parse(h)) ~= '' and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
   return 1
 end
@@ -107,12 +121,12 @@ return 0
 const RESCHEDULE: &str = r#"
 local id = ARGV[4]
 if not redis.call('ZSCORE', KEYS[1], id) then return 0 end
-local _, a, _, payload = parse(redis.call('HGET', KEYS[2], id))
+local _, a, _, payload, rec = parse(redis.call('HGET', KEYS[2], id))
 local run_at = tonumber(ARGV[6])
 if ARGV[5] == 'd' then run_at = clock(ARGV[1]) + run_at end
 local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
 redis.call('ZADD', KEYS[1], run_at, id)
-redis.call('HSET', KEYS[2], id, header(v, a, run_at) .. payload)
+redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
 if run_at <= tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0') then
   notify(ARGV[2], ARGV[3], {entry(v, run_at, id)})
 end
@@ -215,7 +229,7 @@ return {horizon, with_versions(r), with_versions(infl)}
 /// ARGV: now, epoch, visibility ms, ids... Claims each due task (pending and due, or in
 /// flight past its visibility deadline): attempt + 1, into the in-flight set.
 /// Returns {-1, now, now_us} when fenced, else {1, now, now_us, entry...} with entries
-/// {1, id, version, attempt, due, payload} delivered, {2, id, ms, version} not due until ms,
+/// {1, id, version, attempt, due, payload, recurrence} delivered, {2, id, ms, version} not due until ms,
 /// {0, id} gone.
 const DELIVER: &str = r#"
 local us = clock_us(ARGV[1])
@@ -236,39 +250,56 @@ for i = 4, #ARGV do
   elseif tonumber(s) > now then
     out[#out + 1] = {2, id, tonumber(s), (parse(redis.call('HGET', KEYS[2], id)))}
   else
-    local v, a, d, payload = parse(redis.call('HGET', KEYS[2], id))
+    local v, a, d, payload, rec = parse(redis.call('HGET', KEYS[2], id))
     a = a + 1
     if pending then
       redis.call('ZREM', KEYS[1], id)
       d = tonumber(s)
     end
     redis.call('ZADD', KEYS[3], vis, id)
-    redis.call('HSET', KEYS[2], id, header(v, a, d) .. payload)
-    out[#out + 1] = {1, id, v, a, d, payload}
+    redis.call('HSET', KEYS[2], id, header(v, a, d, rec) .. payload)
+    out[#out + 1] = {1, id, v, a, d, payload, rec}
   end
 end
 return out
 "#;
 
-/// ARGV: epoch, then (id, version, attempt) per delivery. Returns {-1} when fenced, else
-/// {1, acked...} with 1 where the delivery was still the current one and is now removed.
+/// ARGV: epoch, channel, shard, then (id, version, attempt, next run ms or 0) per delivery.
+/// Acknowledges each delivery that is still the current one (same epoch, version and
+/// attempt): a one-shot task, or a recurring one with next 0 (its series ended), is removed;
+/// a recurring task with a next run is re-armed in the same step, at that run with a new
+/// version and attempt 0 (published when at or before the horizon). A crash can therefore
+/// fall only before the acknowledgement (the run is delivered again) or after the re-arm.
+/// Returns {-1} when fenced, else {1, acked...} with 1 where the delivery was acknowledged.
 const ACK: &str = r#"
 if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
 local out = {1}
-for i = 2, #ARGV, 3 do
+local note = {}
+local horizon = nil
+for i = 4, #ARGV, 4 do
   local id = ARGV[i]
   local ok = 0
   local h = redis.call('HGET', KEYS[2], id)
   if h then
-    local v, a = parse(h)
+    local v, a, _, payload, rec = parse(h)
     if v == tonumber(ARGV[i + 1]) and a == tonumber(ARGV[i + 2])
         and redis.call('ZREM', KEYS[3], id) == 1 then
-      redis.call('HDEL', KEYS[2], id)
+      local nxt = tonumber(ARGV[i + 3])
+      if rec ~= '' and nxt > 0 then
+        local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
+        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec) .. payload)
+        redis.call('ZADD', KEYS[1], nxt, id)
+        horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
+        if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end
+      else
+        redis.call('HDEL', KEYS[2], id)
+      end
       ok = 1
     end
   end
   out[#out + 1] = ok
 end
+notify(ARGV[2], ARGV[3], note)
 return out
 "#;
 
@@ -280,13 +311,13 @@ if not epoch_is(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[3]
 local h = redis.call('HGET', KEYS[2], id)
 if not h then return {0} end
-local v, a, _, payload = parse(h)
+local v, a, _, payload, rec = parse(h)
 if v ~= tonumber(ARGV[4]) or a ~= tonumber(ARGV[5]) or redis.call('ZREM', KEYS[3], id) == 0 then
   return {0}
 end
 local run_at = now + tonumber(ARGV[6])
 redis.call('ZADD', KEYS[1], run_at, id)
-redis.call('HSET', KEYS[2], id, header(v, a, run_at) .. payload)
+redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
 return {1, run_at}
 "#;
 

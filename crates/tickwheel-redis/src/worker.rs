@@ -11,6 +11,7 @@ use redis::{Client, Connection, Value};
 use tickwheel::{TimerKey, TimerQueue, Wheel};
 
 use crate::namespace::{array, bytes, connect, int, string, Config, Error, Namespace, TimeSource};
+use crate::recurrence::{Recurrence, Rule};
 use crate::scripts::scripts;
 
 /// One delivery of a task to a handler: everything it needs to do the work and to
@@ -34,6 +35,9 @@ pub struct Delivery {
     pub epoch: u64,
     /// When Redis handed it out, ms since the Unix epoch (by the namespace's clock).
     pub claimed_at_ms: u64,
+    /// For a run of a recurring task, how it repeats: acknowledging the run re-arms the task
+    /// at its next run, in the same step. `None` for a one-shot task.
+    pub recurrence: Option<Recurrence>,
 }
 
 impl Delivery {
@@ -46,7 +50,7 @@ impl Delivery {
 /// What a handler asks the worker to do with a delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Done: remove the task.
+    /// Done: remove the task (a recurring one is re-armed at its next run instead).
     Ack,
     /// Deliver it again after this delay (its attempt count is kept and grows).
     RetryAfter(Duration),
@@ -73,6 +77,10 @@ pub struct WorkerStats {
     pub dropped: u64,
     /// Redis errors the run loop recovered from (with backoff and a reconnect).
     pub redis_errors: u64,
+    /// Acknowledgements not sent because the run's stored recurrence cannot be evaluated here
+    /// (a time zone this machine does not know, say): the run is left in flight and delivered
+    /// again after the visibility timeout, never dropped.
+    pub bad_recurrences: u64,
 }
 
 /// Stops a running [`Worker::run`] from any thread.
@@ -112,6 +120,8 @@ struct PendingAck {
     id: String,
     version: u64,
     attempt: u32,
+    /// A recurring task's next run (ms), 0 for none: the ACK script re-arms it.
+    next: u64,
 }
 
 /// How long `run` may hold acknowledgements for the next claim to carry them, ms.
@@ -150,6 +160,8 @@ pub struct Worker {
     refill_pending: bool,
     /// Acknowledgements not sent yet: they ride with the next claim (see `step`).
     pending_acks: Vec<PendingAck>,
+    /// Stored recurrences seen, evaluable or not (cleared when it grows past 1024).
+    rules: HashMap<String, Option<(Recurrence, Rule)>>,
     live: u64,
     stats: WorkerStats,
 }
@@ -216,6 +228,7 @@ impl Worker {
             next_maintenance: 0,
             refill_pending: false,
             pending_acks: Vec::new(),
+            rules: HashMap::new(),
             live: 1,
             stats: WorkerStats::default(),
         };
@@ -721,6 +734,9 @@ impl Worker {
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
         self.ack_replies(&acks, ack_calls, ack_replies)?;
         let mut claimed: Vec<Delivery> = Vec::new();
+        // Per claim: `None` one-shot, `Some(None)` a recurrence this worker cannot evaluate,
+        // `Some(Some(next))` the next run (0: the series ends).
+        let mut nexts: Vec<Option<Option<u64>>> = Vec::new();
         for ((shard, epoch), reply) in calls.into_iter().zip(replies) {
             let mut reply = array(reply)?.into_iter();
             let mut head = || {
@@ -750,7 +766,10 @@ impl Worker {
                         let attempt = int(&next()?)? as u32;
                         let due_ms = int(&next()?)? as u64;
                         let payload = bytes(next()?)?;
+                        let rec = string(next()?)?;
                         self.arm(shard, id.clone(), server_now + vis, version);
+                        let (recurrence, next_run) = self.next_run(&rec, due_ms, server_now);
+                        nexts.push(next_run);
                         claimed.push(Delivery {
                             id,
                             payload,
@@ -760,6 +779,7 @@ impl Worker {
                             shard,
                             epoch,
                             claimed_at_ms: server_now,
+                            recurrence,
                         });
                     }
                     2 => {
@@ -775,16 +795,20 @@ impl Worker {
             }
         }
         let mut retries = Vec::new();
-        for d in &claimed {
+        for (d, next) in claimed.iter().zip(nexts) {
             self.stats.delivered += 1;
             match handler(d) {
-                Outcome::Ack => self.pending_acks.push(PendingAck {
-                    shard: d.shard,
-                    epoch: d.epoch,
-                    id: d.id.clone(),
-                    version: d.version,
-                    attempt: d.attempt,
-                }),
+                Outcome::Ack => match next {
+                    Some(None) => self.stats.bad_recurrences += 1,
+                    next => self.pending_acks.push(PendingAck {
+                        shard: d.shard,
+                        epoch: d.epoch,
+                        id: d.id.clone(),
+                        version: d.version,
+                        attempt: d.attempt,
+                        next: next.flatten().unwrap_or(0),
+                    }),
+                },
                 Outcome::RetryAfter(after) => retries.push((d, after)),
                 Outcome::Leave => {}
             }
@@ -793,6 +817,35 @@ impl Worker {
             self.retry(d, after)?;
         }
         Ok(claimed.len())
+    }
+
+    /// A claimed run's recurrence (decoded from its stored form `rec`) and what its
+    /// acknowledgement re-arms: `None` for a one-shot task, `Some(None)` when this worker
+    /// cannot evaluate the recurrence, else `Some(Some(next run ms, 0 when none))`.
+    fn next_run(
+        &mut self,
+        rec: &str,
+        due_ms: u64,
+        claimed_ms: u64,
+    ) -> (Option<Recurrence>, Option<Option<u64>>) {
+        if rec.is_empty() {
+            return (None, None);
+        }
+        if self.rules.len() > 1024 {
+            self.rules.clear();
+        }
+        let entry = self.rules.entry(rec.to_string()).or_insert_with(|| {
+            let r = Recurrence::decode(rec).ok().flatten()?;
+            let rule = r.rule().ok()?;
+            Some((r, rule))
+        });
+        match entry {
+            Some((r, rule)) => (
+                Some(r.clone()),
+                Some(Some(rule.next_after(due_ms, claimed_ms).unwrap_or(0))),
+            ),
+            None => (Recurrence::decode(rec).ok().flatten(), Some(None)),
+        }
     }
 
     /// Sends the held acknowledgements now.
@@ -824,11 +877,14 @@ impl Worker {
                     .arg(sha)
                     .arg(4)
                     .arg(keys.as_slice())
-                    .arg(epoch);
+                    .arg(epoch)
+                    .arg(&self.ns.channel)
+                    .arg(shard);
                 for &i in chunk {
                     cmd.arg(&acks[i].id)
                         .arg(acks[i].version)
-                        .arg(acks[i].attempt);
+                        .arg(acks[i].attempt)
+                        .arg(acks[i].next);
                 }
                 calls.push((shard, chunk.to_vec()));
             }
