@@ -16,7 +16,9 @@ pub const MAX_RECURRENCE_LEN: usize = 512;
 /// one and the script that acknowledges the run re-arms the task at it, in one step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recurrence {
-    /// Every period (whole milliseconds, at least 1): runs at `first + k × period`.
+    /// Every period (whole milliseconds, at least 1): runs at `first + k × period`. A run
+    /// answered with [`Outcome::RetryAfter`](crate::Outcome::RetryAfter) is due again at the
+    /// retry's instant, and the period counts on from there.
     Every(Duration),
     /// At the instants of a cron pattern in an IANA time zone, with the daylight-saving policy
     /// of [`tickwheel::schedule`] (fixed-time runs in a gap run once right after it, in a fold
