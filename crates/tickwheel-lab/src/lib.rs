@@ -6,10 +6,13 @@
 //! * [`workloads`] generates the inputs of workloads W1–W5 (defined in
 //!   `docs/ARCHITECTURE.md`, section "Workloads"): delay ranges, cancel orders, resets and
 //!   churn operations, all from a seed, before anything is timed.
+//! * [`model::Model`] is the reference queue the property tests and fuzz targets compare
+//!   every queue against.
 //!
 //! The library depends on nothing (not even `tickwheel`), so `tickwheel` can use it as a
 //! dev-dependency without a cycle in its normal build.
 
+pub mod model;
 mod rng;
 pub mod workloads;
 

@@ -20,7 +20,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
 use proptest::prelude::*;
@@ -149,53 +149,8 @@ impl Keys {
     }
 }
 
-/// The reference: the contract written as plainly as possible.
-#[derive(Default)]
-struct Model {
-    now: u64,
-    seq: u64,
-    /// Pending timers in firing order.
-    order: BTreeMap<(u64, u64), TimerKey>,
-    /// key -> (effective deadline, seq, value)
-    timers: HashMap<TimerKey, (u64, u64, u32)>,
-}
-
-impl Model {
-    fn insert(&mut self, key: TimerKey, deadline: u64, value: u32) {
-        let eff = deadline.max(self.now);
-        self.seq += 1;
-        self.order.insert((eff, self.seq), key);
-        self.timers.insert(key, (eff, self.seq, value));
-    }
-
-    fn remove(&mut self, key: TimerKey) -> Option<u32> {
-        let (eff, seq, value) = self.timers.remove(&key)?;
-        self.order.remove(&(eff, seq));
-        Some(value)
-    }
-
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
-        self.remove(key)
-            .map(|v| self.insert(key, deadline, v))
-            .is_some()
-    }
-
-    fn poll(&mut self, t: u64) -> Option<(TimerKey, u32)> {
-        if t < self.now {
-            return None;
-        }
-        match self.order.first_key_value() {
-            Some((&(eff, _), &key)) if eff <= t => {
-                self.now = eff;
-                Some((key, self.remove(key)?))
-            }
-            _ => {
-                self.now = t;
-                None
-            }
-        }
-    }
-}
+/// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
+type Model = tickwheel_lab::model::Model<TimerKey, u32>;
 
 /// Runs `ops` on a fresh queue of flavor `F` and on the model, comparing after each step.
 fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
