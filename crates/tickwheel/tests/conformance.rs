@@ -282,13 +282,13 @@ fn dropping_a_drain_early_keeps_the_rest<F: Flavor>() {
 
 fn next_expiration_is_a_lower_bound<F: Flavor>() {
     let mut q = F::make();
-    let mut rng = SplitMix64(42);
+    let mut rng = SplitMix64::new(42);
     let mut deadlines = Vec::new();
     for i in 0..300 {
         let d = match i % 3 {
-            0 => rng.range(0, 200),
-            1 => rng.range(0, 1 << 20),
-            _ => rng.range(0, u64::MAX),
+            0 => rng.in_range(0..=200),
+            1 => rng.in_range(0..=1 << 20),
+            _ => rng.in_range(0..=u64::MAX),
         };
         q.insert(d, d);
         deadlines.push(d);
@@ -388,11 +388,11 @@ fn values_are_dropped_exactly_once<F: Flavor>() {
 }
 
 fn matches_a_sort_on_random_input<F: Flavor>() {
-    let mut rng = SplitMix64(7);
+    let mut rng = SplitMix64::new(7);
     let mut q = F::make();
     let mut expected = Vec::new();
     for i in 0..2_000u64 {
-        let d = rng.range(0, 70_000);
+        let d = rng.in_range(0..=70_000);
         q.insert(d, i);
         expected.push((d, i));
     }
@@ -400,7 +400,7 @@ fn matches_a_sort_on_random_input<F: Flavor>() {
     let mut fired = Vec::new();
     let mut t = 0;
     while !q.is_empty() {
-        t += rng.range(0, 300);
+        t += rng.in_range(0..=300);
         while let Some((key, i)) = q.poll_expired(t) {
             assert_eq!(q.deadline(key), None);
             fired.push((q.now(), i));
@@ -419,7 +419,7 @@ fn fill<F: Flavor>(
 ) -> Vec<(TimerKey, u64, u64)> {
     (0..n)
         .map(|i| {
-            let d = base + rng.range(0, span - 1);
+            let d = base + rng.in_range(0..=span - 1);
             (q.insert(d, i), d, i)
         })
         .collect()
@@ -441,14 +441,14 @@ fn drains_exactly<F: Flavor>(q: &mut F::Q<u64>, mut live: Vec<(TimerKey, u64, u6
 /// Cancels nine timers in ten, in random order, from slots of every size: compaction runs
 /// many times over, and what is left fires in order.
 fn cancel_storm_keeps_the_rest_in_order<F: Flavor>() {
-    let mut rng = SplitMix64(11);
+    let mut rng = SplitMix64::new(11);
     let mut q = F::make();
     // Few deadlines (big slots) and many (small ones), at several levels.
     let mut timers = fill::<F>(&mut q, &mut rng, 6_000, 1, 40);
     timers.extend(fill::<F>(&mut q, &mut rng, 6_000, 100, 5_000));
     timers.extend(fill::<F>(&mut q, &mut rng, 3_000, 300_000, 64));
     for i in (1..timers.len()).rev() {
-        let j = rng.range(0, i as u64) as usize;
+        let j = rng.in_range(0..=i as u64) as usize;
         timers.swap(i, j);
     }
     let keep = timers.split_off(timers.len() / 10 * 9);
@@ -469,19 +469,19 @@ fn cancel_storm_keeps_the_rest_in_order<F: Flavor>() {
 /// stay stale, new timers fire in order, and reused storage mixes with live timers in the
 /// same slots.
 fn cancel_then_reuse<F: Flavor>() {
-    let mut rng = SplitMix64(12);
+    let mut rng = SplitMix64::new(12);
     let mut q = F::make();
     let mut live = fill::<F>(&mut q, &mut rng, 3_000, 1, 2_000);
     let mut stale = Vec::new();
     let mut next_value = 3_000;
     for _ in 0..10 {
         for _ in 0..1_500 {
-            let (key, _, v) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+            let (key, _, v) = live.swap_remove(rng.in_range(0..=live.len() as u64 - 1) as usize);
             assert_eq!(q.remove(key), Some(v));
             stale.push(key);
         }
         for _ in 0..1_500 {
-            let d = rng.range(1, 2_000);
+            let d = rng.in_range(1..=2_000);
             live.push((q.insert(d, next_value), d, next_value));
             next_value += 1;
         }
@@ -500,7 +500,7 @@ fn cancel_then_reuse<F: Flavor>() {
 /// Removes and resets timers of a slot while the wheel is moving it down a level in paced
 /// steps (compaction of a half-moved slot), and inserts more into it meanwhile.
 fn compaction_during_absorption<F: Flavor>() {
-    let mut rng = SplitMix64(13);
+    let mut rng = SplitMix64::new(13);
     let mut q = F::make();
     assert_eq!(poll(&mut q, 0), None);
     // 20 000 timers in one level-1 slot (ticks 128..192), moved down over ticks 64..128.
@@ -513,18 +513,18 @@ fn compaction_during_absorption<F: Flavor>() {
         );
         // Remove a few hundred at random: the half-moved slot compacts.
         for _ in 0..300.min(live.len() - 1) {
-            let (key, _, v) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+            let (key, _, v) = live.swap_remove(rng.in_range(0..=live.len() as u64 - 1) as usize);
             assert_eq!(q.remove(key), Some(v));
         }
         // Reset some within the slot: each goes behind the rest at its new deadline.
         for _ in 0..20 {
-            let at = rng.range(0, live.len() as u64 - 1) as usize;
-            let d = 128 + rng.range(0, 63);
+            let at = rng.in_range(0..=live.len() as u64 - 1) as usize;
+            let d = 128 + rng.in_range(0..=63);
             assert!(q.reset(live[at].0, d));
             let (key, _, v) = live.remove(at);
             live.push((key, d, v));
         }
-        let d = 128 + rng.range(0, 63);
+        let d = 128 + rng.in_range(0..=63);
         live.push((q.insert(d, value), d, value));
     }
     // `live` is in insertion order already: resets were moved to the back.
@@ -534,12 +534,12 @@ fn compaction_during_absorption<F: Flavor>() {
 /// Resets a set of timers over and over without ever polling: stale items must not pile up,
 /// so every timer still fires once, in order, after a million resets.
 fn reset_storm_fires_each_timer_once<F: Flavor>() {
-    let mut rng = SplitMix64(14);
+    let mut rng = SplitMix64::new(14);
     let mut q = F::make();
     let mut live = fill::<F>(&mut q, &mut rng, 1_000, 1, 500);
     for _ in 0..200_000 {
-        let at = rng.range(0, live.len() as u64 - 1) as usize;
-        let d = rng.range(1, 500);
+        let at = rng.in_range(0..=live.len() as u64 - 1) as usize;
+        let d = rng.in_range(1..=500);
         assert!(q.reset(live[at].0, d));
         let (key, _, v) = live.remove(at);
         live.push((key, d, v));
@@ -616,17 +616,17 @@ macro_rules! memory_bounds {
 
             #[test]
             fn cancel_and_refill_rounds_do_not_grow() {
-                let mut rng = SplitMix64(21);
+                let mut rng = SplitMix64::new(21);
                 let mut q = $make;
                 let mut keys: Vec<_> = (0..20_000u64).map(|i| q.insert(1 + i % 500, i)).collect();
                 let full = q.allocated_bytes();
                 for round in 0..20u64 {
                     for _ in 0..10_000 {
-                        let key = keys.swap_remove(rng.range(0, keys.len() as u64 - 1) as usize);
+                        let key = keys.swap_remove(rng.in_range(0..=keys.len() as u64 - 1) as usize);
                         assert!(q.remove(key).is_some());
                     }
                     for i in 0..10_000u64 {
-                        keys.push(q.insert(1 + rng.range(0, 499), round * 10_000 + i));
+                        keys.push(q.insert(1 + rng.in_range(0..=499), round * 10_000 + i));
                     }
                     assert!(
                         q.allocated_bytes() <= full * 2,
@@ -638,12 +638,12 @@ macro_rules! memory_bounds {
 
             #[test]
             fn reset_storm_stays_within_twice_the_need() {
-                let mut rng = SplitMix64(22);
+                let mut rng = SplitMix64::new(22);
                 let mut q = $make;
                 let keys: Vec<_> = (0..20_000u64).map(|i| q.insert(1 + i % 500, i)).collect();
                 for _ in 0..400_000 {
-                    let key = keys[rng.range(0, keys.len() as u64 - 1) as usize];
-                    assert!(q.reset(key, 1 + rng.range(0, 499)));
+                    let key = keys[rng.in_range(0..=keys.len() as u64 - 1) as usize];
+                    assert!(q.reset(key, 1 + rng.in_range(0..=499)));
                 }
                 let need = need(20_000);
                 assert!(

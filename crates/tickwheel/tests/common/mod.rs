@@ -1,4 +1,4 @@
-//! What the queue test suites share: the flavors under test and a seeded generator.
+//! What the queue test suites share: the flavors under test and the seeded generator.
 //!
 //! A [`Flavor`] names one queue configuration and builds it for any value type, so a test
 //! written once as `fn case<F: Flavor>()` runs against every queue.
@@ -63,24 +63,6 @@ flavor!(
     HashedWheel::with_slots(1)
 );
 
-/// SplitMix64 (Steele, Lea & Flood): a tiny seeded generator for deterministic inputs.
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value uniform in `lo..=hi` (a negligible modulo bias is fine for tests).
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        match (hi - lo).checked_add(1) {
-            Some(span) => lo + self.next_u64() % span,
-            None => self.next_u64(),
-        }
-    }
-}
+/// The repository's one seeded generator.
+#[allow(unused_imports)] // not every suite that includes this module draws random input
+pub use tickwheel_lab::SplitMix64;
