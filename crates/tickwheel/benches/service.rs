@@ -29,19 +29,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tickwheel::service::TimerService;
+use tickwheel_lab::SplitMix64;
 
 /// Schedule+cancel pairs one sample measures, split over the producers.
 const OPS: u64 = 200_000;
 
 fn delays(seed: u64, n: usize) -> Vec<Duration> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = SplitMix64::new(seed);
     (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            Duration::from_millis(1 + x % 60_000)
-        })
+        .map(|_| Duration::from_millis(rng.in_range(1..=60_000)))
         .collect()
 }
 

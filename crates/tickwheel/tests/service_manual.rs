@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tickwheel::service::{Builder, QueueFlavor, TimerHandle, TimerService};
 use tickwheel::time::ManualClock;
+use tickwheel_lab::SplitMix64;
 
 /// `builder` on a fresh `ManualClock`, and that clock.
 fn manual_with(builder: Builder) -> (ManualClock, TimerService) {
@@ -28,23 +29,6 @@ fn counting(runs: &Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
     }
 }
 
-/// SplitMix64: a small seeded generator, so every run sees the same timers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 const TIMERS: usize = 100_000;
 const PRODUCERS: usize = 4;
 /// Delays are uniform in [0, MAX_DELAY_US] µs; the resolution is 1 ms.
@@ -61,7 +45,7 @@ struct Plan {
 }
 
 fn plan(seed: u64) -> Arc<Plan> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     Arc::new(Plan {
         delay: (0..TIMERS)
             .map(|_| Duration::from_micros(rng.below(MAX_DELAY_US + 1)))
@@ -125,7 +109,7 @@ fn run_random_deadlines(workers: usize, flavor: QueueFlavor, seed: u64) {
     let handles = schedule_all(&service, &clock, &plan);
     assert_eq!(service.stats().pending, TIMERS);
 
-    let mut rng = Rng(seed ^ 0xdead);
+    let mut rng = SplitMix64::new(seed ^ 0xdead);
     let mut cancel_result = vec![None; TIMERS];
     let start = clock.now();
     while clock.elapsed() <= Duration::from_micros(MAX_DELAY_US + 1_000) {
