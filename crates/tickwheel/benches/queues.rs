@@ -1,5 +1,5 @@
-//! Queue micro-benchmarks: DESIGN.md's workloads W1–W3 on every queue flavor and two
-//! baselines, with identical seeded input, in one run.
+//! Queue micro-benchmarks: workloads W1–W3 (docs/ARCHITECTURE.md, "Workloads") on every
+//! queue flavor and two baselines, with identical seeded input, in one run.
 //!
 //! * **W1 schedule+cancel**: insert N timers with delays uniform in [1, 60000], then remove
 //!   them all in a seeded random order. Timed: the inserts and the removes.

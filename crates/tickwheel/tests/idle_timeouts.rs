@@ -12,7 +12,7 @@
 //! * after the server stops and the clients are dropped, `/proc/self/fd` holds the same
 //!   descriptors as before (no leak).
 //!
-//! The 100 ms window is the real-time tolerance. All 200 clients run in one mio loop
+//! The 100 ms window is the test's real-time tolerance. All 200 clients run in one mio loop
 //! on the test thread (not 200 threads), so the test holds on a loaded 2-core machine. This
 //! file holds a single test so no other test opens descriptors while it counts them.
 //! `IDLE_TEST_DEBUG=1 cargo test --test idle_timeouts -- --nocapture` prints every client's
