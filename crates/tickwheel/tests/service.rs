@@ -1,6 +1,6 @@
 //! The service on the real clock: behaviour only (never early, exactly once), no timing
-//! tolerances — speed and lateness are measured in `benches/service.rs` and
-//! `examples/delayed_tasks.rs`.
+//! tolerances — speed and lateness are measured in `benches/service.rs` and by
+//! `tickwheel bench --workloads w4` and `tickwheel demo`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
