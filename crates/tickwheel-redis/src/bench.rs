@@ -223,8 +223,9 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
     let ns = format!("bench-{}", std::process::id());
     let mut config = Config::new(url, &ns);
     config.shards = cfg.shards;
-    let client = config.client()?;
-    let mut con = client.get_connection()?;
+    config.client()?; // the URL's errors, as the clients report them
+                      // The memory figures read one server's INFO: the durable workload runs on one server.
+    let mut con = redis::Client::open(url)?.get_connection()?;
     delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
     let base = used_memory(&mut con)?;
     let mut producer = Producer::connect(&config)?;

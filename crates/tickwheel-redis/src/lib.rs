@@ -138,9 +138,17 @@
 //! `tickwheel-redis-bench` binary); the `tickwheel-redis-worker` binary is a worker process
 //! that logs its deliveries, for crash tests.
 //!
-//! **Redis Cluster.** The key layout is Cluster-ready (each script touches one slot; the
-//! notification channel is a plain `PUBLISH`, which a Cluster broadcasts). The clients here
-//! connect to a single Redis endpoint (a standalone server, or a proxy in front of a Cluster).
+//! **Redis Cluster.** A URL `redis+cluster://host:port[,host:port...]` ([`CLUSTER_SCHEME`],
+//! or [`Config::cluster`] from a list of seed nodes) makes producers and workers Cluster
+//! clients: they learn the slot map from the seeds, send each script call to the node of its
+//! shard's slot and follow `MOVED`/`ASK` redirections. Each script touches one shard's keys
+//! (one slot), and the namespace's own keys (schema version, worker registry, notification
+//! channel) share the tag `{namespace}`, so they sit on one node. A pipeline is split by node
+//! (one round trip per node involved) and its replies keep their order. Notifications are a
+//! plain `PUBLISH`, which a Cluster forwards to every node, so a worker subscribes on any
+//! reachable seed node. Shards, not tasks, are placed on nodes: give a namespace several
+//! shards per node so its load spreads (the shard count is fixed when it is created).
+//! [`server::RedisCluster`] forms a private Cluster for tests.
 
 mod namespace;
 mod producer;
@@ -152,8 +160,8 @@ mod worker;
 pub mod bench;
 
 pub use namespace::{
-    Config, Error, ManualTime, RunAt, TaskState, TimeSource, DEFAULT_MAX_PAYLOAD, MAX_ID_LEN,
-    SCHEMA_VERSION,
+    Config, Error, ManualTime, RunAt, TaskState, TimeSource, CLUSTER_SCHEME, DEFAULT_MAX_PAYLOAD,
+    MAX_ID_LEN, SCHEMA_VERSION,
 };
 pub use producer::{Producer, Task};
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Client, Connection, Value};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
+use redis::{
+    Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisResult, Value,
+};
 
 use crate::scripts::scripts;
 
@@ -230,7 +233,9 @@ pub enum TaskState {
 /// namespace should share one `Config`.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The Redis URL (`redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`).
+    /// The Redis URL: one server (`redis://[user:password@]host[:port][/db]`, or
+    /// `redis+unix:///path`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
+    /// its seed nodes: see [`Config::cluster`]).
     pub url: String,
     /// The namespace: all keys start with `tw:{namespace`.
     pub namespace: String,
@@ -280,6 +285,22 @@ impl Config {
         }
     }
 
+    /// Defaults for a Redis Cluster given by seed nodes (`host:port`, or `redis://host:port/`
+    /// URLs): the URL becomes `redis+cluster://host:port,...`. The client learns the other
+    /// nodes and the slot map from the seeds, routes every script and command by its shard's
+    /// slot and follows `MOVED`/`ASK` redirections.
+    pub fn cluster<S: AsRef<str>>(nodes: &[S], namespace: impl Into<String>) -> Config {
+        let hosts: Vec<&str> = nodes
+            .iter()
+            .map(|n| {
+                let n = n.as_ref();
+                let n = n.strip_prefix("redis://").unwrap_or(n);
+                n.strip_suffix('/').unwrap_or(n)
+            })
+            .collect();
+        Config::new(format!("{CLUSTER_SCHEME}{}", hosts.join(",")), namespace)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let ns = &self.namespace;
         if ns.is_empty()
@@ -315,19 +336,44 @@ impl Config {
         Ok(())
     }
 
-    pub(crate) fn client(&self) -> Result<Client, Error> {
+    pub(crate) fn client(&self) -> Result<Endpoint, Error> {
         let invalid = |reason: String| Error::InvalidUrl {
             url: self.url.clone(),
             reason,
         };
+        if let Some(rest) = self.url.strip_prefix(CLUSTER_SCHEME) {
+            let hosts = rest.strip_suffix('/').unwrap_or(rest);
+            if hosts.is_empty() || hosts.contains('/') {
+                return Err(invalid(
+                    "expected redis+cluster://host:port[,host:port...][/]".into(),
+                ));
+            }
+            let mut nodes = Vec::new();
+            for host in hosts.split(',') {
+                let url = format!("redis://{host}/");
+                nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
+            }
+            let cluster =
+                ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
+                    .connection_timeout(self.io_timeout)
+                    .response_timeout(self.io_timeout)
+                    .build()
+                    .map_err(|e| invalid(e.to_string()))?;
+            return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
+        }
         if !(self.url.starts_with("redis://")
             || self.url.starts_with("rediss://")
             || self.url.starts_with("redis+unix://")
             || self.url.starts_with("unix://"))
         {
-            return Err(invalid("expected redis://host[:port][/db]".into()));
+            return Err(invalid(
+                "expected redis://host[:port][/db] or redis+cluster://host:port[,host:port...]"
+                    .into(),
+            ));
         }
-        Client::open(self.url.as_str()).map_err(|e| invalid(e.to_string()))
+        Client::open(self.url.as_str())
+            .map(Endpoint::Single)
+            .map_err(|e| invalid(e.to_string()))
     }
 
     /// The `now` argument of a script: empty for the server clock.
@@ -353,7 +399,7 @@ pub(crate) struct Namespace {
 
 impl Namespace {
     /// Checks (creating when absent) the namespace's meta key.
-    pub(crate) fn open(cfg: &Config, con: &mut Connection) -> Result<Namespace, Error> {
+    pub(crate) fn open(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
         let ns = &cfg.namespace;
         let meta = format!("tw:{{{ns}}}:meta");
         let (schema, shards): (Option<String>, Option<String>) = scripts()
@@ -415,12 +461,116 @@ impl Namespace {
     }
 }
 
-/// Opens a connection with the configured timeouts.
-pub(crate) fn connect(cfg: &Config, client: &Client) -> Result<Connection, Error> {
-    let con = client.get_connection_with_timeout(cfg.io_timeout)?;
-    con.set_read_timeout(Some(cfg.io_timeout))?;
-    con.set_write_timeout(Some(cfg.io_timeout))?;
-    let mut con = con;
+/// The URL scheme of a Redis Cluster: `redis+cluster://` and a comma-separated list of seed
+/// nodes (`host:port`); the client learns the rest of the cluster from them.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// Where a client connects: one server, or a Redis Cluster (its seed nodes kept as plain
+/// clients for the notification subscription).
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    Single(Client),
+    Cluster(Box<ClusterClient>, Vec<Client>),
+}
+
+impl Endpoint {
+    /// A plain connection for the notification subscription. In a Cluster a `PUBLISH` reaches
+    /// every node, so any reachable seed node will do.
+    pub(crate) fn pubsub_connection(&self, timeout: Duration) -> RedisResult<Connection> {
+        match self {
+            Endpoint::Single(c) => c.get_connection_with_timeout(timeout),
+            Endpoint::Cluster(_, nodes) => {
+                let mut last = None;
+                for c in nodes {
+                    match c.get_connection_with_timeout(timeout) {
+                        Ok(con) => return Ok(con),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.expect("a cluster URL names at least one node"))
+            }
+        }
+    }
+}
+
+/// A connection to one server or to a Redis Cluster. Single commands and scripts go through
+/// [`ConnectionLike`] (a Cluster connection routes them by their first key's slot and follows
+/// `MOVED`/`ASK`); pipelines go through [`query_pipe`], which a Cluster splits by node.
+pub(crate) enum Con {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Con {
+    fn inner(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Con::Single(c) => c,
+            Con::Cluster(c) => &mut **c,
+        }
+    }
+}
+
+impl ConnectionLike for Con {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.inner().req_packed_command(cmd)
+    }
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.inner().req_packed_commands(cmd, offset, count)
+    }
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.inner().req_command(cmd)
+    }
+    fn get_db(&self) -> i64 {
+        match self {
+            Con::Single(c) => c.get_db(),
+            Con::Cluster(c) => c.get_db(),
+        }
+    }
+    fn check_connection(&mut self) -> bool {
+        self.inner().check_connection()
+    }
+    fn is_open(&self) -> bool {
+        match self {
+            Con::Single(c) => c.is_open(),
+            Con::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+/// Runs a pipeline: in one round trip on one server; on a Cluster as a cluster pipeline, which
+/// sends each command to the node of its slot (one round trip per node involved) and returns
+/// the replies in the pipeline's order. Every command here touches one shard's keys, so each
+/// is routable on its own.
+pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> RedisResult<T> {
+    match con {
+        Con::Single(c) => pipe.query(c),
+        Con::Cluster(c) => {
+            let mut cp = ClusterPipeline::new();
+            for cmd in pipe.cmd_iter() {
+                cp.add_command(cmd.clone());
+            }
+            cp.query(c)
+        }
+    }
+}
+
+/// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
+/// Cluster).
+pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
+    let mut con = match client {
+        Endpoint::Single(client) => {
+            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
+            con.set_read_timeout(Some(cfg.io_timeout))?;
+            con.set_write_timeout(Some(cfg.io_timeout))?;
+            Con::Single(con)
+        }
+        Endpoint::Cluster(client, _) => Con::Cluster(Box::new(client.get_connection()?)),
+    };
     scripts().load_all(&mut con)?;
     Ok(con)
 }

@@ -1,8 +1,11 @@
 //! The producer side: schedule, replace, cancel, reschedule, look up.
 
-use redis::{Client, Connection, Value};
+use redis::Value;
 
-use crate::namespace::{array, check_id, connect, int, Config, Error, Namespace, RunAt, TaskState};
+use crate::namespace::{
+    array, check_id, connect, int, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt,
+    TaskState,
+};
 use crate::recurrence::Recurrence;
 use crate::scripts::scripts;
 
@@ -21,8 +24,8 @@ pub struct Task<'a> {
 /// `Ok` only once Redis has applied it. After a connection error the next call reconnects.
 pub struct Producer {
     cfg: Config,
-    client: Client,
-    con: Option<Connection>,
+    client: Endpoint,
+    con: Option<Con>,
     ns: Namespace,
 }
 
@@ -62,7 +65,7 @@ impl Producer {
     /// Runs `f` on the connection, reconnecting first if the last call broke it.
     fn with_con<T>(
         &mut self,
-        f: impl FnOnce(&mut Connection, &Namespace) -> Result<T, Error>,
+        f: impl FnOnce(&mut Con, &Namespace) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if self.con.is_none() {
             self.con = Some(connect(&self.cfg, &self.client)?);
@@ -182,7 +185,7 @@ impl Producer {
             return Ok(0);
         }
         self.with_con(|con, _| {
-            let run = |con: &mut Connection| -> redis::RedisResult<Vec<i64>> { pipe.query(con) };
+            let run = |con: &mut Con| -> redis::RedisResult<Vec<i64>> { query_pipe(con, &pipe) };
             let replaced = match run(con) {
                 Err(e) if e.code() == Some("NOSCRIPT") => {
                     scripts().schedule.prepare_invoke().load(con)?;
@@ -274,7 +277,7 @@ impl Producer {
             for s in &ns.shards {
                 pipe.cmd("HLEN").arg(&s.0[1]);
             }
-            let lens: Vec<u64> = pipe.query(con)?;
+            let lens: Vec<u64> = query_pipe(con, &pipe)?;
             Ok(lens.iter().sum())
         })
     }

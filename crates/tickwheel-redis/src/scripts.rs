@@ -364,7 +364,7 @@ pub(crate) struct Scripts {
 impl Scripts {
     /// Loads every script into Redis's script cache (after connecting: pipelines send
     /// `EVALSHA` and cannot load a missing script in the middle).
-    pub fn load_all(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+    pub fn load_all(&self, con: &mut dyn redis::ConnectionLike) -> redis::RedisResult<()> {
         for s in [
             &self.schedule,
             &self.cancel,

@@ -24,6 +24,7 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     binary: String,
+    cluster: bool,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -37,6 +38,10 @@ fn free_port() -> Result<u16, Error> {
 impl RedisServer {
     /// Starts a server on a free port in a new directory under the system temp dir.
     pub fn start() -> Result<RedisServer, Error> {
+        RedisServer::start_with(false)
+    }
+
+    fn start_with(cluster: bool) -> Result<RedisServer, Error> {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tickwheel-redis-{}-{}",
@@ -52,13 +57,24 @@ impl RedisServer {
             port: free_port()?,
             dir,
             binary,
+            cluster,
         };
         s.spawn()?;
         Ok(s)
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
-        let child = Command::new(&self.binary)
+        let mut cmd = Command::new(&self.binary);
+        if self.cluster {
+            // nodes.conf lands in --dir.
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ]);
+        }
+        let child = cmd
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(&self.dir)
@@ -135,6 +151,87 @@ impl RedisServer {
     pub fn restart(&mut self) -> Result<(), Error> {
         self.kill();
         self.spawn()
+    }
+}
+
+/// A Redis Cluster of private `redis-server` nodes (each as [`RedisServer`] starts one, with
+/// `--cluster-enabled yes` and its `nodes.conf` in its own directory), its slots spread evenly
+/// over the nodes by `redis-cli --cluster create`, no replicas. Killed on drop.
+///
+/// `redis-cli` is taken from `PATH`, or the path in `TICKWHEEL_REDIS_CLI`; Debian's
+/// `redis-server` package ships it (as `redis-tools`).
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `n` nodes (at least 3, as Redis Cluster requires), forms the cluster and waits
+    /// until every node reports `cluster_state:ok`.
+    pub fn start(n: usize) -> Result<RedisCluster, Error> {
+        if n < 3 {
+            return Err(Error::Server(
+                "a Redis Cluster needs at least 3 nodes".into(),
+            ));
+        }
+        let nodes = (0..n)
+            .map(|_| RedisServer::start_with(true))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cli = std::env::var("TICKWHEEL_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
+        let out = Command::new(&cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::Server(format!(
+                    "{cli} was not found: it ships with redis-server (Debian/Ubuntu: \
+                     `apt-get install -y redis-server`), or set TICKWHEEL_REDIS_CLI to its path"
+                )),
+                _ => Error::Server(format!("cannot run {cli}: {e}")),
+            })?;
+        if !out.status.success() {
+            return Err(Error::Server(format!(
+                "{cli} --cluster create failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &cluster.nodes {
+            let client = redis::Client::open(node.url().as_str())?;
+            let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+            loop {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con)?;
+                if info.lines().any(|l| l.trim() == "cluster_state:ok") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::Server(format!(
+                        "the cluster did not reach cluster_state:ok: {info}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The nodes' addresses, `127.0.0.1:port`: seeds for [`Config::cluster`](crate::Config::cluster).
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect()
     }
 }
 

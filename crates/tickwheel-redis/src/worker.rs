@@ -7,10 +7,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Client, Connection, Value};
+use redis::Value;
 use tickwheel::{TimerKey, TimerQueue, Wheel};
 
-use crate::namespace::{array, bytes, connect, int, string, Config, Error, Namespace, TimeSource};
+use crate::namespace::{
+    array, bytes, connect, int, query_pipe, string, Con, Config, Endpoint, Error, Namespace,
+    TimeSource,
+};
 use crate::recurrence::{Recurrence, Rule};
 use crate::scripts::scripts;
 
@@ -138,8 +141,8 @@ struct Owned {
 /// in a wheel and delivers each task at its run-at instant.
 pub struct Worker {
     cfg: Config,
-    client: Client,
-    con: Option<Connection>,
+    client: Endpoint,
+    con: Option<Con>,
     ns: Namespace,
     id: String,
     owned: BTreeMap<u32, Owned>,
@@ -314,7 +317,7 @@ impl Worker {
         self.observed_at_us = after_us;
     }
 
-    fn con(&mut self) -> Result<&mut Connection, Error> {
+    fn con(&mut self) -> Result<&mut Con, Error> {
         if self.con.is_none() {
             self.con = Some(connect(&self.cfg, &self.client)?);
         }
@@ -557,7 +560,7 @@ impl Worker {
                 .arg(lease)
                 .arg(epoch);
         }
-        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let after = local_us();
         let mut replies = replies.into_iter();
         let reply = array(
@@ -664,7 +667,7 @@ impl Worker {
                 .arg(limit)
                 .arg(if from.is_none() { "1" } else { "0" });
         }
-        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let mut more = false;
         for ((shard, _, _), reply) in wanted.into_iter().zip(replies) {
             let mut r = array(reply)?.into_iter();
@@ -728,7 +731,7 @@ impl Worker {
             self.pending_acks = acks;
             return Ok(0);
         }
-        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let after = local_us();
         let mut replies = replies.into_iter();
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
@@ -856,7 +859,7 @@ impl Worker {
         let acks = std::mem::take(&mut self.pending_acks);
         let mut pipe = redis::pipe();
         let calls = self.ack_calls(&mut pipe, &acks);
-        let replies: Vec<Value> = pipe.query(self.con()?)?;
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         self.ack_replies(&acks, calls, replies)
     }
 
@@ -984,7 +987,7 @@ fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
 }
 
 fn subscribe_loop(
-    client: Client,
+    client: Endpoint,
     channel: String,
     tx: Sender<Notice>,
     stop: Arc<AtomicBool>,
@@ -994,7 +997,7 @@ fn subscribe_loop(
     while !stop.load(Ordering::SeqCst) {
         let mut up = false;
         let r = (|| -> redis::RedisResult<()> {
-            let mut con = client.get_connection_with_timeout(io_timeout)?;
+            let mut con = client.pubsub_connection(io_timeout)?;
             con.set_read_timeout(Some(Duration::from_millis(200)))?;
             let mut ps = con.as_pubsub();
             ps.subscribe(&channel)?;

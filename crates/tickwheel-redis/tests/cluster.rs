@@ -1,0 +1,178 @@
+//! Producer and workers against a real 3-node Redis Cluster that the test forms itself
+//! (`redis-server --cluster-enabled yes` three times, then `redis-cli --cluster create`), on a
+//! manual clock. A missing `redis-server` or `redis-cli` fails the test loudly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tickwheel_redis::server::RedisCluster;
+use tickwheel_redis::{
+    Config, Delivery, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker, CLUSTER_SCHEME,
+};
+
+const T0: u64 = 1_000_000;
+const SHARDS: u32 = 12;
+
+fn cluster() -> RedisCluster {
+    match RedisCluster::start(3) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    }
+}
+
+/// The shards whose keys sit on each node, read with `KEYS` node by node.
+fn shards_per_node(c: &RedisCluster, ns: &str) -> Vec<BTreeSet<u32>> {
+    c.nodes()
+        .iter()
+        .map(|node| {
+            let mut con = redis::Client::open(node.url().as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("tw:{{{ns}:*"))
+                .query(&mut con)
+                .unwrap();
+            keys.iter()
+                .filter_map(|k| {
+                    let tag = k.split('{').nth(1)?.split('}').next()?;
+                    tag.rsplit(':').next()?.parse().ok()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn tick(w: &mut Worker, got: &mut BTreeMap<String, u32>) -> usize {
+    w.tick(&mut |d: &Delivery| {
+        *got.entry(d.id.clone()).or_default() += 1;
+        assert!(d.claimed_at_ms >= d.due_ms, "{} delivered early", d.id);
+        Outcome::Ack
+    })
+    .unwrap()
+}
+
+#[test]
+fn producer_and_two_workers_on_a_three_node_cluster() {
+    let c = cluster();
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), "cl");
+    assert!(cfg.url.starts_with(CLUSTER_SCHEME), "{}", cfg.url);
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let mut p = Producer::connect(&cfg).unwrap();
+    assert_eq!(p.shards(), SHARDS);
+
+    // One-by-one schedules, cancel, reschedule and state, each routed to its shard's node.
+    assert!(!p
+        .schedule("one", RunAt::AtMillis(T0 + 5_000), b"1")
+        .unwrap());
+    assert!(p
+        .schedule("one", RunAt::AtMillis(T0 + 6_000), b"1")
+        .unwrap());
+    assert!(matches!(
+        p.state("one").unwrap(),
+        TaskState::Pending {
+            run_at_ms,
+            ..
+        } if run_at_ms == T0 + 6_000
+    ));
+    assert!(p.reschedule("one", RunAt::AtMillis(T0 + 7_000)).unwrap());
+    p.schedule("gone", RunAt::AtMillis(T0 + 5_000), b"")
+        .unwrap();
+    assert!(p.cancel("gone").unwrap());
+    assert!(!p.cancel("gone").unwrap());
+    assert_eq!(p.state("gone").unwrap(), TaskState::Unknown);
+
+    // Bulk: one cluster pipeline, split by node.
+    let ids: Vec<String> = (0..600).map(|i| format!("t{i}")).collect();
+    let tasks = ids.iter().enumerate().map(|(i, id)| Task {
+        id,
+        run_at: RunAt::AtMillis(T0 + 5_000 + (i as u64 % 50) * 10),
+        payload: id.as_bytes(),
+    });
+    assert_eq!(p.schedule_many(tasks).unwrap(), 0);
+    assert_eq!(p.len().unwrap(), 601);
+
+    // The shards spread over all three nodes, each shard on exactly one.
+    let per_node = shards_per_node(&c, "cl");
+    assert!(
+        per_node.iter().all(|s| !s.is_empty()),
+        "every node holds shards: {per_node:?}"
+    );
+    let all: Vec<u32> = per_node.iter().flatten().copied().collect();
+    assert_eq!(
+        all.len(),
+        SHARDS as usize,
+        "each shard on one node: {per_node:?}"
+    );
+
+    // Two workers share the shards (notifications come through any node's pub/sub).
+    let mut a = Worker::connect(&cfg).unwrap();
+    let mut b = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    for _ in 0..8 {
+        tick(&mut a, &mut got);
+        tick(&mut b, &mut got);
+        time.advance(Duration::from_millis(500));
+    }
+    assert!(got.is_empty(), "nothing is due yet: {got:?}");
+    let (sa, sb) = (a.owned_shards(), b.owned_shards());
+    assert!(!sa.is_empty() && !sb.is_empty(), "{sa:?} {sb:?}");
+    assert_eq!(sa.len() + sb.len(), SHARDS as usize, "{sa:?} {sb:?}");
+
+    time.set_ms(T0 + 8_000);
+    for _ in 0..20 {
+        a.reload_windows();
+        b.reload_windows();
+        let n = tick(&mut a, &mut got) + tick(&mut b, &mut got);
+        if n == 0 && got.len() == 601 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 601, "every task delivered");
+    assert!(got.values().all(|&n| n == 1), "exactly once");
+    assert!(!got.contains_key("gone"));
+    assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+
+    // A task due inside the loaded windows reaches its owner by notification (a script's
+    // PUBLISH on one node reaches the subscription on another): no window is reloaded and
+    // the virtual clock stays short of the next refill.
+    a.tick(&mut |_| Outcome::Ack).unwrap();
+    b.tick(&mut |_| Outcome::Ack).unwrap();
+    let late: Vec<String> = (0..SHARDS).map(|i| format!("late{i}")).collect();
+    for id in &late {
+        p.schedule(id, RunAt::AtMillis(T0 + 8_100), b"").unwrap();
+    }
+    time.set_ms(T0 + 8_200);
+    for _ in 0..50 {
+        tick(&mut a, &mut got);
+        tick(&mut b, &mut got);
+        if late.iter().all(|id| got.contains_key(id)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        late.iter().all(|id| got.get(id) == Some(&1)),
+        "notified tasks delivered once: {:?}",
+        late.iter().map(|id| got.get(id)).collect::<Vec<_>>()
+    );
+    assert!(p.is_empty().unwrap());
+}
+
+#[test]
+fn malformed_cluster_urls_are_clear_errors() {
+    for url in [
+        "redis+cluster://",
+        "redis+cluster:///",
+        "redis+cluster://127.0.0.1:1/0",
+        "redis+cluster://127.0.0.1:notaport",
+    ] {
+        let err = Producer::connect(&Config::new(url, "bad")).unwrap_err();
+        assert!(
+            matches!(err, tickwheel_redis::Error::InvalidUrl { .. }),
+            "{url}: {err:?}"
+        );
+    }
+}
