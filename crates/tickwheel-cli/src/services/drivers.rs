@@ -3,9 +3,9 @@
 //! `BinaryHeap`-plus-thread baseline.
 
 use super::{Log, RealTimeTimer};
-use std::cmp::Ordering as CmpOrdering;
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -72,8 +72,6 @@ impl RealTimeTimer for TokioSleep {
     }
 }
 
-type Task = Box<dyn FnOnce() + Send>;
-
 /// Timers the `DelayQueue` task takes off the channel before it looks at expiry again.
 const CHANNEL_BATCH: usize = 1024;
 
@@ -81,10 +79,12 @@ const CHANNEL_BATCH: usize = 1024;
 /// behind a cheap schedule call: producers send `(deadline, task)` on an unbounded channel;
 /// one task on a current-thread runtime, on its own thread, moves what arrived into the
 /// queue and runs the expired tasks itself. Accepting a timer is a channel send; how late it
-/// fires depends on how far that one task is behind. Tasks are boxed callbacks, as in the
-/// `BinaryHeap` entrant.
+/// fires depends on how far that one task is behind. A timer is sent and queued as
+/// `(deadline, task id)`, its callback state in an array indexed by task id (W4's [`Log`],
+/// handed over once), so no task is boxed or reference-counted.
 pub struct DelayQueueChannel {
-    sender: Option<mpsc::UnboundedSender<(Instant, Task)>>,
+    log: Arc<OnceLock<Arc<Log>>>,
+    sender: Option<mpsc::UnboundedSender<(Instant, u32)>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -96,11 +96,14 @@ impl DelayQueueChannel {
             .build()
             .map_err(|e| format!("tokio runtime: {e}"))?;
         let (sender, receiver) = mpsc::unbounded_channel();
+        let log = Arc::new(OnceLock::new());
+        let task_log = Arc::clone(&log);
         let thread = std::thread::Builder::new()
             .name("delay-queue".into())
-            .spawn(move || runtime.block_on(delay_queue_task(receiver)))
+            .spawn(move || runtime.block_on(delay_queue_task(receiver, &task_log)))
             .map_err(|e| format!("cannot start the delay queue thread: {e}"))?;
         Ok(DelayQueueChannel {
+            log,
             sender: Some(sender),
             thread: Some(thread),
         })
@@ -109,15 +112,18 @@ impl DelayQueueChannel {
 
 /// Until the channel is closed and the queue empty: take in up to [`CHANNEL_BATCH`] sent
 /// timers, run every expired one, repeat; sleep (`Pending`) when neither made progress.
-async fn delay_queue_task(mut receiver: mpsc::UnboundedReceiver<(Instant, Task)>) {
-    let mut queue: DelayQueue<Task> = DelayQueue::new();
+async fn delay_queue_task(
+    mut receiver: mpsc::UnboundedReceiver<(Instant, u32)>,
+    log: &OnceLock<Arc<Log>>,
+) {
+    let mut queue: DelayQueue<u32> = DelayQueue::new();
     let mut closed = false;
     std::future::poll_fn(|cx| loop {
         let mut progressed = false;
         for _ in 0..CHANNEL_BATCH {
             match receiver.poll_recv(cx) {
-                Poll::Ready(Some((deadline, task))) => {
-                    queue.insert_at(task, deadline.into());
+                Poll::Ready(Some((deadline, id))) => {
+                    queue.insert_at(id, deadline.into());
                     progressed = true;
                 }
                 Poll::Ready(None) => {
@@ -128,7 +134,10 @@ async fn delay_queue_task(mut receiver: mpsc::UnboundedReceiver<(Instant, Task)>
             }
         }
         while let Poll::Ready(Some(expired)) = queue.poll_expired(cx) {
-            (expired.into_inner())();
+            // A task is only sent after the log is set, so it is set here.
+            if let Some(log) = log.get() {
+                log.fire(expired.into_inner());
+            }
             progressed = true;
         }
         if closed && queue.is_empty() {
@@ -143,11 +152,11 @@ async fn delay_queue_task(mut receiver: mpsc::UnboundedReceiver<(Instant, Task)>
 
 impl RealTimeTimer for DelayQueueChannel {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        let log = Arc::clone(log);
-        let task: Task = Box::new(move || log.fire(id));
+        // One driver serves one W4 run, so one log: kept on the first call.
+        self.log.get_or_init(|| Arc::clone(log));
         if let Some(sender) = &self.sender {
             // Fails only once the queue task is gone, which `shutdown` alone causes.
-            let _ = sender.send((deadline, task));
+            let _ = sender.send((deadline, id));
         }
     }
 
@@ -160,41 +169,22 @@ impl RealTimeTimer for DelayQueueChannel {
     }
 }
 
-/// One heap entry; ordered so the `BinaryHeap` (a max-heap) pops the earliest first.
-struct Entry {
-    deadline: Instant,
-    sequence: u64,
-    task: Task,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        (other.deadline, other.sequence).cmp(&(self.deadline, self.sequence))
-    }
-}
-
-#[derive(Default)]
-struct State {
-    heap: BinaryHeap<Entry>,
-    sequence: u64,
-    shutdown: bool,
-}
-
+/// What the heap thread shares with the producers: the heap of `(deadline, task id)` under
+/// one mutex, the condvar the thread sleeps on, and the callback state, which is W4's
+/// [`Log`]: one preallocated slot per task id, set once on the first schedule.
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    log: OnceLock<Arc<Log>>,
+}
+
+/// The heap (a max-heap of `Reverse`, so the earliest deadline is on top; equal deadlines
+/// pop in id order) and the shutdown flag.
+#[derive(Default)]
+struct State {
+    heap: BinaryHeap<Reverse<(Instant, u32)>>,
+    shutdown: bool,
 }
 
 impl Shared {
@@ -203,9 +193,12 @@ impl Shared {
     }
 }
 
-/// The timer most projects write first: a `BinaryHeap` of boxed callbacks behind a mutex,
-/// one thread that sleeps on a condvar until the earliest deadline and runs due callbacks
-/// itself (outside the lock). Scheduling a new earliest timer wakes it.
+/// The timer most projects write first, in its lean form: a std `BinaryHeap` of
+/// `(deadline, task id)` behind a mutex, one thread that sleeps with `wait_timeout` until the
+/// earliest deadline, pops what is due under the lock and runs the callbacks outside it. A
+/// task is 20 bytes in the heap: no boxed callback and no reference count per task, as the
+/// callback state lives in an array indexed by task id. Producers notify the thread only
+/// when they push a new earliest deadline.
 pub struct HeapThread {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -228,20 +221,32 @@ impl HeapThread {
 }
 
 fn timer_thread(shared: &Shared) {
-    let mut due: Vec<Task> = Vec::new();
+    let mut due: Vec<u32> = Vec::new();
     let mut state = shared.lock();
     loop {
         let now = Instant::now();
-        while state.heap.peek().is_some_and(|top| top.deadline <= now) {
-            due.extend(state.heap.pop().map(|e| e.task));
+        while let Some(&Reverse((deadline, id))) = state.heap.peek() {
+            if deadline > now {
+                break;
+            }
+            state.heap.pop();
+            due.push(id);
         }
         if !due.is_empty() {
             drop(state);
-            due.drain(..).for_each(|task| task());
+            // A task is only pushed after the log is set, so it is set here.
+            if let Some(log) = shared.log.get() {
+                due.drain(..).for_each(|id| log.fire(id));
+            }
+            due.clear();
             state = shared.lock();
             continue;
         }
-        state = match state.heap.peek().map(|top| top.deadline - now) {
+        state = match state
+            .heap
+            .peek()
+            .map(|Reverse((deadline, _))| *deadline - now)
+        {
             Some(wait) => {
                 shared
                     .wake
@@ -260,21 +265,14 @@ fn timer_thread(shared: &Shared) {
 
 impl RealTimeTimer for HeapThread {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        let log = Arc::clone(log);
-        // Allocated before locking: the timer thread pops under the same lock.
-        let task: Task = Box::new(move || log.fire(id));
+        // One driver serves one W4 run, so one log: kept on the first call.
+        self.shared.log.get_or_init(|| Arc::clone(log));
         let mut state = self.shared.lock();
-        state.sequence += 1;
-        let sequence = state.sequence;
-        state.heap.push(Entry {
-            deadline,
-            sequence,
-            task,
-        });
         let earliest = state
             .heap
             .peek()
-            .is_some_and(|top| top.sequence == sequence);
+            .is_none_or(|Reverse((top, _))| deadline < *top);
+        state.heap.push(Reverse((deadline, id)));
         drop(state);
         if earliest {
             self.shared.wake.notify_one();
