@@ -195,7 +195,7 @@ fn caveats(s: &Settings) -> Vec<String> {
             .contains(&Entrant::Service(ServiceEntrant::DelayQueueChannel))
     {
         notes.push(
-            "delayqueue-channel: schedule sends (deadline, boxed task) on an unbounded tokio \
+            "delayqueue-channel: schedule sends (deadline, task id) on an unbounded tokio \
              channel; one task on its own current-thread runtime inserts into a DelayQueue and \
              runs expired tasks itself"
                 .to_owned(),
