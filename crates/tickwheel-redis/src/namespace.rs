@@ -449,6 +449,20 @@ impl Namespace {
         })
     }
 
+    /// `script` prepared with the keys of `id`'s shard, in script order: every per-task script
+    /// runs on that one shard (one hash slot in a Cluster).
+    pub(crate) fn invoke<'s>(
+        &self,
+        script: &'s redis::Script,
+        id: &str,
+    ) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        for k in &self.shards[self.shard_of(id) as usize].0 {
+            inv.key(k);
+        }
+        inv
+    }
+
     /// The shard of a task id: FNV-1a (64 bit) of its bytes modulo the shard count. Part of
     /// the schema: it never changes within a [`SCHEMA_VERSION`].
     pub(crate) fn shard_of(&self, id: &str) -> u32 {

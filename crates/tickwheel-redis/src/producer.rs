@@ -129,14 +129,10 @@ impl Producer {
         let (mode, ms) = run_at.encode()?;
         let now = self.cfg.now_arg();
         self.with_con(|con, ns| {
-            let shard = ns.shard_of(id);
-            let mut inv = scripts().schedule.prepare_invoke();
-            for k in &ns.shards[shard as usize].0 {
-                inv.key(k);
-            }
+            let mut inv = ns.invoke(&scripts().schedule, id);
             inv.arg(now)
                 .arg(&ns.channel)
-                .arg(shard)
+                .arg(ns.shard_of(id))
                 .arg(id)
                 .arg(mode)
                 .arg(ms)
@@ -205,11 +201,7 @@ impl Producer {
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
         self.with_con(|con, ns| {
-            let mut inv = scripts().cancel.prepare_invoke();
-            for k in &ns.shards[ns.shard_of(id) as usize].0 {
-                inv.key(k);
-            }
-            let n: i64 = inv.arg(id).invoke(con)?;
+            let n: i64 = ns.invoke(&scripts().cancel, id).arg(id).invoke(con)?;
             Ok(n == 1)
         })
     }
@@ -221,14 +213,10 @@ impl Producer {
         let (mode, ms) = run_at.encode()?;
         let now = self.cfg.now_arg();
         self.with_con(|con, ns| {
-            let shard = ns.shard_of(id);
-            let mut inv = scripts().reschedule.prepare_invoke();
-            for k in &ns.shards[shard as usize].0 {
-                inv.key(k);
-            }
+            let mut inv = ns.invoke(&scripts().reschedule, id);
             inv.arg(now)
                 .arg(&ns.channel)
-                .arg(shard)
+                .arg(ns.shard_of(id))
                 .arg(id)
                 .arg(mode)
                 .arg(ms);
@@ -242,11 +230,7 @@ impl Producer {
     pub fn state(&mut self, id: &str) -> Result<TaskState, Error> {
         check_id(id)?;
         self.with_con(|con, ns| {
-            let mut inv = scripts().state.prepare_invoke();
-            for k in &ns.shards[ns.shard_of(id) as usize].0 {
-                inv.key(k);
-            }
-            let v: Value = inv.arg(id).invoke(con)?;
+            let v: Value = ns.invoke(&scripts().state, id).arg(id).invoke(con)?;
             let a = array(v)?;
             let n = |i: usize| {
                 a.get(i)
