@@ -13,6 +13,19 @@ fn tickwheel(args: &[&str]) -> Output {
         .expect("the tickwheel binary runs")
 }
 
+/// Runs `tickwheel` with `args`, demands success, and returns its stdout; `what` and both
+/// outputs go into the failure message.
+fn tickwheel_ok(args: &[&str], what: &str) -> String {
+    let run = tickwheel(args);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "{what} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
 const QUEUES: [&str; 8] = [
     "tickwheel-wheel",
     "tickwheel-hashed",
@@ -52,13 +65,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "--out",
         out.to_str().unwrap(),
     ];
-    let run = tickwheel(&args);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = tickwheel_ok(&args, "bench");
     for file in [
         "results.csv",
         "results.json",
@@ -203,10 +210,7 @@ fn nothing_to_run_is_an_error_not_an_empty_report() {
 fn demo_runs_a_small_batch_on_the_service_and_on_a_peer() {
     let small = ["demo", "--n", "500", "--max-delay-ms", "10"];
     for extra in [&[][..], &["--entrant", "binaryheap-thread"][..]] {
-        let run = tickwheel(&[&small[..], extra].concat());
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        assert!(run.status.success(), "{extra:?}\n{stdout}\n{stderr}");
+        let stdout = tickwheel_ok(&[&small[..], extra].concat(), &format!("demo {extra:?}"));
         assert!(stdout.contains("every task ran exactly once, none early"));
         assert!(stdout.contains("lateness: p50"));
         assert!(stdout.contains("lateness histogram:"));
@@ -254,13 +258,7 @@ fn durable_workload_runs_on_its_own_redis_server() {
         "--out",
         out.to_str().unwrap(),
     ];
-    let run = tickwheel(&args);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "W6 failed (is redis-server installed?)\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = tickwheel_ok(&args, "W6 (is redis-server installed?)");
     assert!(stdout.contains("W6 durable tasks on Redis"), "{stdout}");
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert!(csv.contains("W6,tickwheel-redis x1,true,500,"), "{csv}");
