@@ -91,7 +91,9 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// Tiny deterministic generator for delays.
+/// Tiny deterministic generator for delays: both entrants draw the same sequence. (The
+/// repository's shared generator lives in the unpublished lab crate, which this library
+/// cannot depend on.)
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {

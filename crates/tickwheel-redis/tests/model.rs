@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tickwheel_lab::SplitMix64;
 
 use tickwheel_redis::{
     Config, Delivery, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker,
@@ -369,18 +370,6 @@ fn workers_share_shards_fairly_and_hand_them_over_on_stop() {
     assert_eq!(b.owned_shards(), vec![0, 1, 2, 3]);
 }
 
-/// A tiny deterministic generator (no dependency needed).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn random_operations_match_the_reference_model() {
     let s = common::server();
@@ -390,21 +379,21 @@ fn random_operations_match_the_reference_model() {
     let mut w = Worker::connect(&cfg).unwrap();
     // The model: id -> (run_at, payload) for pending tasks.
     let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
-    let mut rng = Lcg(7);
+    let mut rng = SplitMix64::new(7);
     let mut now = T0;
     let mut delivered = 0;
     for round in 0..600 {
-        let id = format!("k{}", rng.next(30));
-        match rng.next(10) {
+        let id = format!("k{}", rng.below(30));
+        match rng.below(10) {
             0..=3 => {
-                let run_at = now + rng.next(2000);
+                let run_at = now + rng.below(2000);
                 let payload = format!("{id}@{round}").into_bytes();
                 let replaced = p.schedule(&id, RunAt::AtMillis(run_at), &payload).unwrap();
                 assert_eq!(replaced, model.insert(id, (run_at, payload)).is_some());
             }
             4 => assert_eq!(p.cancel(&id).unwrap(), model.remove(&id).is_some()),
             5 => {
-                let run_at = now + rng.next(2000);
+                let run_at = now + rng.below(2000);
                 let moved = p.reschedule(&id, RunAt::AtMillis(run_at)).unwrap();
                 assert_eq!(moved, model.contains_key(&id));
                 if let Some(t) = model.get_mut(&id) {
@@ -412,7 +401,7 @@ fn random_operations_match_the_reference_model() {
                 }
             }
             _ => {
-                now += rng.next(300);
+                now += rng.below(300);
                 time.set_ms(now);
                 let got = step(&mut w, |_| Outcome::Ack);
                 let want: Vec<(String, u32, u64, Vec<u8>)> = model
