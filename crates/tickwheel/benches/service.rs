@@ -172,6 +172,52 @@ fn schedule_only(c: &mut Criterion) {
             })
         });
     }
+    // W4's producer loop as `tickwheel bench` runs it: the harness reads the clock for each
+    // task and schedules at that instant plus the delay.
+    group.bench_function("tickwheel_at/1ms", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let service = TimerService::new().unwrap();
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    let at = Instant::now() + d;
+                    service.schedule_at(at, move || {
+                        black_box(id);
+                    });
+                }
+                total += start.elapsed();
+                drop(service);
+            }
+            total
+        })
+    });
+    // The same loop handing (deadline, id) to a consumer thread through tokio's unbounded
+    // channel, the transport of W4's fastest peer (which also returns no handle).
+    group.bench_function("tokio_channel", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, u32)>();
+                let consumer = thread::spawn(move || {
+                    let mut n = 0u64;
+                    while let Some(item) = rx.blocking_recv() {
+                        black_box(item);
+                        n += 1;
+                    }
+                    n
+                });
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    let _ = tx.send((Instant::now() + d, id as u32));
+                }
+                total += start.elapsed();
+                drop(tx);
+                assert_eq!(consumer.join().unwrap(), N);
+            }
+            total
+        })
+    });
     group.finish();
 }
 

@@ -16,21 +16,31 @@ use tokio_util::time::DelayQueue;
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
 /// wheels): each task is a callback scheduled with `schedule_at(deadline, f)` (not
 /// `schedule(delay, f)`, which would read the clock a second time).
+///
+/// Lean like the peers (no reference count per task): the callback captures the task id and
+/// a `&'static Log`, one reference to the run's log leaked on the first call (a W4 run is one
+/// process, so it is one log of 8 bytes a task, freed with the process).
 pub struct TickwheelService {
     service: TimerService,
+    log: OnceLock<&'static Log>,
 }
 
 impl TickwheelService {
     /// Starts a service with the defaults.
     pub fn new() -> Result<TickwheelService, String> {
         let service = TimerService::new().map_err(|e| format!("TimerService: {e}"))?;
-        Ok(TickwheelService { service })
+        Ok(TickwheelService {
+            service,
+            log: OnceLock::new(),
+        })
     }
 }
 
 impl RealTimeTimer for TickwheelService {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        let log = Arc::clone(log);
+        let log: &'static Log = self
+            .log
+            .get_or_init(|| Box::leak(Box::new(Arc::clone(log))));
         // The handle is not needed: W4 never cancels (dropping it does not cancel).
         let _handle = self.service.schedule_at(deadline, move || log.fire(id));
     }
