@@ -37,7 +37,10 @@
 //!   loss or kernel crash; a plain process crash loses nothing either way.) When Redis cannot
 //!   be reached the call returns an error: never a silent loss.
 //! - **Never early.** A task is claimed by a script that compares its run-at with the Redis
-//!   server's clock (`TIME`), the one clock every producer and worker shares.
+//!   server's clock (`TIME`), the one clock every producer and worker shares: at most
+//!   [`Config::claim_ahead`] (1 s by default) before its run-at. The worker then hands it to
+//!   the handler at its run-at by its estimate of the server's clock, which never runs ahead
+//!   of it (see *Clock* below).
 //! - **At least once.** A claimed task stays in Redis, in the in-flight set, until the handler
 //!   acknowledges it. If the worker dies or stalls, the task is delivered again: by the same
 //!   worker after the visibility timeout, or at once by the worker that takes the shard over.
@@ -45,10 +48,16 @@
 //!   carries the id, due time, attempt and version a handler needs to de-duplicate.
 //! - **Fenced.** A worker that lost a shard (it stalled past its lease and another took over)
 //!   can neither claim nor acknowledge that shard's tasks: every claim and acknowledgement
-//!   checks the shard's epoch inside the same script.
+//!   checks the shard's epoch inside the same script. Nor does it deliver what it claimed
+//!   ahead: before each delivery it checks that its lease still holds, counting the lease
+//!   from the moment it *sent* the renewal (Redis extends it later than that), less a
+//!   twentieth for clock-rate differences.
 //! - **Idempotent producers.** Scheduling an existing id replaces that task, so a producer
 //!   retries a failed call safely. [`Producer::cancel`] returns `true` exactly when the task
-//!   was pending and will not be delivered.
+//!   was pending and will not be delivered. A task claimed ahead of its run-at is in flight:
+//!   it will be delivered, so `cancel` answers `false` during the last
+//!   [`Config::claim_ahead`] before its run-at, and replacing it then leaves the claimed
+//!   delivery in place (both versions are delivered; handlers tell them apart by version).
 //!
 //! # Recurring tasks
 //!
@@ -113,10 +122,16 @@
 //! Cancels and reschedules need no message: when the wheel fires, the claim script finds the
 //! task gone or not yet due and says so.
 //!
-//! **Round trips.** A wake-up claims everything due, on all the worker's shards, in one
-//! pipeline; the acknowledgements of a batch ride with the next claim when one is due within
-//! 2 ms, or go at once. Under `appendfsync always` every write round trip waits for an fsync,
-//! so a busy worker pays one per wake-up. Renewals and window reads are pipelined likewise.
+//! **Claims ahead, on their own thread.** [`Worker::run`] runs two threads: an I/O thread
+//! that renews leases, reads windows, claims tasks [`Config::claim_ahead`] before their
+//! run-at and sends acknowledgements, and the calling thread, which holds the claimed tasks
+//! and calls the handler for each at its run-at. Under `appendfsync always` every write round
+//! trip waits for an fsync, which can take hundreds of milliseconds while producers write
+//! heavily; claiming ahead puts those waits before the run-at instead of after it.
+//!
+//! **Round trips.** A wake-up claims everything due within the horizon, on all the worker's
+//! shards, in one pipeline that also carries the acknowledgements received so far.
+//! Renewals and window reads are pipelined likewise.
 //!
 //! *Why a window in a wheel instead of polling?* A poller (a sorted set read every second, as
 //! Sidekiq, rq-scheduler and BullMQ's delayed sets do) delivers up to its poll interval late, and

@@ -226,29 +226,34 @@ if ARGV[5] == '1' then infl = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 return {horizon, with_versions(r), with_versions(infl)}
 "#;
 
-/// ARGV: now, epoch, visibility ms, ids... Claims each due task (pending and due, or in
-/// flight past its visibility deadline): attempt + 1, into the in-flight set.
+/// ARGV: now, epoch, visibility ms, ahead ms, ids... Claims each task that is pending and due
+/// within `ahead` ms (its run-at at most now + ahead: the worker holds it and delivers it at
+/// its run-at), or in flight past its visibility deadline: attempt + 1, into the in-flight set
+/// with the deadline max(now, due) + visibility.
 /// Returns {-1, now, now_us} when fenced, else {1, now, now_us, entry...} with entries
-/// {1, id, version, attempt, due, payload, recurrence} delivered, {2, id, ms, version} not due until ms,
-/// {0, id} gone.
+/// {1, id, version, attempt, due, payload, recurrence, deadline} claimed, {2, id, ms, version}
+/// not claimable before now + ahead reaches ms, {0, id} gone.
 const DELIVER: &str = r#"
 local us = clock_us(ARGV[1])
 local now = math.floor(us / 1000)
 if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us} end
 local out = {1, now, us}
-local vis = now + tonumber(ARGV[3])
-for i = 4, #ARGV do
+local ahead = tonumber(ARGV[4])
+for i = 5, #ARGV do
   local id = ARGV[i]
   local pending = true
   local s = redis.call('ZSCORE', KEYS[1], id)
+  local ready = now + ahead
   if not s then
     s = redis.call('ZSCORE', KEYS[3], id)
     pending = false
+    ready = now
   end
   if not s then
     out[#out + 1] = {0, id}
-  elseif tonumber(s) > now then
-    out[#out + 1] = {2, id, tonumber(s), (parse(redis.call('HGET', KEYS[2], id)))}
+  elseif tonumber(s) > ready then
+    out[#out + 1] = {2, id, tonumber(s) + ahead + now - ready,
+                     (parse(redis.call('HGET', KEYS[2], id)))}
   else
     local v, a, d, payload, rec = parse(redis.call('HGET', KEYS[2], id))
     a = a + 1
@@ -256,9 +261,10 @@ for i = 4, #ARGV do
       redis.call('ZREM', KEYS[1], id)
       d = tonumber(s)
     end
+    local vis = math.max(now, d) + tonumber(ARGV[3])
     redis.call('ZADD', KEYS[3], vis, id)
     redis.call('HSET', KEYS[2], id, header(v, a, d, rec) .. payload)
-    out[#out + 1] = {1, id, v, a, d, payload, rec}
+    out[#out + 1] = {1, id, v, a, d, payload, rec, vis}
   end
 end
 return out

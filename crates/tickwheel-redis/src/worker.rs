@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -84,6 +84,10 @@ pub struct WorkerStats {
     /// (a time zone this machine does not know, say): the run is left in flight and delivered
     /// again after the visibility timeout, never dropped.
     pub bad_recurrences: u64,
+    /// Claimed tasks not handed to the handler because the worker could no longer be sure of
+    /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
+    /// they stay in flight in Redis and the shard's next owner delivers them.
+    pub lapsed: u64,
 }
 
 /// Stops a running [`Worker::run`] from any thread.
@@ -113,6 +117,215 @@ enum Notice {
     Up,
     Down,
     Stop,
+    /// The delivery thread of `run` handled (or dropped) a claimed task.
+    Done(Done),
+}
+
+/// A claimed task waiting for its run-at, and what acknowledging it re-arms: `None` for a
+/// one-shot task, `Some(None)` when this worker cannot evaluate its recurrence, else
+/// `Some(Some(next run ms, 0 when none))`.
+#[derive(Debug)]
+struct Claimed {
+    delivery: Delivery,
+    next: Option<Option<u64>>,
+}
+
+/// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
+#[derive(Debug)]
+struct Done {
+    shard: u32,
+    epoch: u64,
+    id: String,
+    version: u64,
+    attempt: u32,
+    next: Option<Option<u64>>,
+    outcome: Option<Outcome>,
+}
+
+/// A lease as the worker reckons it: the epoch, and the local instant (µs, see
+/// [`Clock::lease_us`]) until which no other worker can have taken the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lease {
+    epoch: u64,
+    valid_until_us: u64,
+}
+
+/// The namespace's clock as a worker estimates it, shared with its delivery thread.
+#[derive(Clone, Debug)]
+struct Clock {
+    time: TimeSource,
+    /// Server clock minus local clock, µs: a lower bound (see `Worker::observe_clock`), so
+    /// the estimate is never ahead of the server's clock.
+    offset_us: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// Now by the namespace's clock, µs since the Unix epoch (never ahead of the server).
+    fn now_us(&self) -> u64 {
+        match &self.time {
+            TimeSource::Manual(t) => t.now_ms() * 1000,
+            TimeSource::Server => {
+                (local_us() as i64 + self.offset_us.load(Ordering::Relaxed)).max(0) as u64
+            }
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_us() / 1000
+    }
+
+    /// The clock leases are reckoned on, µs: the local clock (a lease is renewed for `lease`
+    /// from the moment Redis runs the renewal, which is after the worker sent it), or the
+    /// manual clock, which the scripts use as their now.
+    fn lease_us(&self) -> u64 {
+        match &self.time {
+            TimeSource::Manual(t) => t.now_ms() * 1000,
+            TimeSource::Server => local_us(),
+        }
+    }
+}
+
+/// Claimed tasks waiting for their run-at, delivered by `tick` or by `run`'s delivery
+/// thread. A task is handed to the handler only once the clock estimate reaches its run-at
+/// and only while the lease it was claimed under is valid by the worker's reckoning: a
+/// worker that stalled past its lease delivers nothing more.
+#[derive(Debug)]
+struct Deliverer {
+    ready: BTreeMap<(u64, u64), Claimed>,
+    seq: u64,
+    leases: HashMap<u32, Lease>,
+    clock: Clock,
+}
+
+impl Deliverer {
+    fn new(clock: Clock) -> Deliverer {
+        Deliverer {
+            ready: BTreeMap::new(),
+            seq: 0,
+            leases: HashMap::new(),
+            clock,
+        }
+    }
+
+    fn push(&mut self, c: Claimed) {
+        self.seq += 1;
+        self.ready.insert((c.delivery.due_ms, self.seq), c);
+    }
+
+    /// Takes in the leases held now; claims under any other lease are dropped (reported as
+    /// lapsed).
+    fn set_leases(&mut self, leases: HashMap<u32, Lease>, done: &mut dyn FnMut(Done)) {
+        self.leases = leases;
+        let leases = &self.leases;
+        let gone: Vec<(u64, u64)> = self
+            .ready
+            .iter()
+            .filter(|(_, c)| {
+                leases
+                    .get(&c.delivery.shard)
+                    .is_none_or(|l| l.epoch != c.delivery.epoch)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some(c) = self.ready.remove(&k) {
+                done(finish(c, None));
+            }
+        }
+    }
+
+    fn next_due_ms(&self) -> Option<u64> {
+        self.ready.keys().next().map(|k| k.0)
+    }
+
+    /// Hands every claimed task due by now to `handler`, in run-at order.
+    fn deliver(
+        &mut self,
+        handler: &mut dyn FnMut(&Delivery) -> Outcome,
+        done: &mut dyn FnMut(Done),
+    ) -> usize {
+        let now = self.clock.now_ms();
+        let mut n = 0;
+        while let Some(entry) = self.ready.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let c = entry.remove();
+            let valid = self.leases.get(&c.delivery.shard).is_some_and(|l| {
+                l.epoch == c.delivery.epoch && self.clock.lease_us() < l.valid_until_us
+            });
+            if valid {
+                n += 1;
+                let outcome = handler(&c.delivery);
+                done(finish(c, Some(outcome)));
+            } else {
+                done(finish(c, None));
+            }
+        }
+        n
+    }
+}
+
+fn finish(c: Claimed, outcome: Option<Outcome>) -> Done {
+    let d = c.delivery;
+    Done {
+        shard: d.shard,
+        epoch: d.epoch,
+        id: d.id,
+        version: d.version,
+        attempt: d.attempt,
+        next: c.next,
+        outcome,
+    }
+}
+
+/// What `run`'s I/O thread tells its delivery thread.
+enum ToDeliverer {
+    Claims(Vec<Claimed>),
+    /// The leases held now; the sender, when given, is answered once they are in force (no
+    /// handler call under a dropped lease after that).
+    Leases(HashMap<u32, Lease>, Option<Sender<()>>),
+}
+
+/// The delivery thread of `run`: waits for the next claimed task's run-at or a message,
+/// delivers, and reports every outcome to the I/O thread. Ends when the I/O thread hangs up.
+fn deliver_loop(
+    handler: &mut dyn FnMut(&Delivery) -> Outcome,
+    rx: &Receiver<ToDeliverer>,
+    done_tx: &Sender<Notice>,
+    clock: Clock,
+) {
+    let mut d = Deliverer::new(clock);
+    let mut report = |x: Done| {
+        let _ = done_tx.send(Notice::Done(x));
+    };
+    loop {
+        let msg = match d.next_due_ms() {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(due) => {
+                let wait = (due * 1000).saturating_sub(d.clock.now_us());
+                rx.recv_timeout(Duration::from_micros(wait))
+            }
+        };
+        let mut apply = |m: ToDeliverer, d: &mut Deliverer| match m {
+            ToDeliverer::Claims(v) => v.into_iter().for_each(|c| d.push(c)),
+            ToDeliverer::Leases(l, confirm) => {
+                d.set_leases(l, &mut report);
+                if let Some(c) = confirm {
+                    let _ = c.send(());
+                }
+            }
+        };
+        match msg {
+            Ok(m) => apply(m, &mut d),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        while let Ok(m) = rx.try_recv() {
+            apply(m, &mut d);
+        }
+        d.deliver(handler, &mut report);
+    }
 }
 
 /// An acknowledgement waiting to be sent.
@@ -127,12 +340,11 @@ struct PendingAck {
     next: u64,
 }
 
-/// How long `run` may hold acknowledgements for the next claim to carry them, ms.
-const ACK_HOLD_MS: u64 = 2;
-
 #[derive(Clone, Copy, Debug)]
 struct Owned {
     epoch: u64,
+    /// Local instant (µs, [`Clock::lease_us`]) until which the lease surely holds.
+    valid_until_us: u64,
     /// End of the window loaded into the wheel (the shard's horizon); `None`: load it.
     loaded_until: Option<u64>,
 }
@@ -153,16 +365,22 @@ pub struct Worker {
     subscribed: bool,
     stop: Arc<AtomicBool>,
     sub_stop: Arc<AtomicBool>,
-    /// Server clock minus local clock, µs: a lower bound (see `observe_clock`), so the worker
-    /// never believes the server's clock is further than it is and wakes early.
-    offset_us: i64,
+    /// The namespace's clock estimate (shared with `run`'s delivery thread).
+    clock: Clock,
     /// Local µs of the last clock observation.
     observed_at_us: u64,
     next_maintenance: u64,
     /// A window is partly read: the next tick reads on.
     refill_pending: bool,
-    /// Acknowledgements not sent yet: they ride with the next claim (see `step`).
+    /// Acknowledgements not sent yet: they ride with the next claim, or go at the end of the
+    /// step.
     pending_acks: Vec<PendingAck>,
+    /// Retries the handler asked for, not sent yet.
+    pending_retries: Vec<(Done, Duration)>,
+    /// Claimed tasks waiting for their run-at (in `run`, moved to the delivery thread).
+    deliverer: Deliverer,
+    /// In `run`: the channel to the delivery thread, and the leases it was last told.
+    link: Option<(Sender<ToDeliverer>, HashMap<u32, Lease>)>,
     /// Stored recurrences seen, evaluable or not (cleared when it grows past 1024).
     rules: HashMap<String, Option<(Recurrence, Rule)>>,
     live: u64,
@@ -212,6 +430,10 @@ impl Worker {
                 .spawn(move || subscribe_loop(client, channel, tx, stop, timeout))
                 .map_err(|e| Error::Server(format!("cannot start the subscriber thread: {e}")))?;
         }
+        let clock = Clock {
+            time: cfg.time.clone(),
+            offset_us: Arc::new(AtomicI64::new(0)),
+        };
         let mut w = Worker {
             cfg: cfg.clone(),
             client,
@@ -226,11 +448,14 @@ impl Worker {
             subscribed: false,
             stop: Arc::new(AtomicBool::new(false)),
             sub_stop,
-            offset_us: 0,
+            clock: clock.clone(),
             observed_at_us: 0,
             next_maintenance: 0,
             refill_pending: false,
             pending_acks: Vec::new(),
+            pending_retries: Vec::new(),
+            deliverer: Deliverer::new(clock),
+            link: None,
             rules: HashMap::new(),
             live: 1,
             stats: WorkerStats::default(),
@@ -292,10 +517,7 @@ impl Worker {
 
     /// Now by the namespace's clock, ms since the Unix epoch.
     fn now_ms(&self) -> u64 {
-        match &self.cfg.time {
-            TimeSource::Manual(t) => t.now_ms(),
-            TimeSource::Server => ((local_us() as i64 + self.offset_us) / 1000).max(0) as u64,
-        }
+        self.clock.now_ms()
     }
 
     /// Takes in a reading of the server's clock (`server_us`) from a reply that arrived at
@@ -309,11 +531,13 @@ impl Worker {
         }
         let sample = server_us - after_us as i64;
         let decay = (after_us.saturating_sub(self.observed_at_us) / 1000) as i64;
-        self.offset_us = if self.observed_at_us == 0 {
+        let offset = &self.clock.offset_us;
+        let next = if self.observed_at_us == 0 {
             sample
         } else {
-            sample.max(self.offset_us - decay)
+            sample.max(offset.load(Ordering::Relaxed) - decay)
         };
+        offset.store(next, Ordering::Relaxed);
         self.observed_at_us = after_us;
     }
 
@@ -341,23 +565,26 @@ impl Worker {
     }
 
     /// One step without blocking: takes in notifications, renews leases, rebalances and
-    /// refills windows when due, then delivers every task due now to `handler`. Returns how
-    /// many deliveries it made. [`run`](Worker::run) calls it in a loop; tests on a manual
-    /// clock call it directly.
+    /// refills windows when due, claims the tasks due within [`Config::claim_ahead`], then
+    /// delivers every claimed task due now to `handler` (while its lease holds) and sends
+    /// the acknowledgements. Returns how many deliveries it made. Tests on a manual clock
+    /// call it directly; [`run`](Worker::run) does the same work on two threads.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
-        self.step(handler, false)
+        self.io_step()?;
+        let leases = self.leases();
+        let mut done = Vec::new();
+        self.deliverer.set_leases(leases, &mut |d| done.push(d));
+        let n = self.deliverer.deliver(handler, &mut |d| done.push(d));
+        for d in done {
+            self.settle(d);
+        }
+        self.send_outcomes()?;
+        Ok(n)
     }
 
-    /// One step. With `hold`, acknowledgements are kept back when another claim is due within
-    /// [`ACK_HOLD_MS`]: the claim's pipeline carries them, so a busy worker pays one write
-    /// round trip (one fsync under `appendfsync always`) per wake-up instead of two. Held
-    /// acknowledgements are only ever late, never lost: a task whose acknowledgement has not
-    /// reached Redis is delivered again after a crash, as at-least-once allows.
-    fn step(
-        &mut self,
-        handler: &mut dyn FnMut(&Delivery) -> Outcome,
-        hold: bool,
-    ) -> Result<usize, Error> {
+    /// The Redis side of a step: notifications, maintenance, refills, claims (carrying the
+    /// acknowledgements held so far), retries and the remaining acknowledgements.
+    fn io_step(&mut self) -> Result<(), Error> {
         while let Ok(n) = self.notices.try_recv() {
             self.handle_notice(n);
         }
@@ -367,63 +594,197 @@ impl Worker {
             self.next_maintenance = self.now_ms() + every.as_millis() as u64;
         }
         self.refill_pending = self.refill()?;
-        let n = self.deliver_due(handler)?;
-        let soon = self
-            .wheel
-            .next_expiration()
-            .is_some_and(|t| t <= self.now_ms() + ACK_HOLD_MS);
-        if !(hold && soon) {
-            self.flush_acks()?;
-        }
-        Ok(n)
+        self.claim_due()?;
+        self.send_outcomes()
     }
 
-    /// Delivers tasks until [`StopHandle::stop`]: sleeps until the wheel's next deadline, a
-    /// notification or the next maintenance, whichever comes first. Redis errors are retried
-    /// with backoff (50 ms doubling to 2 s) after dropping the in-memory windows, which are
-    /// loaded again from Redis. Returns `Err` only for errors a retry cannot fix. On stop it
-    /// releases its shards so other workers take them at once.
+    /// Sends the retries and acknowledgements the handler asked for.
+    fn send_outcomes(&mut self) -> Result<(), Error> {
+        for (d, after) in std::mem::take(&mut self.pending_retries) {
+            self.retry(&d, after)?;
+        }
+        self.flush_acks()
+    }
+
+    /// The leases held now, as the delivery side checks them.
+    fn leases(&self) -> HashMap<u32, Lease> {
+        self.owned
+            .iter()
+            .map(|(&s, o)| {
+                (
+                    s,
+                    Lease {
+                        epoch: o.epoch,
+                        valid_until_us: o.valid_until_us,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Takes in what became of a claimed task.
+    fn settle(&mut self, d: Done) {
+        let Some(outcome) = d.outcome else {
+            self.stats.lapsed += 1;
+            return;
+        };
+        self.stats.delivered += 1;
+        match outcome {
+            Outcome::Ack => match d.next {
+                Some(None) => self.stats.bad_recurrences += 1,
+                next => self.pending_acks.push(PendingAck {
+                    shard: d.shard,
+                    epoch: d.epoch,
+                    id: d.id,
+                    version: d.version,
+                    attempt: d.attempt,
+                    next: next.flatten().unwrap_or(0),
+                }),
+            },
+            Outcome::RetryAfter(after) => self.pending_retries.push((d, after)),
+            Outcome::Leave => {}
+        }
+    }
+
+    /// In `run`: hands the claimed tasks to the delivery thread and tells it of lease changes.
+    /// With `confirm`, waits until the delivery thread has the new leases in force (it
+    /// finishes the handler call in hand first), so no delivery under a dropped lease can
+    /// follow, then takes in the outcomes it reported.
+    fn forward(&mut self, confirm: bool) {
+        let Some((to, told)) = self.link.as_mut() else {
+            return;
+        };
+        let ready = std::mem::take(&mut self.deliverer.ready);
+        if !ready.is_empty()
+            && to
+                .send(ToDeliverer::Claims(ready.into_values().collect()))
+                .is_err()
+        {
+            return;
+        }
+        let leases: HashMap<u32, Lease> = self
+            .owned
+            .iter()
+            .map(|(&s, o)| {
+                (
+                    s,
+                    Lease {
+                        epoch: o.epoch,
+                        valid_until_us: o.valid_until_us,
+                    },
+                )
+            })
+            .collect();
+        if !confirm && leases == *told {
+            return;
+        }
+        *told = leases.clone();
+        let (ctx, crx) = mpsc::channel();
+        let confirm_tx = confirm.then_some(ctx);
+        if to.send(ToDeliverer::Leases(leases, confirm_tx)).is_err() || !confirm {
+            return;
+        }
+        // A lapsed lease makes the delivery thread refuse on its own: no need to wait longer.
+        let _ = crx.recv_timeout(self.cfg.lease);
+        while let Ok(n) = self.notices.try_recv() {
+            self.handle_notice(n);
+        }
+    }
+
+    /// Delivers tasks until [`StopHandle::stop`]. Two threads share the work: this one calls
+    /// `handler` for each claimed task at its run-at (so the handler need not be `Send`), and
+    /// an I/O thread renews leases, reads windows, claims tasks [`Config::claim_ahead`]
+    /// before their run-at and sends the acknowledgements; it sleeps until the wheel's next
+    /// deadline, a notification, an outcome or the next maintenance. Redis's latency (an
+    /// fsync per write under `appendfsync always`) therefore delays claims, not deliveries.
+    /// Redis errors are retried with backoff (50 ms doubling to 2 s) after dropping the
+    /// in-memory windows, which are loaded again from Redis; tasks already claimed are still
+    /// delivered while their leases hold. Returns `Err` only for errors a retry cannot fix.
+    /// On stop it releases its shards so other workers take them at once.
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
+        let (to, from_io) = mpsc::channel();
+        self.link = Some((to, HashMap::new()));
+        let done_tx = self.tx.clone();
+        let clock = self.clock.clone();
+        let stop = self.stop_handle();
+        let r = std::thread::scope(|scope| {
+            let io = std::thread::Builder::new()
+                .name("tickwheel-redis-io".into())
+                .spawn_scoped(scope, || self.io_loop())
+                .map_err(|e| Error::Server(format!("cannot start the I/O thread: {e}")))?;
+            // Should the handler panic, the I/O thread stops too (and releases the shards).
+            struct StopOnDrop(StopHandle);
+            impl Drop for StopOnDrop {
+                fn drop(&mut self) {
+                    self.0.stop();
+                }
+            }
+            let guard = StopOnDrop(stop);
+            deliver_loop(&mut handler, &from_io, &done_tx, clock);
+            drop(guard);
+            io.join()
+                .unwrap_or_else(|_| Err(Error::Protocol("the I/O thread panicked".into())))
+        });
+        self.link = None;
+        r
+    }
+
+    /// `run`'s I/O thread.
+    fn io_loop(&mut self) -> Result<(), Error> {
         let mut backoff = Duration::from_millis(50);
-        while !self.stop.load(Ordering::SeqCst) {
-            match self.step(&mut handler, true) {
-                Ok(_) => {
+        let r = loop {
+            if self.stop.load(Ordering::SeqCst) {
+                break Ok(());
+            }
+            match self.io_step() {
+                Ok(()) => {
                     backoff = Duration::from_millis(50);
+                    self.forward(false);
                     self.wait();
                 }
                 Err(Error::Redis(_)) => {
                     self.stats.redis_errors += 1;
                     self.reset();
+                    self.forward(false);
                     let until = std::time::Instant::now() + backoff;
                     while std::time::Instant::now() < until && !self.stop.load(Ordering::SeqCst) {
                         std::thread::sleep(Duration::from_millis(10));
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => {
-                    self.shutdown();
-                    return Err(e);
-                }
+                Err(e) => break Err(e),
             }
-        }
+        };
         self.shutdown();
-        Ok(())
+        // Hanging up ends the delivery thread.
+        self.link = None;
+        r
     }
 
-    /// Forgets the connection and the in-memory windows (kept: the leases, renewed next).
+    /// Forgets the connection and the in-memory windows (kept: the leases, renewed next, and
+    /// the claimed tasks, delivered while their leases hold).
     fn reset(&mut self) {
         self.con = None;
         self.pending_acks.clear(); // delivered again later: at least once
+        self.pending_retries.clear(); // left in flight: delivered again after the timeout
         self.reload_windows();
     }
 
     /// Releases every shard and leaves the worker set (best effort: errors are ignored, the
-    /// leases then expire on their own).
+    /// leases then expire on their own). Claimed tasks not yet delivered stay in flight in
+    /// Redis: the shards' next owners deliver them at once.
     pub fn shutdown(&mut self) {
-        let _ = self.flush_acks();
-        let shards: Vec<u32> = self.owned.keys().copied().collect();
-        for s in shards {
-            self.release(s);
+        let held: Vec<u32> = self.owned.keys().copied().collect();
+        for &s in &held {
+            if let Some(o) = self.owned.get_mut(&s) {
+                o.valid_until_us = 0;
+            }
+        }
+        self.forward(true);
+        self.settle_local();
+        let _ = self.send_outcomes();
+        for s in held {
+            self.release_now(s);
         }
         let now = self.cfg.now_arg();
         let (key, id) = (self.ns.workers_key.clone(), self.id.clone());
@@ -439,16 +800,14 @@ impl Worker {
     }
 
     fn wait(&mut self) {
-        let now_us = match &self.cfg.time {
-            TimeSource::Manual(t) => t.now_ms() * 1000,
-            TimeSource::Server => (local_us() as i64 + self.offset_us).max(0) as u64,
-        };
+        let now_us = self.clock.now_us();
         let mut deadline = self.next_maintenance;
-        if self.refill_pending {
+        if self.refill_pending || !self.pending_acks.is_empty() || !self.pending_retries.is_empty()
+        {
             deadline = 0;
         }
         if let Some(t) = self.wheel.next_expiration() {
-            deadline = deadline.min(t);
+            deadline = deadline.min(t.saturating_sub(self.cfg.ahead_ms()));
         }
         let timeout = Duration::from_micros((deadline * 1000).saturating_sub(now_us));
         match self.notices.recv_timeout(timeout) {
@@ -483,6 +842,7 @@ impl Worker {
             }
             Notice::Down => self.subscribed = false,
             Notice::Stop => {}
+            Notice::Done(d) => self.settle(d),
         }
     }
 
@@ -527,12 +887,43 @@ impl Worker {
         }
     }
 
+    /// Gives a shard up: first no more deliveries under its lease, then its acknowledgements
+    /// (under its epoch), then the release in Redis.
     fn release(&mut self, shard: u32) {
+        let Some(o) = self.owned.get_mut(&shard) else {
+            return;
+        };
+        o.valid_until_us = 0;
+        self.forward(true);
+        self.settle_local();
+        let _ = self.send_outcomes();
+        self.release_now(shard);
+    }
+
+    fn release_now(&mut self, shard: u32) {
         if let Some(o) = self.owned.get(&shard).copied() {
             let id = self.id.clone();
             let _ = self.shard_call(&scripts().release, shard, &[id, o.epoch.to_string()]);
             self.drop_shard(shard);
         }
+    }
+
+    /// Applies the current leases to the claims held in this thread (`tick`, or claims not
+    /// yet forwarded), and takes in what that drops.
+    fn settle_local(&mut self) {
+        let leases = self.leases();
+        let mut done = Vec::new();
+        self.deliverer.set_leases(leases, &mut |d| done.push(d));
+        for d in done {
+            self.settle(d);
+        }
+    }
+
+    /// How long a lease is counted on after the renewal was sent, µs: the lease less a
+    /// twentieth, for the local clock running slower than the server's.
+    fn lease_us_reckoned(&self) -> u64 {
+        let lease = self.cfg.lease.as_micros() as u64;
+        lease - lease / 20
     }
 
     fn maintain(&mut self) -> Result<(), Error> {
@@ -560,6 +951,7 @@ impl Worker {
                 .arg(lease)
                 .arg(epoch);
         }
+        let sent = self.clock.lease_us();
         let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let after = local_us();
         let mut replies = replies.into_iter();
@@ -581,6 +973,11 @@ impl Worker {
             if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
                 self.stats.fenced += 1;
                 self.drop_shard(s);
+            } else {
+                let until = sent + self.lease_us_reckoned();
+                if let Some(o) = self.owned.get_mut(&s) {
+                    o.valid_until_us = until;
+                }
             }
         }
 
@@ -598,6 +995,7 @@ impl Worker {
                 if self.owned.contains_key(&s) {
                     continue;
                 }
+                let sent = self.clock.lease_us();
                 let r = array(self.shard_call(
                     &scripts().acquire,
                     s,
@@ -615,6 +1013,7 @@ impl Worker {
                         s,
                         Owned {
                             epoch: epoch as u64,
+                            valid_until_us: sent + self.lease_us_reckoned(),
                             loaded_until: None,
                         },
                     );
@@ -677,11 +1076,13 @@ impl Worker {
                 self.drop_shard(shard);
                 continue;
             }
-            for list in r {
+            // Pending tasks are armed at their run-at, in-flight ones at their visibility
+            // deadline plus the claim horizon (the wheel is polled that far ahead).
+            for (list, shift) in r.zip([0, self.cfg.ahead_ms()]) {
                 let mut it = array(list)?.into_iter();
                 while let (Some(id), Some(at), Some(v)) = (it.next(), it.next(), it.next()) {
                     let (id, at, v) = (string(id)?, int(&at)? as u64, int(&v)? as u64);
-                    self.arm(shard, id, at, v);
+                    self.arm(shard, id, at + shift, v);
                 }
             }
             if let Some(o) = self.owned.get_mut(&shard) {
@@ -692,22 +1093,21 @@ impl Worker {
         Ok(more)
     }
 
-    /// Claims everything due in one pipeline (one script call per shard and batch), hands
-    /// the claims to the handler, then acknowledges them in one pipeline: two round trips per
-    /// wake-up whatever the number of shards, which matters when every write waits for an
-    /// fsync (`appendfsync always`).
-    fn deliver_due(
-        &mut self,
-        handler: &mut dyn FnMut(&Delivery) -> Outcome,
-    ) -> Result<usize, Error> {
+    /// Claims everything due within the claim horizon in one pipeline (one script call per
+    /// shard and batch, carrying the acknowledgements held so far) and puts the claims in the
+    /// deliverer, to be handed out at their run-at: one write round trip per wake-up whatever
+    /// the number of shards, which matters when every write waits for an fsync
+    /// (`appendfsync always`).
+    fn claim_due(&mut self) -> Result<(), Error> {
+        let ahead = self.cfg.ahead_ms();
         let now = self.now_ms();
         let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        while let Some((_, k)) = self.wheel.poll_expired(now) {
+        while let Some((_, k)) = self.wheel.poll_expired(now + ahead) {
             self.index.remove(&k);
             due.entry(k.0).or_default().push(k.1);
         }
         if due.is_empty() {
-            return Ok(0);
+            return Ok(());
         }
         let vis = self.cfg.visibility_timeout.as_millis() as u64;
         let now_arg = self.cfg.now_arg();
@@ -723,23 +1123,19 @@ impl Worker {
             for chunk in ids.chunks(self.cfg.batch) {
                 let keys = &self.ns.shards[*shard as usize].0;
                 let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
-                cmd.arg(&now_arg).arg(epoch).arg(vis).arg(chunk);
+                cmd.arg(&now_arg).arg(epoch).arg(vis).arg(ahead).arg(chunk);
                 calls.push((*shard, epoch));
             }
         }
         if calls.is_empty() {
             self.pending_acks = acks;
-            return Ok(0);
+            return Ok(());
         }
         let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let after = local_us();
         let mut replies = replies.into_iter();
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
         self.ack_replies(&acks, ack_calls, ack_replies)?;
-        let mut claimed: Vec<Delivery> = Vec::new();
-        // Per claim: `None` one-shot, `Some(None)` a recurrence this worker cannot evaluate,
-        // `Some(Some(next))` the next run (0: the series ends).
-        let mut nexts: Vec<Option<Option<u64>>> = Vec::new();
         for ((shard, epoch), reply) in calls.into_iter().zip(replies) {
             let mut reply = array(reply)?.into_iter();
             let mut head = || {
@@ -770,19 +1166,23 @@ impl Worker {
                         let due_ms = int(&next()?)? as u64;
                         let payload = bytes(next()?)?;
                         let rec = string(next()?)?;
-                        self.arm(shard, id.clone(), server_now + vis, version);
+                        let visible_at = int(&next()?)? as u64;
+                        // Claimed again if still unacknowledged at its visibility deadline.
+                        self.arm(shard, id.clone(), visible_at + ahead, version);
                         let (recurrence, next_run) = self.next_run(&rec, due_ms, server_now);
-                        nexts.push(next_run);
-                        claimed.push(Delivery {
-                            id,
-                            payload,
-                            due_ms,
-                            attempt,
-                            version,
-                            shard,
-                            epoch,
-                            claimed_at_ms: server_now,
-                            recurrence,
+                        self.deliverer.push(Claimed {
+                            delivery: Delivery {
+                                id,
+                                payload,
+                                due_ms,
+                                attempt,
+                                version,
+                                shard,
+                                epoch,
+                                claimed_at_ms: server_now,
+                                recurrence,
+                            },
+                            next: next_run,
                         });
                     }
                     2 => {
@@ -790,36 +1190,14 @@ impl Worker {
                         let at = int(&next()?)? as u64;
                         let version = int(&next()?)? as u64;
                         // Not before the next millisecond, should the estimate be ahead.
-                        let at = at.max(self.now_ms() + 1);
+                        let at = at.max(self.now_ms() + ahead + 1);
                         self.arm(shard, id, at, version);
                     }
                     _ => {}
                 }
             }
         }
-        let mut retries = Vec::new();
-        for (d, next) in claimed.iter().zip(nexts) {
-            self.stats.delivered += 1;
-            match handler(d) {
-                Outcome::Ack => match next {
-                    Some(None) => self.stats.bad_recurrences += 1,
-                    next => self.pending_acks.push(PendingAck {
-                        shard: d.shard,
-                        epoch: d.epoch,
-                        id: d.id.clone(),
-                        version: d.version,
-                        attempt: d.attempt,
-                        next: next.flatten().unwrap_or(0),
-                    }),
-                },
-                Outcome::RetryAfter(after) => retries.push((d, after)),
-                Outcome::Leave => {}
-            }
-        }
-        for (d, after) in retries {
-            self.retry(d, after)?;
-        }
-        Ok(claimed.len())
+        Ok(())
     }
 
     /// A claimed run's recurrence (decoded from its stored form `rec`) and what its
@@ -920,7 +1298,7 @@ impl Worker {
         Ok(())
     }
 
-    fn retry(&mut self, d: &Delivery, after: Duration) -> Result<(), Error> {
+    fn retry(&mut self, d: &Done, after: Duration) -> Result<(), Error> {
         let now_arg = self.cfg.now_arg();
         let delay = after.as_millis() as u64;
         let r = self.shard_call(

@@ -194,9 +194,11 @@ fn a_worker_that_lost_its_lease_can_neither_ack_nor_claim() {
         }
     })
     .unwrap();
-    // A had claimed all three in one pipeline before it stalled: they reach its handler (they
-    // were legitimately claimed), but none of its acknowledgements counts.
-    assert_eq!(by_a.len(), 3, "{by_a:?}");
+    // A had claimed all three in one pipeline before it stalled, but checks its lease before
+    // each delivery: after the stall it hands out nothing more (x2 and y lapse), and its
+    // acknowledgement of x1 does not count.
+    assert_eq!(by_a.len(), 1, "{by_a:?}");
+    assert_eq!(a.stats().lapsed, 2, "{:?}", a.stats());
     let epoch_a = by_a[0].2;
     by_b.sort();
     // B delivered all three again, at once (no visibility timeout wait), as attempt 2.
@@ -281,6 +283,9 @@ fn a_stale_claim_or_retry_is_fenced_inside_the_script() {
     // renewal is 10 s away) when the epoch moves on.
     let (mut cfg, time) = common::manual(&s, "fence3", 1);
     cfg.lease = Duration::from_secs(60);
+    // Claimed at its run-at: a task claimed ahead would be delivered under the lease the
+    // worker still holds by its own reckoning (the bump below skips the lease's expiry).
+    cfg.claim_ahead = Duration::ZERO;
     cfg.maintenance_interval = Duration::from_secs(10);
     let mut p = Producer::connect(&cfg).unwrap();
     let mut w = Worker::connect(&cfg).unwrap();
@@ -319,6 +324,7 @@ fn a_dead_workers_tasks_are_taken_over_after_its_lease() {
     let s = common::server();
     let (mut cfg, time) = common::manual(&s, "takeover", 4);
     cfg.lease = Duration::from_secs(2);
+    cfg.claim_ahead = Duration::from_millis(500);
     let mut p = Producer::connect(&cfg).unwrap();
     let mut a = Worker::connect(&cfg).unwrap();
     a.tick(&mut |_| Outcome::Ack).unwrap();
@@ -328,7 +334,8 @@ fn a_dead_workers_tasks_are_taken_over_after_its_lease() {
             .unwrap();
     }
     at(&time, 1000);
-    let first = step(&mut a, |_| Outcome::Leave); // in flight when A dies
+    // In flight when A dies: the 10 it delivered and the 5 it claimed ahead (due by 1500).
+    let first = step(&mut a, |_| Outcome::Leave);
     assert_eq!(first.len(), 10);
     drop(a); // dies: no release, no ack
 
@@ -340,10 +347,11 @@ fn a_dead_workers_tasks_are_taken_over_after_its_lease() {
     );
     at(&time, 1000 + 2000 + 500);
     let got = step(&mut b, |_| Outcome::Ack);
-    // All 20 are due by now: A's 10 in-flight ones again (attempt 2, without waiting for the
-    // 30 s visibility timeout) and the 10 that were pending.
+    // All 20 are due by now: A's 15 in-flight ones again (attempt 2, without waiting for the
+    // 30 s visibility timeout), the 5 it had claimed ahead and never delivered among them,
+    // and the 5 that were pending.
     assert_eq!(got.len(), 20);
-    assert_eq!(got.iter().filter(|t| t.1 == 2).count(), 10);
+    assert_eq!(got.iter().filter(|t| t.1 == 2).count(), 15);
     assert_eq!(b.owned_shards().len(), 4);
     assert!(p.is_empty().unwrap());
 }
@@ -375,21 +383,35 @@ fn random_operations_match_the_reference_model() {
     let s = common::server();
     let (mut cfg, time) = common::manual(&s, "model", 3);
     cfg.window = Duration::from_millis(700); // tasks cross window boundaries often
+    let ahead = 250;
+    cfg.claim_ahead = Duration::from_millis(ahead);
     let mut p = Producer::connect(&cfg).unwrap();
     let mut w = Worker::connect(&cfg).unwrap();
-    // The model: id -> (run_at, payload) for pending tasks.
+    // The model: id -> (run_at, payload) for pending tasks, and the tasks claimed ahead (run-at
+    // within `ahead` of a step) and not delivered yet: (run_at, id, payload). A claimed task
+    // is in flight: cancel and reschedule answer false, and replacing its id does not stop
+    // its delivery (the new version is pending beside it).
     let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+    let mut claimed: Vec<(u64, String, Vec<u8>)> = Vec::new();
+    // Ids replaced since their claim: the stored task is the new version (or, cancelled, none).
+    let mut superseded: std::collections::BTreeSet<String> = Default::default();
     let mut rng = SplitMix64::new(7);
     let mut now = T0;
     let mut delivered = 0;
-    for round in 0..600 {
+    let mut delivered_claimed = 0;
+    for round in 0..800 {
         let id = format!("k{}", rng.below(30));
+        let in_flight = claimed.iter().any(|c| c.1 == id);
         match rng.below(10) {
             0..=3 => {
                 let run_at = now + rng.below(2000);
                 let payload = format!("{id}@{round}").into_bytes();
                 let replaced = p.schedule(&id, RunAt::AtMillis(run_at), &payload).unwrap();
-                assert_eq!(replaced, model.insert(id, (run_at, payload)).is_some());
+                if in_flight {
+                    superseded.insert(id.clone());
+                }
+                let was = model.insert(id, (run_at, payload)).is_some();
+                assert_eq!(replaced, was || in_flight, "round {round}");
             }
             4 => assert_eq!(p.cancel(&id).unwrap(), model.remove(&id).is_some()),
             5 => {
@@ -404,13 +426,29 @@ fn random_operations_match_the_reference_model() {
                 now += rng.below(300);
                 time.set_ms(now);
                 let got = step(&mut w, |_| Outcome::Ack);
-                let want: Vec<(String, u32, u64, Vec<u8>)> = model
+                // Delivered from claims of earlier steps.
+                delivered_claimed += claimed.iter().filter(|(at, _, _)| *at <= now).count();
+                // Claimed now: every pending task due within the horizon.
+                let take: Vec<String> = model
                     .iter()
-                    .filter(|(_, (at, _))| *at <= now)
-                    .map(|(id, (at, pl))| (id.clone(), 1, *at, pl.clone()))
+                    .filter(|(_, (at, _))| *at <= now + ahead)
+                    .map(|(id, _)| id.clone())
                     .collect();
+                for id in take {
+                    superseded.remove(&id);
+                    let (at, pl) = model.remove(&id).unwrap();
+                    claimed.push((at, id, pl));
+                }
+                // Delivered now: every claimed task due.
+                let mut want: Vec<(String, u32, u64, Vec<u8>)> = claimed
+                    .iter()
+                    .filter(|(at, _, _)| *at <= now)
+                    .map(|(at, id, pl)| (id.clone(), 1, *at, pl.clone()))
+                    .collect();
+                want.sort();
+                claimed.retain(|(at, _, _)| *at > now);
+                superseded.retain(|id| claimed.iter().any(|c| c.1 == *id));
                 assert_eq!(got, want, "at {now} (round {round})");
-                model.retain(|_, (at, _)| *at > now);
                 delivered += got.len();
             }
         }
@@ -419,9 +457,25 @@ fn random_operations_match_the_reference_model() {
                 matches!(p.state(id).unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == *at)
             );
         }
+        // The latest claim of an id is what Redis holds in flight (earlier ones were replaced).
+        let latest: BTreeMap<&String, u64> = claimed.iter().map(|(at, id, _)| (id, *at)).collect();
+        for (id, at) in latest {
+            if !model.contains_key(id) && !superseded.contains(id) {
+                assert!(
+                    matches!(p.state(id).unwrap(), TaskState::InFlight { due_ms, .. } if due_ms == at),
+                    "{id} claimed ahead is in flight"
+                );
+            }
+        }
     }
     assert!(delivered > 100, "the run exercised deliveries: {delivered}");
-    assert_eq!(p.len().unwrap(), model.len() as u64);
+    assert!(
+        delivered_claimed > 10,
+        "and claims ahead: {delivered_claimed}"
+    );
+    let stored: std::collections::BTreeSet<&String> =
+        model.keys().chain(claimed.iter().map(|c| &c.1)).collect();
+    assert_eq!(p.len().unwrap(), stored.len() as u64);
 }
 
 /// A tick without reloading the windows: tasks scheduled into a loaded window reach the wheel
@@ -461,6 +515,8 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
     let mk = |ns: &str| {
         let (mut cfg, time) = common::manual(&s, ns, 3);
         cfg.window = Duration::from_millis(window);
+        // Claims at the run-at: the replaced tasks are delivered in their new versions only.
+        cfg.claim_ahead = Duration::ZERO;
         let p = Producer::connect(&cfg).unwrap();
         let w = Worker::connect(&cfg).unwrap();
         (p, w, time)
