@@ -192,6 +192,25 @@ fn schedule_only(c: &mut Criterion) {
             total
         })
     });
+    // The same with `schedule_detached_at`: no handle, the timer staged in an inbox.
+    group.bench_function("detached_at/1ms", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let service = TimerService::new().unwrap();
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    let at = Instant::now() + d;
+                    service.schedule_detached_at(at, move || {
+                        black_box(id);
+                    });
+                }
+                total += start.elapsed();
+                drop(service);
+            }
+            total
+        })
+    });
     // The same loop handing (deadline, id) to a consumer thread through tokio's unbounded
     // channel, the transport of W4's fastest peer (which also returns no handle).
     group.bench_function("tokio_channel", |b| {

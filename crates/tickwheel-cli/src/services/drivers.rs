@@ -14,8 +14,9 @@ use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 
 /// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
-/// wheels): each task is a callback scheduled with `schedule_at(deadline, f)` (not
-/// `schedule(delay, f)`, which would read the clock a second time).
+/// wheels): each task is a callback scheduled with `schedule_detached_at(deadline, f)`: W4
+/// never cancels, so it takes no handle (and `schedule_detached(delay, f)` would read the
+/// clock a second time).
 ///
 /// Lean like the peers (no reference count per task): the callback captures the task id and
 /// a `&'static Log`, one reference to the run's log leaked on the first call (a W4 run is one
@@ -41,8 +42,9 @@ impl RealTimeTimer for TickwheelService {
         let log: &'static Log = self
             .log
             .get_or_init(|| Box::leak(Box::new(Arc::clone(log))));
-        // The handle is not needed: W4 never cancels (dropping it does not cancel).
-        let _handle = self.service.schedule_at(deadline, move || log.fire(id));
+        // W4 never cancels, so no handle: the detached path.
+        self.service
+            .schedule_detached_at(deadline, move || log.fire(id));
     }
 
     fn shutdown(self: Box<Self>) {

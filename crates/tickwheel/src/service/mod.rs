@@ -19,10 +19,11 @@
 //!   futures share — the shards, the hand-off to the workers, the counters — with the code
 //!   that queues a timer into it and drains due timers out of it.
 //! * **Shards** (`shard.rs`, `Shard`): a power of two of `Mutex<queue>`s (default twice the
-//!   cores). Each thread schedules into one shard picked by a thread-local index, so producers
-//!   on different shards never touch the same lock or cache line; a [`TimerHandle`] remembers
-//!   its shard, so cancel and reset lock only that one. Each shard publishes a lower bound of
-//!   its earliest deadline tick in an atomic.
+//!   cores), each with an inbox of detached timers on their way into its queue. Each thread
+//!   schedules into one shard picked by a thread-local index, so producers on different
+//!   shards never touch the same lock or cache line; a [`TimerHandle`] remembers its shard,
+//!   so cancel and reset lock only that one. Each shard publishes a lower bound of its
+//!   earliest deadline tick (staged timers included) in an atomic.
 //! * **The timer thread** (`driver.rs`) sleeps until the earliest published tick
 //!   and is woken early only when an insert lowers it (no tick loop: an idle service sleeps
 //!   with no timeout). It drains due timers from every shard, merges them by deadline and
@@ -47,6 +48,17 @@
 //! syscall unless the new timer becomes the earliest one the timer thread is sleeping
 //! towards. No global lock or counter (unless a cap is configured). `cancel` and `reset` lock
 //! the timer's shard once. Threads on different shards do not contend.
+//!
+//! [`schedule_detached`](TimerService::schedule_detached) returns no handle, and so costs
+//! less: no queue key is needed, so the timer is appended to its shard's *inbox* (a buffer
+//! under a lock of its own, which the timer thread holds only to swap buffers) and the timer
+//! thread moves it into the queue: at its next wake-up (due timers first, handed to the workers
+//! before the rest is queued), or when the inbox has filled up (a wake-up every few thousand
+//! timers). The calling thread pays the clock read, one uncontended lock and a 32-byte append
+//! to memory that is reused from batch to batch: no `Arc`, no queue entry, no page faults
+//! after the first batches. The queue work moves to the timer thread. A handle-path schedule
+//! from the same shard first queues the inbox, so one thread's timers keep their schedule
+//! order at equal deadlines whichever way they were scheduled.
 //!
 //! Under load, how late a callback starts is bounded by how long one drain holds the timer
 //! thread: a drain takes each shard's lock for at most one chunk of timers at a time, and the
@@ -307,6 +319,46 @@ impl TimerService {
             .unwrap_or_else(|_| self.inert_handle())
     }
 
+    /// Runs `f` on a worker after `delay`, like [`schedule`](Self::schedule), but returns no
+    /// handle: the timer cannot be cancelled, reset or waited for, and in exchange costs the
+    /// calling thread less. It is appended to an inbox of its thread's shard under a lock
+    /// nothing else holds for long; the timer thread moves it into the queue (see
+    /// [Costs of `schedule`](self#costs-of-schedule)). Every other promise is the same: never
+    /// early, once, in deadline order, drained by [`settle`](Self::settle), discarded by
+    /// shutdown (and dropped at once after it), counted toward the cap without being refused
+    /// and in [`Stats`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tickwheel::service::TimerService;
+    /// use tickwheel::time::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let service = TimerService::builder().clock(clock.clone()).build().unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// service.schedule_detached(Duration::from_millis(10), move || tx.send(()).unwrap());
+    /// clock.advance(Duration::from_millis(10));
+    /// service.settle();
+    /// assert!(rx.try_recv().is_ok());
+    /// ```
+    pub fn schedule_detached<F>(&self, delay: Duration, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
+        self.state.schedule_detached(tick, Callback::new(f));
+    }
+
+    /// Runs `f` on a worker at `deadline` (rounded up to the next tick), with no handle: the
+    /// [`schedule_at`](Self::schedule_at) of [`schedule_detached`](Self::schedule_detached).
+    pub fn schedule_detached_at<F>(&self, deadline: Instant, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let tick = self.ticks().deadline_tick(deadline);
+        self.state.schedule_detached(tick, Callback::new(f));
+    }
+
     /// Like [`schedule`](Self::schedule), but fails instead of exceeding the cap set with
     /// [`Builder::max_pending`], or after shutdown. On error `f` is dropped.
     ///
@@ -421,12 +473,7 @@ impl TimerService {
         let discarded: usize = pending.iter().map(Closed::len).sum();
         self.state.discarded.add(discarded as u64);
         // Dropped here, outside every lock: a closure's `Drop` may run any code.
-        for closed in pending {
-            match closed {
-                Closed::Queue(queue, _) => drop(queue),
-                Closed::Callbacks(all) => all.into_iter().for_each(Callback::discard),
-            }
-        }
+        pending.into_iter().for_each(Closed::discard);
         self.join_threads();
     }
 

@@ -16,6 +16,31 @@
 //!   at the bottom check.
 //! * `wait()` registers a [`WaitSlot`] in `waiters`, keyed by `TimerKey`; drains and cancels
 //!   look the table up only when it is non-empty, so timers nobody waits for pay nothing.
+//!
+//! # The inbox: timers without a handle
+//!
+//! A detached timer ([`Shard::stage`]) has no handle, so nobody can cancel, reset or wait
+//! for it, and it needs no queue key when it is scheduled. The producer only appends
+//! `(tick, callback)` to the shard's inbox, a `Vec` under a lock of its own that nothing else
+//! holds for more than a swap; the timer thread moves the lot into the queue under the
+//! queue's lock ([`Shard::flush`]), before every drain of the shard and whenever the inbox
+//! holds [`FLUSH_AT`] timers. So the producer takes no queue lock, clones no `Arc`, and
+//! never writes a queue entry: its writes go to the inbox's buffer, which the flush hands
+//! back empty with its capacity (two buffers take turns), so after the first burst they
+//! touch memory that is already mapped and usually cached.
+//!
+//! * `inbox_earliest` is a lower bound of the earliest staged tick ([`NEVER`] when nothing
+//!   is staged), stored only under the inbox lock. [`Shard::earliest`] is the minimum of it
+//!   and `earliest`, so the timer thread's sleep and wake-up protocol (see `core.rs`) covers
+//!   staged timers as it covers queued ones: a stage that lowers `inbox_earliest` stores it
+//!   and then checks the timer thread's sleep target, as an insert does.
+//! * A flush first lowers `earliest` to `inbox_earliest` and only then resets
+//!   `inbox_earliest`, and `earliest()` reads them in the opposite order, so it never misses
+//!   a staged timer (the loom model `loom_a_flush_never_hides_a_staged_timer`).
+//! * Every handle-path insert flushes the inbox first, so one thread's timers keep their
+//!   schedule order at equal deadlines whichever way they were scheduled.
+//! * `close` takes the inbox as well: staged timers are discarded like queued ones, and a
+//!   stage after it is refused.
 
 use std::fmt;
 use std::task::Waker;
@@ -24,13 +49,17 @@ use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
 use crate::queue::TimerKey;
 use crate::sync::{
-    backoff, lock, spin_hint, wait, Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard,
-    Ordering,
+    backoff, lock, spin_hint, wait, Arc, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Condvar,
+    Mutex, MutexGuard, Ordering,
 };
 use crate::time::NEVER;
 
 /// Timers a drain takes out per lock hold.
 const DRAIN_CHUNK: usize = 128;
+
+/// Staged timers at which a producer asks the timer thread to take its inbox in: enough to
+/// make the wake-up cheap per timer, few enough to stay in the cache.
+pub(crate) const FLUSH_AT: usize = 4096;
 
 /// `try_lock` attempts a drain spins through before it blocks (a few microseconds).
 #[cfg(not(loom))]
@@ -46,6 +75,29 @@ pub(crate) use super::callback::Callback;
 pub(crate) struct Job {
     pub(crate) callback: Callback,
     pub(crate) deadline: u64,
+}
+
+/// A detached timer in a shard's inbox (see [`Shard::stage`]).
+pub(crate) struct Staged {
+    tick: u64,
+    callback: Callback,
+}
+
+/// The inbox of detached timers (see the module docs).
+struct Inbox {
+    staged: Vec<Staged>,
+    /// Set at shutdown, with the queue's: stages are refused from then on.
+    closed: bool,
+}
+
+/// The inbox and what the timer thread reads of it without its lock, on cache lines of
+/// their own: producers write them on every stage.
+struct InboxShared {
+    inbox: Mutex<Inbox>,
+    /// Lower bound of the earliest staged tick, [`NEVER`] when nothing is staged.
+    earliest: AtomicU64,
+    /// How many timers are staged (stored under the inbox lock).
+    len: AtomicUsize,
 }
 
 /// Where a drain puts what it took out of a shard.
@@ -86,6 +138,13 @@ impl WaitSlot {
 
 struct ShardState {
     queue: AnyQueue<Callback>,
+    /// The inbox's other buffer: empty, with the capacity of an earlier batch.
+    spare: Vec<Staged>,
+    /// Timers out of the inbox but not in the queue yet: not due at the drain that took
+    /// them, queued at its end (see [`Shard::flush`]). In staging order.
+    taken: Vec<Staged>,
+    /// The earliest tick in `taken`, [`NEVER`] when it is empty.
+    taken_earliest: u64,
     waiters: Vec<(TimerKey, Arc<WaitSlot>)>,
     /// Set at shutdown: inserts are refused from then on.
     closed: bool,
@@ -100,8 +159,9 @@ struct ShardState {
 
 /// What a shard held when it closed.
 pub(crate) enum Closed {
-    /// The whole queue of worker callbacks (dropping it drops them) and how many it held.
-    Queue(AnyQueue<Callback>, usize),
+    /// The whole queue of worker callbacks (dropping it drops them) and how many it held,
+    /// with the staged timers (worker callbacks too).
+    Queue(AnyQueue<Callback>, usize, Vec<Staged>),
     /// Every callback, when some need telling (inline ones: see [`Callback::discard`]).
     Callbacks(Vec<Callback>),
 }
@@ -110,8 +170,20 @@ impl Closed {
     /// How many timers were discarded.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Closed::Queue(_, n) => *n,
+            Closed::Queue(_, n, staged) => n + staged.len(),
             Closed::Callbacks(all) => all.len(),
+        }
+    }
+
+    /// Drops or tells every discarded timer (see [`Callback::discard`]); the caller holds no
+    /// lock: a closure's `Drop` may run any code.
+    pub(crate) fn discard(self) {
+        match self {
+            Closed::Queue(queue, _, staged) => {
+                drop(queue);
+                staged.into_iter().for_each(|s| s.callback.discard());
+            }
+            Closed::Callbacks(all) => all.into_iter().for_each(Callback::discard),
         }
     }
 }
@@ -136,6 +208,10 @@ pub(crate) struct Shard {
     /// A drain is waiting for the lock: producers hold back until it has it.
     drain_waiting: AtomicBool,
     pub(crate) core: Arc<Core>,
+    /// Detached timers not yet in the queue.
+    inbox: CachePadded<InboxShared>,
+    /// `taken` is not empty (stored under the queue lock).
+    taken: AtomicBool,
 }
 
 impl Shard {
@@ -143,6 +219,9 @@ impl Shard {
         Shard {
             state: Mutex::new(ShardState {
                 queue: AnyQueue::new(flavor),
+                spare: Vec::new(),
+                taken: Vec::new(),
+                taken_earliest: NEVER,
                 waiters: Vec::new(),
                 closed: false,
                 inline: 0,
@@ -154,6 +233,102 @@ impl Shard {
             earliest: AtomicU64::new(NEVER),
             drain_waiting: AtomicBool::new(false),
             core,
+            inbox: CachePadded(InboxShared {
+                inbox: Mutex::new(Inbox {
+                    staged: Vec::new(),
+                    closed: false,
+                }),
+                earliest: AtomicU64::new(NEVER),
+                len: AtomicUsize::new(0),
+            }),
+            taken: AtomicBool::new(false),
+        }
+    }
+
+    /// Stages a detached `callback` at `tick` in the inbox (see the module docs); gives it
+    /// back if the shard is closed. Returns whether the inbox now holds [`FLUSH_AT`] timers
+    /// (the caller asks the timer thread to take them in).
+    #[inline]
+    pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<bool, Callback> {
+        let shared = &self.inbox;
+        let mut inbox = self.lock_producer_inbox();
+        if inbox.closed {
+            return Err(callback);
+        }
+        inbox.staged.push(Staged { tick, callback });
+        let len = inbox.staged.len();
+        shared.len.store(len, Ordering::Relaxed);
+        let lowered = tick < shared.earliest.load(Ordering::Relaxed);
+        if lowered {
+            shared.earliest.store(tick, Ordering::SeqCst);
+        }
+        drop(inbox);
+        if lowered {
+            self.core.lowered_earliest(tick);
+        }
+        Ok(len == FLUSH_AT)
+    }
+
+    /// How many timers are staged (a snapshot).
+    #[inline]
+    pub(crate) fn staged(&self) -> usize {
+        self.inbox.len.load(Ordering::Relaxed)
+    }
+
+    /// Takes the inbox and queues its timers due at `now` (every one with `now = NEVER`);
+    /// the others join `taken`, behind the ones already there. The caller holds the queue
+    /// lock (`st`).
+    ///
+    /// Due ones first: a drain hands its due timers on before it queues the rest of a large
+    /// inbox ([`flush_staged`](Self::flush_staged), at the end of the drain). Order is kept:
+    /// a due timer and one that is not never share a tick, and `taken` is queued in full,
+    /// oldest first, before any later flush queues anything (every flush with `NEVER`
+    /// starts with it).
+    fn flush(&self, st: &mut ShardState, now: u64) {
+        let ShardState {
+            queue,
+            spare,
+            taken,
+            taken_earliest,
+            scheduled,
+            high_water,
+            ..
+        } = st;
+        let mut queued = 0;
+        if *taken_earliest < self.earliest.load(Ordering::Relaxed) {
+            // Out of the inbox, `taken` is covered by `earliest` alone.
+            self.earliest.store(*taken_earliest, Ordering::SeqCst);
+        }
+        if *taken_earliest <= now {
+            // Through the spare buffer (empty here), keeping the order of what stays.
+            std::mem::swap(taken, spare);
+            *taken_earliest = NEVER;
+            queued += queue_due(spare, now, queue, taken, taken_earliest);
+        }
+        if self.staged() > 0 {
+            let shared = &self.inbox;
+            let mut inbox = self.lock_drain_inbox();
+            // Lower `earliest` before resetting the inbox's: `earliest()` never misses one.
+            let staged_earliest = shared.earliest.load(Ordering::Relaxed);
+            if staged_earliest < self.earliest.load(Ordering::Relaxed) {
+                self.earliest.store(staged_earliest, Ordering::SeqCst);
+            }
+            std::mem::swap(&mut inbox.staged, spare);
+            shared.earliest.store(NEVER, Ordering::SeqCst);
+            shared.len.store(0, Ordering::Relaxed);
+            drop(inbox);
+            queued += queue_due(spare, now, queue, taken, taken_earliest);
+        }
+        self.taken.store(!taken.is_empty(), Ordering::Relaxed);
+        *scheduled += queued as u64;
+        *high_water = (*high_water).max(queue.len() + taken.len());
+    }
+
+    /// Queues every staged timer, if there are any: the end of a drain.
+    pub(crate) fn flush_staged(&self) {
+        if self.staged() > 0 || self.taken.load(Ordering::Relaxed) {
+            let mut st = self.lock_drain();
+            self.flush(&mut st, NEVER);
         }
     }
 
@@ -163,6 +338,10 @@ impl Shard {
         let mut st = self.lock_producer();
         if st.closed {
             return Err(callback);
+        }
+        if self.staged() > 0 || self.taken.load(Ordering::Relaxed) {
+            // Staged timers of this thread go in first: one thread's timers keep their order.
+            self.flush(&mut st, NEVER);
         }
         st.inline += usize::from(callback.is_inline());
         let key = st.queue.insert(tick, callback);
@@ -264,6 +443,33 @@ impl Shard {
         guard
     }
 
+    /// Locks the inbox for a stage; like [`lock_producer`](Self::lock_producer), it first lets
+    /// a waiting flush in.
+    #[inline]
+    fn lock_producer_inbox(&self) -> MutexGuard<'_, Inbox> {
+        let mut round = 0;
+        while self.drain_waiting.load(Ordering::Acquire) {
+            backoff(round);
+            round = round.saturating_add(1);
+        }
+        lock(&self.inbox.inbox)
+    }
+
+    /// Locks the inbox for a flush, as [`lock_drain`](Self::lock_drain) locks the queue. The
+    /// caller holds the queue lock, so no other flush raises `drain_waiting` meanwhile.
+    fn lock_drain_inbox(&self) -> MutexGuard<'_, Inbox> {
+        for _ in 0..DRAIN_SPINS {
+            if let Ok(guard) = self.inbox.inbox.try_lock() {
+                return guard;
+            }
+            spin_hint();
+        }
+        self.drain_waiting.store(true, Ordering::SeqCst);
+        let guard = lock(&self.inbox.inbox);
+        self.drain_waiting.store(false, Ordering::Release);
+        guard
+    }
+
     /// The effective deadline tick of a pending timer.
     pub(crate) fn deadline(&self, key: TimerKey) -> Option<u64> {
         lock(&self.state).queue.deadline(key)
@@ -278,10 +484,13 @@ impl Shard {
         Some(slot)
     }
 
-    /// The published lower bound of the earliest pending deadline.
+    /// The published lower bound of the earliest pending deadline, staged timers included.
     #[inline]
     pub(crate) fn earliest(&self) -> u64 {
-        self.earliest.load(Ordering::SeqCst)
+        // The inbox's first: a flush lowers `earliest` before it resets the inbox's, so a
+        // reset seen here means the lowered `earliest` is seen next (both `SeqCst`).
+        let staged = self.inbox.earliest.load(Ordering::SeqCst);
+        staged.min(self.earliest.load(Ordering::SeqCst))
     }
 
     /// Takes every timer due at `now` out of the queue, in firing order; returns how many.
@@ -312,10 +521,15 @@ impl Shard {
     fn drain_chunk(&self, now: u64, out: &mut Drained) -> (usize, bool) {
         let mut st = self.lock_drain();
         let st = &mut *st;
+        if self.staged() > 0 || st.taken_earliest <= now {
+            self.flush(st, now);
+        }
         let mut n = 0;
         while n < DRAIN_CHUNK {
             let Some((key, callback)) = st.queue.poll_expired(now) else {
                 let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
+                // Taken timers are all later than `now` (see `flush`).
+                let next = next.min(st.taken_earliest);
                 self.earliest.store(next, Ordering::SeqCst);
                 return (n, false);
             };
@@ -342,16 +556,28 @@ impl Shard {
     pub(crate) fn close(&self) -> Closed {
         let mut st = lock(&self.state);
         st.closed = true;
+        let staged = {
+            let mut inbox = lock(&self.inbox.inbox);
+            inbox.closed = true;
+            self.inbox.earliest.store(NEVER, Ordering::SeqCst);
+            self.inbox.len.store(0, Ordering::Relaxed);
+            let mut staged = std::mem::take(&mut st.taken);
+            staged.append(&mut inbox.staged);
+            st.taken_earliest = NEVER;
+            self.taken.store(false, Ordering::Relaxed);
+            staged
+        };
         let count = st.queue.len();
         let closed = if st.inline == 0 {
             // Only callbacks: nobody needs telling, drop the queue whole (no cascades).
             let fresh = AnyQueue::new(st.flavor);
-            Closed::Queue(std::mem::replace(&mut st.queue, fresh), count)
+            Closed::Queue(std::mem::replace(&mut st.queue, fresh), count, staged)
         } else {
             let mut all = Vec::with_capacity(count);
             while let Some((_, callback)) = st.queue.poll_expired(NEVER) {
                 all.push(callback);
             }
+            all.extend(staged.into_iter().map(|s| s.callback));
             st.inline = 0;
             Closed::Callbacks(all)
         };
@@ -360,6 +586,7 @@ impl Shard {
         }
         self.earliest.store(NEVER, Ordering::SeqCst);
         drop(st);
+        let count = closed.len();
         self.core.release(count);
         closed
     }
@@ -370,18 +597,45 @@ impl Shard {
         let mut st = lock(&self.state);
         st.queue.shrink_to_fit();
         st.waiters.shrink_to_fit();
+        st.spare = Vec::new();
+        st.taken.shrink_to_fit();
     }
 
     pub(crate) fn counts(&self) -> ShardCounts {
         let st = lock(&self.state);
+        // Staged timers are pending and scheduled already; they are counted as they enter
+        // the queue.
+        let staged = st.taken.len() + lock(&self.inbox.inbox).staged.len();
         ShardCounts {
-            pending: st.queue.len(),
+            pending: st.queue.len() + staged,
             capacity: st.queue.capacity(),
-            high_water: st.high_water,
-            scheduled: st.scheduled,
+            high_water: st.high_water.max(st.queue.len() + staged),
+            scheduled: st.scheduled + staged as u64,
             cancelled: st.cancelled,
         }
     }
+}
+
+/// Queues the timers of `staged` due at `now` and moves the others to the end of `taken`, in
+/// order (lowering `taken_earliest`); returns how many were queued. Leaves `staged` empty.
+fn queue_due(
+    staged: &mut Vec<Staged>,
+    now: u64,
+    queue: &mut AnyQueue<Callback>,
+    taken: &mut Vec<Staged>,
+    taken_earliest: &mut u64,
+) -> usize {
+    let mut queued = 0;
+    for Staged { tick, callback } in staged.drain(..) {
+        if tick <= now {
+            queue.insert(tick, callback);
+            queued += 1;
+        } else {
+            *taken_earliest = (*taken_earliest).min(tick);
+            taken.push(Staged { tick, callback });
+        }
+    }
+    queued
 }
 
 /// Releases every waiter of `key` (a timer leaves the queue once, so this runs once a key).
@@ -412,7 +666,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::sync::{model, spawn, AtomicUsize, JoinHandle};
+    use crate::sync::{model, spawn, AtomicUsize, JoinHandle, Mutex};
     use crate::time::{ManualClock, Ticks};
 
     fn shard() -> Arc<Shard> {
@@ -611,5 +865,112 @@ mod tests {
         let refused = shard.insert(1, Callback::new(|| {}));
         assert!(refused.is_err());
         assert_eq!(ran.load(Ordering::SeqCst), 0);
+    }
+    /// Stages a callback at `tick` that pushes `id` to `log` when run.
+    fn staged(shard: &Shard, tick: u64, id: u32, log: &Arc<Mutex<Vec<u32>>>) -> bool {
+        let log = log.clone();
+        let callback = Callback::new(move || lock(&log).push(id));
+        shard
+            .stage(tick, callback)
+            .unwrap_or_else(|_| panic!("shard closed"))
+    }
+
+    #[test]
+    fn staged_timers_are_queued_due_first_in_order_and_stay_visible() {
+        let shard = shard();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for (id, tick) in [(0, 5), (1, 1), (2, 5), (3, NEVER)] {
+            assert!(!staged(&shard, tick, id, &log));
+        }
+        let handle_ran = Arc::new(AtomicUsize::new(0));
+        assert_eq!(shard.earliest(), 1);
+        assert_eq!(fire(&shard, 1), 1);
+        assert_eq!(*lock(&log), [1]);
+        // Ticks 5 are out of the inbox, not yet queued: `earliest` still covers them.
+        assert!(shard.earliest() <= 5);
+        assert_eq!(shard.counts().pending, 3);
+        // A handle timer at tick 5 from the same thread comes after the staged ones.
+        counting(&shard, 5, &handle_ran);
+        assert_eq!(fire(&shard, 5), 3);
+        assert_eq!(*lock(&log), [1, 0, 2]);
+        assert_eq!(handle_ran.load(Ordering::SeqCst), 1);
+        let counts = shard.counts();
+        assert_eq!((counts.pending, counts.scheduled), (1, 5));
+        assert_eq!(shard.close().len(), 1, "the NEVER timer is discarded");
+        assert!(shard.stage(1, Callback::new(|| {})).is_err());
+    }
+
+    #[test]
+    fn a_full_inbox_asks_for_a_flush() {
+        let shard = shard();
+        let full: Vec<bool> = (0..FLUSH_AT)
+            .map(|_| shard.stage(9, Callback::new(|| {})).is_ok_and(|full| full))
+            .collect();
+        assert_eq!(full.iter().position(|f| *f), Some(FLUSH_AT - 1));
+        shard.flush_staged();
+        assert_eq!(shard.staged(), 0);
+        assert_eq!(shard.counts().pending, FLUSH_AT);
+        assert_eq!(shard.earliest(), 9);
+    }
+
+    /// A producer stages a timer due at tick 1 while the timer thread drains tick 1: the
+    /// timer runs once, either in that drain or, if it missed it, in the next one, which the
+    /// published `earliest` asks for.
+    #[test]
+    fn loom_stage_vs_drain_runs_once_and_is_never_lost() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let producer = {
+                let ran = ran.clone();
+                race(&shard, move |shard| {
+                    let callback = Callback::new(move || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    });
+                    assert!(shard.stage(1, callback).is_ok());
+                })
+            };
+            let firer = race(&shard, |shard| fire(shard, 1));
+            producer.join().unwrap();
+            let first = firer.join().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), first);
+            if first == 0 {
+                assert!(shard.earliest() <= 1, "a staged timer is visible");
+                assert_eq!(fire(&shard, 1), 1);
+            }
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+            assert_eq!(fire(&shard, 100), 0);
+        });
+    }
+
+    /// A stage racing shutdown's close is either refused (the caller drops it) or discarded
+    /// by the close: never both, never neither, never run.
+    #[test]
+    fn loom_stage_vs_close_is_refused_or_discarded() {
+        model(|| {
+            let shard = shard();
+            let producer = race(&shard, |shard| shard.stage(1, Callback::new(|| {})).is_ok());
+            let closer = race(&shard, |shard| shard.close().len());
+            let staged = producer.join().unwrap();
+            let discarded = closer.join().unwrap();
+            assert_eq!(discarded, usize::from(staged));
+            assert_eq!(fire(&shard, 100), 0);
+        });
+    }
+
+    /// The timer thread decides how long to sleep from `earliest()`: while a flush moves a
+    /// staged timer from the inbox to the queue, no interleaving may show neither.
+    #[test]
+    fn loom_a_flush_never_hides_a_staged_timer() {
+        model(|| {
+            let shard = shard();
+            assert!(shard.stage(3, Callback::new(|| {})).is_ok());
+            let flusher = race(&shard, Shard::flush_staged);
+            let reader = race(&shard, Shard::earliest);
+            assert!(reader.join().unwrap() <= 3);
+            flusher.join().unwrap();
+            assert_eq!(shard.earliest(), 3);
+            assert_eq!((shard.staged(), shard.counts().pending), (0, 1));
+        });
     }
 }

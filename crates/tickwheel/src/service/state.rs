@@ -118,6 +118,23 @@ impl ServiceState {
         }
     }
 
+    /// Stages `callback` at `tick` in the calling thread's shard's inbox, with no handle (see
+    /// `shard.rs`). Ignores the cap but counts toward it; after shutdown the callback is
+    /// dropped.
+    #[inline]
+    pub(crate) fn schedule_detached(&self, tick: u64, callback: Callback) {
+        self.core.reserve(false);
+        match self.local_shard().stage(tick, callback) {
+            Ok(false) => {}
+            // A full inbox: the timer thread takes it in (it also does at every wake-up).
+            Ok(true) => self.core.unpark_driver(),
+            Err(callback) => {
+                self.core.release(1);
+                callback.discard();
+            }
+        }
+    }
+
     /// The implementation of [`ServiceRef::schedule_notify`]: after shutdown the target is
     /// told `Discarded` and the handle is inert.
     #[inline]
@@ -165,16 +182,27 @@ impl ServiceState {
     /// When one shard is due (one producer thread, or one busy one), each chunk is handed to
     /// the workers as soon as it is out of the queue, so the first callbacks of a tick start
     /// while the rest are still being drained. Otherwise the shards' runs are merged first.
+    /// Then every shard's staged timers that were not due are queued (see `shard.rs`).
     pub(crate) fn drain_due(&self, now: u64) -> usize {
         let mut drained = lock(&self.drain);
+        let n = self.drain_locked(now, &mut drained);
+        // The detached timers not due yet: queued after the due ones were handed on, by this
+        // thread rather than a producer.
+        for shard in self.shards.iter() {
+            shard.flush_staged();
+        }
+        n
+    }
+
+    fn drain_locked(&self, now: u64, drained: &mut Drained) -> usize {
         let mut due = self.shards.iter().filter(|shard| shard.earliest() <= now);
         if let (Some(shard), None) = (due.next(), due.next()) {
-            return shard.drain(now, &mut drained, |chunk| self.hand_off(chunk));
+            return shard.drain(now, drained, |chunk| self.hand_off(chunk));
         }
         let mut n = 0;
         for shard in self.shards.iter() {
             if shard.earliest() <= now {
-                n += shard.drain(now, &mut drained, |_| {});
+                n += shard.drain(now, drained, |_| {});
             }
         }
         if n == 0 {
@@ -183,7 +211,7 @@ impl ServiceState {
         // Each shard's run is sorted; a stable sort merges the runs.
         drained.jobs.sort_by_key(|job| job.deadline);
         drained.inline.sort_by_key(|job| job.deadline);
-        self.hand_off(&mut drained);
+        self.hand_off(drained);
         n
     }
 
