@@ -1,5 +1,5 @@
 //! Schedule rate of one producer against a private redis-server (AOF, `appendfsync always`),
-//! for a few bulk batch sizes.
+//! for a few bulk batch sizes, with delays spread over 0..=60 s as in the durable workload.
 //!
 //! `cargo run --release -p tickwheel-redis --example schedule_rate [-- TASKS]`
 
@@ -28,10 +28,12 @@ fn main() -> Result<(), tickwheel_redis::Error> {
         cfg.batch = batch;
         let mut p = Producer::connect(&cfg)?;
         let t = Instant::now();
-        for chunk in ids.chunks(50_000) {
-            p.schedule_many(chunk.iter().map(|id| Task {
+        for (c, chunk) in ids.chunks(50_000).enumerate() {
+            p.schedule_many(chunk.iter().enumerate().map(|(i, id)| Task {
                 id,
-                run_at: RunAt::After(Duration::from_secs(3600)),
+                run_at: RunAt::After(Duration::from_millis(
+                    ((c * 50_000 + i) as u64 * 7919) % 60_001,
+                )),
                 payload: &payload,
             }))?;
         }

@@ -91,11 +91,23 @@
 //! # Design
 //!
 //! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created
-//! and stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard is four keys that
-//! share the hash tag `{namespace:shard}`: a sorted set of pending ids scored by run-at (ms
-//! since the Unix epoch), a hash of `version:attempt:due:recurrence:payload` values, a sorted set of
-//! in-flight ids scored by visibility deadline, and a state hash (lease owner, epoch, expiry,
-//! horizon, version counter). Every change is one Lua script over one shard's keys.
+//! and stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard's keys share the
+//! hash tag `{namespace:shard}`: a hash of tasks (id → `version:attempt:due:recurrence
+//! length:` then the recurrence and the payload), a sorted set of in-flight ids scored by
+//! visibility deadline, a state hash (lease owner, epoch, expiry, horizon, version counter,
+//! and a count of pending tasks per time bucket), and the time index of pending tasks: one
+//! list of ids per 1 s bucket of run-ats (ms since the Unix epoch), and a small sorted set of
+//! the buckets that hold any. Every change is one Lua script over one shard's keys.
+//!
+//! *Why time buckets instead of a sorted set of tasks?* Memory. A sorted set entry costs
+//! about 100 bytes (a skiplist node, a dictionary entry, the id again); an id in a bucket list
+//! costs its length plus two bytes, packed in the list's blocks. A task is then its hash entry
+//! and its list entry: about 175 bytes for a 64-byte payload and an 11-byte id, where the
+//! sorted set layout took 265. A window read takes whole buckets in order, so nothing is lost
+//! for want of an order inside a bucket; a list entry whose task has since left the bucket
+//! stays until the bucket's count of pending tasks reaches zero and the whole list goes. The
+//! price: a bucket with few tasks carries its own key (about 300 bytes), so tasks spread
+//! thinly over time (one per second per shard, or fewer) cost more than with a sorted set.
 //!
 //! *Why hash-tagged shards?* A Redis Cluster places keys by the hash of their `{tag}`, so one
 //! shard's keys sit on one node (a script may touch them together) and many shards spread over

@@ -3,10 +3,20 @@
 //! Cluster).
 //!
 //! Shard keys, in the order every shard script takes them:
-//! `KEYS[1]` the due set (sorted set id → run-at ms), `KEYS[2]` the task hash (id →
-//! `version:attempt:due:recurrence:payload`, see `parse`), `KEYS[3]` the in-flight set (sorted set id → visibility
-//! deadline ms), `KEYS[4]` the shard state hash (`owner`, `epoch`, `expires`, `horizon`,
-//! `seq`).
+//! `KEYS[1]` the bucket index (sorted set of bucket numbers, each scored by itself), whose
+//! name followed by `:<bucket>` names a bucket list; `KEYS[2]` the task hash (id →
+//! `version:attempt:due:recurrence length:recurrence payload`, see `parse`); `KEYS[3]` the
+//! in-flight set (sorted set id → visibility deadline ms); `KEYS[4]` the shard state hash
+//! (`owner`, `epoch`, `expires`, `horizon`, `seq`, and `b:<bucket>` → pending tasks in that
+//! bucket).
+//!
+//! A task is in flight when the in-flight set holds its id, pending otherwise; a pending
+//! task's `due` is its run-at. Pending tasks are indexed by time in buckets of
+//! [`BUCKET_MS`]: bucket `b` holds run-ats in `[b * BUCKET_MS, (b + 1) * BUCKET_MS)`, and its
+//! list holds the ids pushed into it, in push order. A list entry whose task has since left
+//! the bucket (claimed, cancelled, replaced, rescheduled) stays until the bucket's count of
+//! pending tasks reaches zero, when the list, the count and the index entry go together;
+//! readers skip such entries by checking the task hash.
 //!
 //! Time: the first argument of a script that reads the clock is either empty (use the server's
 //! `TIME`, the one clock every producer and worker shares) or a number of milliseconds (a
@@ -14,6 +24,9 @@
 
 use redis::Script;
 use std::sync::OnceLock;
+
+/// The width of a time bucket, ms (part of the schema).
+pub(crate) const BUCKET_MS: u64 = 1000;
 
 const PRELUDE: &str = r#"
 local function clock(arg)
@@ -54,14 +67,36 @@ end
 local function epoch_is(state, e)
   return tonumber(redis.call('HGET', state, 'epoch') or '0') == tonumber(e)
 end
+local function bucket(ms)
+  return string.format('%d', math.floor(tonumber(ms) / BUCKET_MS))
+end
+-- Pending tasks enter a bucket (`n` of them, their ids in `ids`) ...
+local function push(b, ids, n)
+  redis.call('RPUSH', KEYS[1] .. ':' .. b, unpack(ids))
+  if redis.call('HINCRBY', KEYS[4], 'b:' .. b, n) == n then
+    redis.call('ZADD', KEYS[1], b, b)
+  end
+end
+-- ... and leave it (its list entry stays until the bucket is empty).
+local function unpush(run_at)
+  local b = bucket(run_at)
+  if redis.call('HINCRBY', KEYS[4], 'b:' .. b, -1) <= 0 then
+    redis.call('HDEL', KEYS[4], 'b:' .. b)
+    redis.call('DEL', KEYS[1] .. ':' .. b)
+    redis.call('ZREM', KEYS[1], b)
+  end
+end
+local function in_flight(id)
+  return redis.call('ZSCORE', KEYS[3], id)
+end
 "#;
 
 /// ARGV: now, channel, shard, then (id, mode `a`|`d`, ms, payload, recurrence) per task
 /// (the recurrence is empty for a one-shot task).
 /// Returns how many tasks replaced an existing one (an id given twice in one call counts
-/// twice, as two calls would). Variadic `HSET`/`ZADD` over slices of 128 tasks keep the
-/// per-task cost low, and every task at or before the horizon goes into one notification for
-/// the whole call (see `notify`).
+/// twice, as two calls would). Variadic `HMGET`/`HSET`/`RPUSH` over slices of 128 tasks keep
+/// the per-task cost low, and every task at or before the horizon goes into one notification
+/// for the whole call (see `notify`).
 const SCHEDULE: &str = r#"
 local n = (#ARGV - 3) / 5
 local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
@@ -71,7 +106,7 @@ local replaced = 0
 local note = {}
 local i = 4
 while i <= #ARGV do
-  local z, h, ids = {}, {}, {}
+  local h, ids, at = {}, {}, {}
   local k = 0
   while i <= #ARGV and k < 128 do
     local id, run_at = ARGV[i], ARGV[i + 2]
@@ -81,21 +116,42 @@ while i <= #ARGV do
     end
     v = v + 1
     k = k + 1
-    z[2 * k - 1] = run_at
-    z[2 * k] = id
-    h[2 * k - 1] = id
-    local rec = ARGV[i + 4]
-    h[2 * k] = v .. ':0:' .. run_at .. ':' .. #rec .. ':' .. rec .. ARGV[i + 3]
     ids[k] = id
+    at[k] = run_at
+    local rec = ARGV[i + 4]
+    h[2 * k - 1] = id
+    h[2 * k] = v .. ':0:' .. run_at .. ':' .. #rec .. ':' .. rec .. ARGV[i + 3]
     if tonumber(run_at) <= horizon then note[#note + 1] = entry(v, run_at, id) end
     i = i + 5
   end
-  local added = redis.call('HSET', KEYS[2], unpack(h))
-  if added < k then
-    replaced = replaced + k - added
-    redis.call('ZREM', KEYS[3], unpack(ids))
+  -- What each id replaces: the stored task, or an earlier one of this slice.
+  local old = redis.call('HMGET', KEYS[2], unpack(ids))
+  local seen, live = {}, {}
+  for j = 1, k do
+    local id = ids[j]
+    if seen[id] then
+      replaced = replaced + 1
+      live[seen[id]] = false
+    elseif old[j] then
+      replaced = replaced + 1
+      if redis.call('ZREM', KEYS[3], id) == 0 then
+        local _, _, d = parse(old[j])
+        unpush(d)
+      end
+    end
+    seen[id] = j
+    live[j] = true
   end
-  redis.call('ZADD', KEYS[1], unpack(z))
+  redis.call('HSET', KEYS[2], unpack(h))
+  local by = {}
+  for j = 1, k do
+    if live[j] then
+      local b = bucket(at[j])
+      by[b] = by[b] or {}
+      by[b][#by[b] + 1] = ids[j]
+    end
+  end
+  for b, list in pairs(by) do push(b, list, #list) end
 end
 notify(ARGV[2], ARGV[3], note)
 return replaced
@@ -105,12 +161,15 @@ return replaced
 /// series stops: the run in hand can no longer be acknowledged, nor delivered again), 0
 /// otherwise.
 const CANCEL: &str = r#"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+local h = redis.call('HGET', KEYS[2], ARGV[1])
+if not h then return 0 end
+local _, _, d, _, rec = parse(h)
+if not in_flight(ARGV[1]) then
   redis.call('HDEL', KEYS[2], ARGV[1])
+  unpush(d)
   return 1
 end
-local h = redis.call('HGET', KEYS[2], ARGV[1])
-if h and select(5, parse(h)) ~= '' and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+if rec ~= '' and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
   return 1
 end
@@ -120,13 +179,15 @@ return 0
 /// ARGV: now, channel, shard, id, mode, ms. 1 when the pending task moved, 0 otherwise.
 const RESCHEDULE: &str = r#"
 local id = ARGV[4]
-if not redis.call('ZSCORE', KEYS[1], id) then return 0 end
-local _, a, _, payload, rec = parse(redis.call('HGET', KEYS[2], id))
+local h = redis.call('HGET', KEYS[2], id)
+if not h or in_flight(id) then return 0 end
+local _, a, d, payload, rec = parse(h)
 local run_at = tonumber(ARGV[6])
 if ARGV[5] == 'd' then run_at = clock(ARGV[1]) + run_at end
 local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-redis.call('ZADD', KEYS[1], run_at, id)
+unpush(d)
 redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
+push(bucket(run_at), {id}, 1)
 if run_at <= tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0') then
   notify(ARGV[2], ARGV[3], {entry(v, run_at, id)})
 end
@@ -139,11 +200,9 @@ const STATE: &str = r#"
 local h = redis.call('HGET', KEYS[2], ARGV[1])
 if not h then return {0} end
 local v, a, d = parse(h)
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s then return {1, tonumber(s), a, v} end
-s = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local s = in_flight(ARGV[1])
 if s then return {2, d, a, v, tonumber(s)} end
-return {0}
+return {1, d, a, v}
 "#;
 
 /// ARGV: now, worker id, lease ms, epoch held (0 to take the shard).
@@ -165,14 +224,14 @@ if owner and owner ~= '' and expires > now then return {0, now} end
 epoch = redis.call('HINCRBY', KEYS[4], 'epoch', 1)
 redis.call('HSET', KEYS[4], 'owner', ARGV[2], 'expires', now + tonumber(ARGV[3]), 'horizon', 0)
 local infl = redis.call('ZRANGE', KEYS[3], 0, -1)
+if #infl > 0 then redis.call('DEL', KEYS[3]) end
 for _, id in ipairs(infl) do
   local h = redis.call('HGET', KEYS[2], id)
   if h then
     local _, _, d = parse(h)
-    redis.call('ZADD', KEYS[1], d, id)
+    push(bucket(d), {id}, 1)
   end
 end
-if #infl > 0 then redis.call('DEL', KEYS[3]) end
 return {epoch, now}
 "#;
 
@@ -186,44 +245,69 @@ end
 return 0
 "#;
 
-/// ARGV: epoch, from (`-inf` or exclusive ms), to ms, limit, with in-flight (`1`|`0`).
-/// Sets the shard's horizon (schedules at or before it are published) in the same step as it
-/// reads the due set up to it, so no task falls between the read and the notifications.
-/// Returns {-1} when fenced, else {horizon, {id, run_at, version, ...}, {id, visible_at,
-/// version, ...}}.
+/// ARGV: epoch, from (`-inf`, or the first bucket not read to its end), offset (entries of
+/// that bucket already read), to ms, limit, with in-flight (`1`|`0`).
+/// Reads the pending tasks of the buckets up to the one holding `to` (so a window ends at a
+/// bucket's end, up to a bucket past `to`), in bucket order, `limit` list entries at most,
+/// and sets the shard's horizon to the end of the last bucket
+/// read to its end: schedules at or before the horizon are published from then on, and any
+/// later one lands in a bucket not read yet, or at the tail of the one being read, past the
+/// offset. So no task falls between the read and the notifications.
+/// Returns {-1} when fenced, else {horizon, next bucket, next offset, more (1|0),
+/// {id, run_at, version, ...}, {id, visible_at, version, ...}}.
 const LOAD: &str = r#"
 if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
-local from = ARGV[2]
-local lo = from
-if from ~= '-inf' then lo = '(' .. from end
-local limit = tonumber(ARGV[4])
-local r = redis.call('ZRANGEBYSCORE', KEYS[1], lo, ARGV[3], 'WITHSCORES', 'LIMIT', 0, limit)
-local horizon = tonumber(ARGV[3])
-if #r / 2 >= limit then
-  local last = tonumber(r[#r])
-  if from == '-inf' or last - 1 > tonumber(from) then
-    horizon = last - 1
-  else
-    r = redis.call('ZRANGEBYSCORE', KEYS[1], lo, last, 'WITHSCORES')
-    horizon = last
-  end
+local from, offset = ARGV[2], tonumber(ARGV[3])
+local last = math.floor(tonumber(ARGV[4]) / BUCKET_MS)
+local limit = tonumber(ARGV[5])
+local next_b, next_off, more = last + 1, 0, 0
+local out, read = {}, 0
+local buckets = {}
+if last >= 0 and (from == '-inf' or tonumber(from) <= last) then
+  buckets = redis.call('ZRANGEBYSCORE', KEYS[1], from, last)
 end
-redis.call('HSET', KEYS[4], 'horizon', horizon)
-local function with_versions(list)
-  local out = {}
-  for i = 1, #list, 2 do
-    local h = redis.call('HGET', KEYS[2], list[i])
-    if h then
-      out[#out + 1] = list[i]
-      out[#out + 1] = list[i + 1]
-      out[#out + 1] = (parse(h))
+for _, bs in ipairs(buckets) do
+  local b = tonumber(bs)
+  local start = 0
+  if from ~= '-inf' and b == tonumber(from) then start = offset end
+  if read >= limit then
+    next_b, next_off, more = b, start, 1
+    break
+  end
+  local list = KEYS[1] .. ':' .. bs
+  local ids = redis.call('LRANGE', list, start, start + limit - read - 1)
+  read = read + #ids
+  for _, id in ipairs(ids) do
+    local h = redis.call('HGET', KEYS[2], id)
+    if h and not in_flight(id) then
+      local v, _, d = parse(h)
+      if bucket(d) == bs then
+        out[#out + 1] = id
+        out[#out + 1] = d
+        out[#out + 1] = v
+      end
     end
   end
-  return out
+  if read >= limit and redis.call('LLEN', list) > start + #ids then
+    next_b, next_off, more = b, start + #ids, 1
+    break
+  end
 end
+local horizon = next_b * BUCKET_MS - 1
+redis.call('HSET', KEYS[4], 'horizon', horizon)
 local infl = {}
-if ARGV[5] == '1' then infl = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES') end
-return {horizon, with_versions(r), with_versions(infl)}
+if ARGV[6] == '1' then
+  local r = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  for i = 1, #r, 2 do
+    local h = redis.call('HGET', KEYS[2], r[i])
+    if h then
+      infl[#infl + 1] = r[i]
+      infl[#infl + 1] = r[i + 1]
+      infl[#infl + 1] = (parse(h))
+    end
+  end
+end
+return {horizon, next_b, next_off, more, out, infl}
 "#;
 
 /// ARGV: now, epoch, visibility ms, ahead ms, ids... Claims each task that is pending and due
@@ -241,30 +325,24 @@ local out = {1, now, us}
 local ahead = tonumber(ARGV[4])
 for i = 5, #ARGV do
   local id = ARGV[i]
-  local pending = true
-  local s = redis.call('ZSCORE', KEYS[1], id)
-  local ready = now + ahead
-  if not s then
-    s = redis.call('ZSCORE', KEYS[3], id)
-    pending = false
-    ready = now
-  end
-  if not s then
+  local h = redis.call('HGET', KEYS[2], id)
+  if not h then
     out[#out + 1] = {0, id}
-  elseif tonumber(s) > ready then
-    out[#out + 1] = {2, id, tonumber(s) + ahead + now - ready,
-                     (parse(redis.call('HGET', KEYS[2], id)))}
   else
-    local v, a, d, payload, rec = parse(redis.call('HGET', KEYS[2], id))
-    a = a + 1
-    if pending then
-      redis.call('ZREM', KEYS[1], id)
-      d = tonumber(s)
+    local v, a, d, payload, rec = parse(h)
+    local s = in_flight(id)
+    if s and tonumber(s) > now then
+      out[#out + 1] = {2, id, tonumber(s) + ahead, v}
+    elseif not s and d > now + ahead then
+      out[#out + 1] = {2, id, d, v}
+    else
+      if not s then unpush(d) end
+      a = a + 1
+      local vis = math.max(now, d) + tonumber(ARGV[3])
+      redis.call('ZADD', KEYS[3], vis, id)
+      redis.call('HSET', KEYS[2], id, header(v, a, d, rec) .. payload)
+      out[#out + 1] = {1, id, v, a, d, payload, rec, vis}
     end
-    local vis = math.max(now, d) + tonumber(ARGV[3])
-    redis.call('ZADD', KEYS[3], vis, id)
-    redis.call('HSET', KEYS[2], id, header(v, a, d, rec) .. payload)
-    out[#out + 1] = {1, id, v, a, d, payload, rec, vis}
   end
 end
 return out
@@ -294,7 +372,7 @@ for i = 4, #ARGV, 4 do
       if rec ~= '' and nxt > 0 then
         local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
         redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec) .. payload)
-        redis.call('ZADD', KEYS[1], nxt, id)
+        push(bucket(nxt), {id}, 1)
         horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
         if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end
       else
@@ -322,8 +400,8 @@ if v ~= tonumber(ARGV[4]) or a ~= tonumber(ARGV[5]) or redis.call('ZREM', KEYS[3
   return {0}
 end
 local run_at = now + tonumber(ARGV[6])
-redis.call('ZADD', KEYS[1], run_at, id)
 redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
+push(bucket(run_at), {id}, 1)
 return {1, run_at}
 "#;
 
@@ -395,7 +473,8 @@ impl Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
-        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        let s =
+            |body: &str| Script::new(&format!("local BUCKET_MS = {BUCKET_MS}\n{PRELUDE}{body}"));
         Scripts {
             schedule: s(SCHEDULE),
             cancel: s(CANCEL),

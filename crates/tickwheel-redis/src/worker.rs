@@ -340,6 +340,10 @@ struct PendingAck {
     next: u64,
 }
 
+/// Where a window read goes on: the first bucket not read to its end, and how many of its
+/// list entries were read.
+type Resume = (u64, u64);
+
 #[derive(Clone, Copy, Debug)]
 struct Owned {
     epoch: u64,
@@ -347,6 +351,9 @@ struct Owned {
     valid_until_us: u64,
     /// End of the window loaded into the wheel (the shard's horizon); `None`: load it.
     loaded_until: Option<u64>,
+    /// Where the next read goes on; `more` when the last read stopped at its limit.
+    resume: Resume,
+    more: bool,
 }
 
 /// A worker: holds leases on a fair share of the namespace's shards, keeps their next window
@@ -1015,6 +1022,8 @@ impl Worker {
                             epoch: epoch as u64,
                             valid_until_us: sent + self.lease_us_reckoned(),
                             loaded_until: None,
+                            resume: (0, 0),
+                            more: false,
                         },
                     );
                     if self.owned.len() >= fair {
@@ -1039,12 +1048,12 @@ impl Worker {
         let now = self.now_ms();
         let window = self.cfg.window.as_millis() as u64;
         let to = now + window;
-        let wanted: Vec<(u32, u64, Option<u64>)> = self
+        let wanted: Vec<(u32, u64, Option<Resume>)> = self
             .owned
             .iter()
             .filter_map(|(&s, o)| match o.loaded_until {
                 None => Some((s, o.epoch, None)),
-                Some(h) if h < now + window * 3 / 4 => Some((s, o.epoch, Some(h))),
+                Some(h) if o.more || h < now + window * 3 / 4 => Some((s, o.epoch, Some(o.resume))),
                 Some(_) => None,
             })
             .collect();
@@ -1055,13 +1064,15 @@ impl Worker {
         let limit = (self.cfg.window_limit / wanted.len()).max(100);
         let mut pipe = redis::pipe();
         for &(s, epoch, from) in &wanted {
-            let from_arg = from.map_or_else(|| "-inf".to_string(), |f| f.to_string());
+            let (from_arg, offset) =
+                from.map_or(("-inf".to_string(), 0), |(b, o)| (b.to_string(), o));
             pipe.cmd("EVALSHA")
                 .arg(scripts().load.get_hash())
                 .arg(4)
                 .arg(self.ns.shards[s as usize].0.as_slice())
                 .arg(epoch)
                 .arg(from_arg)
+                .arg(offset)
                 .arg(to)
                 .arg(limit)
                 .arg(if from.is_none() { "1" } else { "0" });
@@ -1076,6 +1087,11 @@ impl Worker {
                 self.drop_shard(shard);
                 continue;
             }
+            let mut head = || -> Result<u64, Error> {
+                Ok(int(&r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?)? as u64)
+            };
+            let resume = (head()?, head()?);
+            let partial = head()? == 1;
             // Pending tasks are armed at their run-at, in-flight ones at their visibility
             // deadline plus the claim horizon (the wheel is polled that far ahead).
             for (list, shift) in r.zip([0, self.cfg.ahead_ms()]) {
@@ -1087,8 +1103,10 @@ impl Worker {
             }
             if let Some(o) = self.owned.get_mut(&shard) {
                 o.loaded_until = Some(horizon as u64);
+                o.resume = resume;
+                o.more = partial;
             }
-            more |= (horizon as u64) < to;
+            more |= partial;
         }
         Ok(more)
     }

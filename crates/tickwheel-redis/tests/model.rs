@@ -457,6 +457,7 @@ fn random_operations_match_the_reference_model() {
                 matches!(p.state(id).unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == *at)
             );
         }
+        common::check_layout(&s.url(), "model", 3);
         // The latest claim of an id is what Redis holds in flight (earlier ones were replaced).
         let latest: BTreeMap<&String, u64> = claimed.iter().map(|(at, id, _)| (id, *at)).collect();
         for (id, at) in latest {
@@ -542,7 +543,8 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
     for w in [&mut w1, &mut wn] {
         assert_eq!(ids(&step(w, |_| Outcome::Leave)), [("k0", 1)]);
     }
-    let horizon = T0 + window;
+    // A window ends at the end of the 1 s time bucket holding now + window.
+    let horizon = (T0 + window) / 1000 * 1000 + 999;
     // What the wheels hold: the loaded window (a replaced task keeps its entry until the claim
     // script answers "not yet"), then every id the notifications name.
     let mut wheel: std::collections::BTreeSet<String> = model
@@ -597,6 +599,8 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
             "state of {id}"
         );
     }
+    common::check_layout(&s.url(), "one", 3);
+    common::check_layout(&s.url(), "many", 3);
 
     // Notifications: every id at or before the horizon (the window's end) reaches the wheel
     // without a reload.
@@ -606,7 +610,7 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
             .filter(|(_, (at, _, _))| *at <= horizon)
             .map(|(id, _)| id.clone()),
     );
-    assert_eq!(wheel.len(), 19, "k0..k6 loaded, k8, n0..n9 and d notified");
+    assert_eq!(wheel.len(), 32, "k0..k9 loaded, n0..n20 and d notified");
     wait_for_wheel(&mut w1, wheel.len(), "one by one");
     wait_for_wheel(&mut wn, wheel.len(), "batch");
 
@@ -629,10 +633,57 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
     assert!(model.is_empty());
     assert_eq!(delivered, 10 + 24 + 1);
     assert!(p1.is_empty().unwrap() && pn.is_empty().unwrap());
+    common::check_layout(&s.url(), "one", 3);
+    common::check_layout(&s.url(), "many", 3);
 }
 
 #[test]
 fn config_is_shared_by_clone() {
     let c = Config::new("redis://127.0.0.1:1/", "x");
     assert_eq!(c.clone().namespace, "x");
+}
+
+#[test]
+fn a_window_read_in_steps_misses_nothing_scheduled_between_them() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "steps", 1);
+    cfg.window_limit = 1; // 100 list entries a read, the least a read takes
+    cfg.claim_ahead = Duration::ZERO;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut want = Vec::new();
+    let mut add = |p: &mut Producer, id: String, at: u64| {
+        p.schedule(&id, RunAt::AtMillis(at), id.as_bytes()).unwrap();
+        want.push((id, 1, at, Vec::new()));
+    };
+    // 250 tasks in one 1 s bucket, 50 in the next: the first read stops inside the bucket.
+    for i in 0..250 {
+        add(&mut p, format!("a{i}"), T0 + 500 + i % 7);
+    }
+    for i in 0..50 {
+        add(&mut p, format!("b{i}"), T0 + 1500);
+    }
+    tick_only(&mut w);
+    assert_eq!(w.in_wheel(), 100, "one limited read");
+    // Scheduled into the bucket being read (past the horizon: no notification), and a
+    // replacement of a task already read: both are appended at the bucket's tail.
+    add(&mut p, "late".into(), T0 + 600);
+    p.schedule("a0", RunAt::AtMillis(T0 + 700), b"a0 again")
+        .unwrap();
+    want.retain(|t| t.0 != "a0");
+    want.push(("a0".into(), 1, T0 + 700, Vec::new()));
+    for _ in 0..10 {
+        tick_only(&mut w);
+    }
+    assert_eq!(w.in_wheel(), 301, "every task read, each once");
+    common::check_layout(&s.url(), "steps", 1);
+    time.set_ms(T0 + 1500);
+    let got: Vec<(String, u32, u64, Vec<u8>)> = tick_only(&mut w)
+        .into_iter()
+        .map(|(id, a, at, _)| (id, a, at, Vec::new()))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(p.is_empty().unwrap());
+    common::check_layout(&s.url(), "steps", 1);
 }
