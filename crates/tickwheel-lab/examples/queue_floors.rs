@@ -1,5 +1,5 @@
-//! Floors under the `Wheel` on W1, W2 and W3: how fast a 64-slot wheel that does *less* than
-//! the queue contract asks can go, beside `Wheel` and the lazy `BinaryHeap` (the fastest
+//! Floors under the `Wheel` on W1, W2, W3 and W5: how fast a 64-slot wheel that does *less*
+//! than the queue contract asks can go, beside `Wheel` and the lazy `BinaryHeap` (the fastest
 //! peer in `tickwheel bench`), on the same inputs, in one run.
 //!
 //! * `lazy heap`: `BinaryHeap<Reverse<(deadline, seq, id, generation)>>`; a cancel bumps the
@@ -12,25 +12,38 @@
 //!   a cancel that swap-removes the item and frees the entry. Swapping breaks the order within
 //!   a slot, which the contract specifies; it is a floor, not a queue.
 //! * `find+free` (W1 only): inserts as `keyed wheel` does; a cancel finds the entry and frees
-//!   it and does nothing else, leaving the item where it is: one random cache line a cancel,
-//!   the least any queue that really removes pays.
+//!   it and does nothing else, leaving the item where it is.
+//! * `split wheel`: storage split hot/cold so that a cancel touches one random 8-byte record
+//!   and no item: hot `(generation, slot)`, cold deadline and value, items `(index,
+//!   generation)`; slot live counts kept in batches, mostly-stale slots compacted (bounded
+//!   memory). A reset hands out a new key.
+//! * `lean wheel`: `split wheel` with the deadline in the item (16 bytes, as `bare wheel`),
+//!   so a reset touches no cold line either.
+//! * `packed wheel`: `lean wheel` with a 4-byte hot record (21-bit generation, 11-bit slot):
+//!   the lazy heap's 4 bytes a cancel touches, at the price of generations that wrap.
+//! * `…/nocount`: the same without slot accounting: a cancel is a generation bump and a free
+//!   push, exactly the lazy heap's cancel plus the push; slots are emptied only when the
+//!   clock walks them (unbounded memory under cancels).
 //!
 //! The workloads are defined in `docs/ARCHITECTURE.md` ("Workloads"); the inputs are
 //! `tickwheel bench --seed 42`'s, from [`tickwheel_lab::workloads`]. A reset of the lazy
 //! queues is a cancel and an insert. Each queue is built before its clock starts, as in
-//! `tickwheel bench`. Every run is checked: every W1 cancel must find its timer; after W2, and after W3's
-//! resets (untimed), each timer fires once, at its (last) deadline. Cells: median ns a timer
-//! over the repeats, and in brackets how many times faster than the lazy heap.
+//! `tickwheel bench`. Every run is checked: every W1 cancel must find its timer; after W2,
+//! and after W3's resets (untimed), each timer fires once, at its (last) deadline; in W5 every
+//! firing is at the slot's last deadline and every slot an operation touches is pending.
+//! Cells: median ns a timer (W5: an operation, firings included, as `tickwheel bench`
+//! counts) over the repeats, and in brackets how many times faster than the lazy heap. With
+//! `FLOORS_PHASES=1` W1 also prints each run's insert and cancel phases.
 //!
-//! `cargo run --release -p tickwheel-lab --example queue_floors [-- N[,N…] [REPEATS]]`
-//! (default `10000,100000,1000000 5`).
+//! `cargo run --release -p tickwheel-lab --example queue_floors [-- N[,N…] [REPEATS
+//! [W1,W2,W3,W5]]]` (default `10000,100000,1000000 5`, every workload).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use tickwheel::{TimerKey, TimerQueue, Wheel};
-use tickwheel_lab::workloads::{self, QueueInput};
+use tickwheel_lab::workloads::{self, ChurnInput, ChurnOp, QueueInput};
 
 /// What a workload needs of a queue: the same operations as `tickwheel bench`'s entrants.
 trait Queue: Default {
@@ -338,6 +351,479 @@ impl<const LAZY: bool> Queue for KeyedWheel<LAZY> {
     }
 }
 
+/// Keeps the items `valid` accepts, in order. Branch-free, unlike `Vec::retain`: the
+/// validity look-ups miss the cache at random, half of them fail at random, and a branch on
+/// each would flush the look-ups in flight behind it at every misprediction.
+fn compact<I: Copy>(items: &mut Vec<I>, valid: impl Fn(&I) -> bool) {
+    let mut kept = 0;
+    for read in 0..items.len() {
+        let item = items[read];
+        items[kept] = item;
+        kept += usize::from(valid(&item));
+    }
+    items.truncate(kept);
+}
+
+/// A timer's hot record in `split wheel`: all a cancel touches.
+#[derive(Clone, Copy)]
+struct Hot {
+    /// Odd while the timer is pending; bumped at every insert, reset, cancel and firing.
+    generation: u32,
+    /// The slot number of the timer's current item.
+    slot: u32,
+}
+
+/// `split wheel`: the layout a one-touch cancel needs, on the floor wheels' cascade. A dense
+/// hot array (8 bytes a timer: generation, slot), the deadline and the value in separate
+/// cold arrays, items `(index, generation)` in slot vectors. A cancel writes the hot record
+/// (generation bump), pushes the index on the free stack and logs the slot it left; it
+/// touches no item. A reset bumps the generation too, so it hands out a new key: less than
+/// the contract, where a reset keeps its key. With `COUNT` the logged departures are applied
+/// to the slots' live counts (in the slot table, cache-resident) 64 at a time: a slot whose
+/// count reaches 0 is cleared, and one holding more than 3 items a live one (plus 32) is
+/// compacted in place, as bounded memory needs. Without `COUNT` slots are only emptied when
+/// the clock walks them: unbounded memory under cancels, a floor below any real queue.
+struct SplitWheel<const COUNT: bool> {
+    slots: Vec<Vec<(u32, u32)>>,
+    live: Vec<u32>,
+    occupied: [u64; LEVELS],
+    hot: Vec<Hot>,
+    deadlines: Vec<u64>,
+    values: Vec<u32>,
+    free: Vec<u32>,
+    /// Slots that timers left since the last [`Self::settle`].
+    departed: Vec<u32>,
+    now: u64,
+}
+
+impl<const COUNT: bool> Default for SplitWheel<COUNT> {
+    fn default() -> SplitWheel<COUNT> {
+        SplitWheel {
+            slots: (0..LEVELS * 64).map(|_| Vec::new()).collect(),
+            live: vec![0; LEVELS * 64],
+            occupied: [0; LEVELS],
+            hot: Vec::new(),
+            deadlines: Vec::new(),
+            values: Vec::new(),
+            free: Vec::new(),
+            departed: Vec::with_capacity(64),
+            now: 0,
+        }
+    }
+}
+
+impl<const COUNT: bool> SplitWheel<COUNT> {
+    /// Appends the item of the pending timer at `index` to the slot of `deadline`.
+    fn link(&mut self, index: u32, generation: u32, deadline: u64) {
+        let (level, number) = place(self.now, deadline);
+        self.slots[number].push((index, generation));
+        self.live[number] += 1;
+        self.occupied[level] |= 1 << (number % 64);
+        self.hot[index as usize].slot = number as u32;
+    }
+
+    /// A timer left slot `number`: with `COUNT`, account for it in a batch of 64 (accounting
+    /// at once makes every cancel wait on its hot record's miss to decrement a counter that
+    /// the cancels before it also decrement); without, never (a floor that lets slots grow).
+    fn departs(&mut self, number: usize) {
+        if COUNT {
+            self.departed.push(number as u32);
+            if self.departed.len() == 64 {
+                self.settle();
+            }
+        }
+    }
+
+    /// Applies the batched departures to the slots' live counts.
+    fn settle(&mut self) {
+        let mut departed = std::mem::take(&mut self.departed);
+        for &number in &departed {
+            self.unlinked(number as usize);
+        }
+        departed.clear();
+        self.departed = departed;
+    }
+
+    /// The timer left slot `number`: clear it if it is empty, compact it if it is mostly stale.
+    fn unlinked(&mut self, number: usize) {
+        self.live[number] -= 1;
+        let live = self.live[number] as usize;
+        if live == 0 {
+            self.slots[number].clear();
+            self.occupied[number / 64] &= !(1 << (number % 64));
+        } else if self.slots[number].len() > 3 * live + 32 {
+            let hot = &self.hot;
+            compact(&mut self.slots[number], |&(index, generation)| {
+                hot[index as usize].generation == generation
+            });
+        }
+    }
+}
+
+impl<const COUNT: bool> Queue for SplitWheel<COUNT> {
+    type Handle = (u32, u32);
+    fn insert(&mut self, id: u32, deadline: u64) -> (u32, u32) {
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.deadlines[index as usize] = deadline;
+                self.values[index as usize] = id;
+                index
+            }
+            None => {
+                self.hot.push(Hot {
+                    generation: 0,
+                    slot: 0,
+                });
+                self.deadlines.push(deadline);
+                self.values.push(id);
+                self.hot.len() as u32 - 1
+            }
+        };
+        let hot = &mut self.hot[index as usize];
+        hot.generation = hot.generation.wrapping_add(1);
+        let generation = hot.generation;
+        self.link(index, generation, deadline);
+        (index, generation)
+    }
+    fn cancel(&mut self, (index, generation): (u32, u32)) -> bool {
+        let hot = &mut self.hot[index as usize];
+        if hot.generation != generation {
+            return false;
+        }
+        hot.generation = generation.wrapping_add(1);
+        let number = hot.slot as usize;
+        self.free.push(index);
+        self.departs(number);
+        true
+    }
+    fn reset(&mut self, (index, generation): (u32, u32), id: u32, deadline: u64) -> (u32, u32) {
+        let hot = &mut self.hot[index as usize];
+        if hot.generation != generation {
+            return self.insert(id, deadline);
+        }
+        hot.generation = generation.wrapping_add(2);
+        let (old, generation) = (hot.slot as usize, hot.generation);
+        self.deadlines[index as usize] = deadline;
+        self.link(index, generation, deadline);
+        self.departs(old);
+        (index, generation)
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        self.settle();
+        self.now = now;
+        for (level, number) in entered(now) {
+            if self.occupied[level] & (1 << (number % 64)) == 0 {
+                continue;
+            }
+            self.occupied[level] &= !(1 << (number % 64));
+            self.live[number] = 0;
+            let mut items = std::mem::take(&mut self.slots[number]);
+            for &(index, generation) in &items {
+                let hot = &mut self.hot[index as usize];
+                if hot.generation != generation {
+                    continue;
+                }
+                if level > 0 {
+                    let deadline = self.deadlines[index as usize];
+                    self.link(index, generation, deadline);
+                } else {
+                    hot.generation = generation.wrapping_add(1);
+                    self.free.push(index);
+                    fired.push((self.values[index as usize], now));
+                }
+            }
+            items.clear();
+            self.slots[number] = items;
+        }
+    }
+}
+
+/// `lean wheel`: `split wheel` with the deadline in the item, as `bare wheel` keeps it:
+/// items `(deadline, index, generation)` of 16 bytes, hot records `(generation, slot)` of 8,
+/// values cold. A reset then writes the hot record and appends an item, and touches no cold
+/// line. Departures are accounted in batches of 64 (`COUNT`) or never (a floor that lets
+/// slots grow without bound); with `COUNT`, mostly-stale slots are compacted as in `split
+/// wheel`.
+struct LeanWheel<const COUNT: bool> {
+    slots: Vec<Vec<(u64, u32, u32)>>,
+    live: Vec<u32>,
+    occupied: [u64; LEVELS],
+    hot: Vec<Hot>,
+    values: Vec<u32>,
+    free: Vec<u32>,
+    departed: Vec<u32>,
+    now: u64,
+}
+
+impl<const COUNT: bool> Default for LeanWheel<COUNT> {
+    fn default() -> LeanWheel<COUNT> {
+        LeanWheel {
+            slots: (0..LEVELS * 64).map(|_| Vec::new()).collect(),
+            live: vec![0; LEVELS * 64],
+            occupied: [0; LEVELS],
+            hot: Vec::new(),
+            values: Vec::new(),
+            free: Vec::new(),
+            departed: Vec::with_capacity(64),
+            now: 0,
+        }
+    }
+}
+
+impl<const COUNT: bool> LeanWheel<COUNT> {
+    fn link(&mut self, index: u32, generation: u32, deadline: u64) {
+        let (level, number) = place(self.now, deadline);
+        self.slots[number].push((deadline, index, generation));
+        self.live[number] += 1;
+        self.occupied[level] |= 1 << (number % 64);
+        self.hot[index as usize].slot = number as u32;
+    }
+
+    fn departs(&mut self, number: usize) {
+        if COUNT {
+            self.departed.push(number as u32);
+            if self.departed.len() == 64 {
+                self.settle();
+            }
+        }
+    }
+
+    fn settle(&mut self) {
+        for i in 0..self.departed.len() {
+            let number = self.departed[i] as usize;
+            self.live[number] -= 1;
+            let live = self.live[number] as usize;
+            if live == 0 {
+                self.slots[number].clear();
+                self.occupied[number / 64] &= !(1 << (number % 64));
+            } else if self.slots[number].len() > 3 * live + 32 {
+                let hot = &self.hot;
+                compact(&mut self.slots[number], |&(_, index, generation)| {
+                    hot[index as usize].generation == generation
+                });
+            }
+        }
+        self.departed.clear();
+    }
+}
+
+impl<const COUNT: bool> Queue for LeanWheel<COUNT> {
+    type Handle = (u32, u32);
+    fn insert(&mut self, id: u32, deadline: u64) -> (u32, u32) {
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.values[index as usize] = id;
+                index
+            }
+            None => {
+                self.hot.push(Hot {
+                    generation: 0,
+                    slot: 0,
+                });
+                self.values.push(id);
+                self.hot.len() as u32 - 1
+            }
+        };
+        let hot = &mut self.hot[index as usize];
+        hot.generation = hot.generation.wrapping_add(1);
+        let generation = hot.generation;
+        self.link(index, generation, deadline);
+        (index, generation)
+    }
+    fn cancel(&mut self, (index, generation): (u32, u32)) -> bool {
+        let hot = &mut self.hot[index as usize];
+        if hot.generation != generation {
+            return false;
+        }
+        hot.generation = generation.wrapping_add(1);
+        let number = hot.slot as usize;
+        self.free.push(index);
+        self.departs(number);
+        true
+    }
+    fn reset(&mut self, (index, generation): (u32, u32), id: u32, deadline: u64) -> (u32, u32) {
+        let hot = &mut self.hot[index as usize];
+        if hot.generation != generation {
+            return self.insert(id, deadline);
+        }
+        hot.generation = generation.wrapping_add(2);
+        let (old, generation) = (hot.slot as usize, hot.generation);
+        self.link(index, generation, deadline);
+        self.departs(old);
+        (index, generation)
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        self.settle();
+        self.now = now;
+        for (level, number) in entered(now) {
+            if self.occupied[level] & (1 << (number % 64)) == 0 {
+                continue;
+            }
+            self.occupied[level] &= !(1 << (number % 64));
+            self.live[number] = 0;
+            let mut items = std::mem::take(&mut self.slots[number]);
+            for &(deadline, index, generation) in &items {
+                let hot = &mut self.hot[index as usize];
+                if hot.generation != generation {
+                    continue;
+                }
+                if level > 0 {
+                    self.link(index, generation, deadline);
+                } else {
+                    hot.generation = generation.wrapping_add(1);
+                    self.free.push(index);
+                    fired.push((self.values[index as usize], now));
+                }
+            }
+            items.clear();
+            self.slots[number] = items;
+        }
+    }
+}
+
+/// `packed wheel`: `lean wheel` with a 4-byte hot record, the generation in the high 21
+/// bits and the slot number in the low 11 (as many as the real wheel's 1408 slots need), like
+/// the lazy heap's 4-byte generation. Less than the contract: generations wrap after 2^21
+/// reuses of an entry, so a key that old could name a later timer.
+const SLOT_BITS: u32 = 11;
+/// The slot number's bits of a packed hot record.
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+
+struct PackedWheel<const COUNT: bool> {
+    slots: Vec<Vec<(u64, u32, u32)>>,
+    live: Vec<u32>,
+    occupied: [u64; LEVELS],
+    hot: Vec<u32>,
+    values: Vec<u32>,
+    free: Vec<u32>,
+    departed: Vec<u32>,
+    now: u64,
+}
+
+impl<const COUNT: bool> Default for PackedWheel<COUNT> {
+    fn default() -> PackedWheel<COUNT> {
+        PackedWheel {
+            slots: (0..LEVELS * 64).map(|_| Vec::new()).collect(),
+            live: vec![0; LEVELS * 64],
+            occupied: [0; LEVELS],
+            hot: Vec::new(),
+            values: Vec::new(),
+            free: Vec::new(),
+            departed: Vec::with_capacity(64),
+            now: 0,
+        }
+    }
+}
+
+impl<const COUNT: bool> PackedWheel<COUNT> {
+    fn link(&mut self, index: u32, generation: u32, deadline: u64) {
+        let (level, number) = place(self.now, deadline);
+        self.slots[number].push((deadline, index, generation));
+        self.live[number] += 1;
+        self.occupied[level] |= 1 << (number % 64);
+        let hot = &mut self.hot[index as usize];
+        *hot = (*hot & !SLOT_MASK) | number as u32;
+    }
+
+    fn departs(&mut self, number: usize) {
+        if COUNT {
+            self.departed.push(number as u32);
+            if self.departed.len() == 64 {
+                self.settle();
+            }
+        }
+    }
+
+    fn settle(&mut self) {
+        for i in 0..self.departed.len() {
+            let number = self.departed[i] as usize;
+            self.live[number] -= 1;
+            let live = self.live[number] as usize;
+            if live == 0 {
+                self.slots[number].clear();
+                self.occupied[number / 64] &= !(1 << (number % 64));
+            } else if self.slots[number].len() > 3 * live + 32 {
+                let hot = &self.hot;
+                compact(&mut self.slots[number], |&(_, index, generation)| {
+                    hot[index as usize] >> SLOT_BITS == generation
+                });
+            }
+        }
+        self.departed.clear();
+    }
+}
+
+impl<const COUNT: bool> Queue for PackedWheel<COUNT> {
+    type Handle = (u32, u32);
+    fn insert(&mut self, id: u32, deadline: u64) -> (u32, u32) {
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.values[index as usize] = id;
+                index
+            }
+            None => {
+                self.hot.push(0);
+                self.values.push(id);
+                self.hot.len() as u32 - 1
+            }
+        };
+        let hot = &mut self.hot[index as usize];
+        *hot = hot.wrapping_add(1 << SLOT_BITS);
+        let generation = *hot >> SLOT_BITS;
+        self.link(index, generation, deadline);
+        (index, generation)
+    }
+    fn cancel(&mut self, (index, generation): (u32, u32)) -> bool {
+        let hot = &mut self.hot[index as usize];
+        if *hot >> SLOT_BITS != generation {
+            return false;
+        }
+        *hot = hot.wrapping_add(1 << SLOT_BITS);
+        let number = (*hot & SLOT_MASK) as usize;
+        self.free.push(index);
+        self.departs(number);
+        true
+    }
+    fn reset(&mut self, (index, generation): (u32, u32), id: u32, deadline: u64) -> (u32, u32) {
+        let hot = &mut self.hot[index as usize];
+        if *hot >> SLOT_BITS != generation {
+            return self.insert(id, deadline);
+        }
+        *hot = hot.wrapping_add(2 << SLOT_BITS);
+        let (old, generation) = ((*hot & SLOT_MASK) as usize, *hot >> SLOT_BITS);
+        self.link(index, generation, deadline);
+        self.departs(old);
+        (index, generation)
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        self.settle();
+        self.now = now;
+        for (level, number) in entered(now) {
+            if self.occupied[level] & (1 << (number % 64)) == 0 {
+                continue;
+            }
+            self.occupied[level] &= !(1 << (number % 64));
+            self.live[number] = 0;
+            let mut items = std::mem::take(&mut self.slots[number]);
+            for &(deadline, index, generation) in &items {
+                let hot = &mut self.hot[index as usize];
+                if *hot >> SLOT_BITS != generation {
+                    continue;
+                }
+                if level > 0 {
+                    self.link(index, generation, deadline);
+                } else {
+                    *hot = hot.wrapping_add(1 << SLOT_BITS);
+                    self.free.push(index);
+                    fired.push((self.values[index as usize], now));
+                }
+            }
+            items.clear();
+            self.slots[number] = items;
+        }
+    }
+}
+
 fn insert_all<Q: Queue>(queue: &mut Q, deadlines: &[u64]) -> Vec<Q::Handle> {
     let ids = 0u32..;
     ids.zip(deadlines)
@@ -375,12 +861,21 @@ fn w1<Q: Queue>(input: &QueueInput) -> f64 {
     let mut queue = Q::default();
     let start = Instant::now();
     let handles = insert_all(&mut queue, &input.deadlines);
+    let inserted = start.elapsed();
     let cancelled = input
         .cancel_order
         .iter()
         .filter(|&&id| queue.cancel(handles[id as usize]))
         .count();
     let ns = start.elapsed().as_nanos() as f64 / input.deadlines.len() as f64;
+    if std::env::var_os("FLOORS_PHASES").is_some() {
+        let insert = inserted.as_nanos() as f64 / input.deadlines.len() as f64;
+        eprintln!(
+            "  {}: insert {insert:.1} + cancel {:.1}",
+            std::any::type_name::<Q>(),
+            ns - insert
+        );
+    }
     assert_eq!(
         cancelled,
         input.deadlines.len(),
@@ -425,6 +920,48 @@ fn w3<Q: Queue>(input: &QueueInput) -> f64 {
     ns
 }
 
+/// W5: `n` live timers, then each tick: advance one tick, replace every timer that fired, and
+/// apply the tick's operations (generated untimed); ns an operation, firings included (as
+/// `tickwheel bench` counts). Every firing is checked against the slot's last deadline, and
+/// every slot must still be pending when an operation touches it.
+fn w5<Q: Queue>(input: &ChurnInput) -> f64 {
+    let mut queue = Q::default();
+    let mut expected = input.deadlines.clone();
+    let mut handles = insert_all(&mut queue, &input.deadlines);
+    let mut ops = Vec::with_capacity(input.ops_per_tick());
+    let mut fired = Vec::new();
+    let mut elapsed = std::time::Duration::ZERO;
+    let mut counted = 0;
+    for now in 1..=input.ticks {
+        input.ops_at(now, &mut ops);
+        fired.clear();
+        let start = Instant::now();
+        queue.advance(now, &mut fired);
+        for &(slot, _) in &fired {
+            let s = slot as usize;
+            assert_eq!(expected[s], now, "slot {slot} fires at its deadline");
+            expected[s] = now + input.refill_timeout(slot, now);
+            handles[s] = queue.insert(slot, expected[s]);
+        }
+        for &op in &ops {
+            let (ChurnOp::Reset { slot, timeout } | ChurnOp::Replace { slot, timeout }) = op;
+            let s = slot as usize;
+            assert!(expected[s] > now, "slot {slot} is pending");
+            expected[s] = now + timeout;
+            handles[s] = match op {
+                ChurnOp::Reset { .. } => queue.reset(handles[s], slot, expected[s]),
+                ChurnOp::Replace { .. } => {
+                    assert!(queue.cancel(handles[s]), "slot {slot}'s cancel finds it");
+                    queue.insert(slot, expected[s])
+                }
+            };
+        }
+        elapsed += start.elapsed();
+        counted += fired.len() + ops.len();
+    }
+    elapsed.as_nanos() as f64 / counted as f64
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -445,57 +982,106 @@ fn main() {
         .map(|r| r.parse().expect("REPEATS is a count"))
         .unwrap_or(5);
 
-    type Entrants = [(&'static str, fn(&QueueInput) -> f64); 4];
-    type Generate = fn(u64, usize) -> QueueInput;
-    let runs: [(&str, Generate, Entrants); 3] = [
+    let only: Option<String> = args.next();
+    let wanted = |label: &str| {
+        only.as_deref()
+            .is_none_or(|list| list.split(',').any(|w| w == label))
+    };
+
+    type Entrant = (&'static str, Box<dyn Fn(usize) -> f64>);
+    /// An entrant whose input is generated once a size, before any timing.
+    fn entrant<I: 'static>(
+        name: &'static str,
+        generate: fn(u64, usize) -> I,
+        run: fn(&I) -> f64,
+    ) -> Entrant {
+        let cache = std::cell::RefCell::new(None::<(usize, I)>);
         (
-            "W1 schedule+cancel",
-            workloads::w1,
-            [
-                ("lazy heap", w1::<LazyHeap>),
-                ("Wheel", w1::<TheWheel>),
-                ("keyed wheel", w1::<KeyedWheel<false>>),
-                ("find+free", w1::<KeyedWheel<true>>),
+            name,
+            Box::new(move |n| {
+                let mut cache = cache.borrow_mut();
+                if cache.as_ref().is_none_or(|(m, _)| *m != n) {
+                    *cache = Some((n, generate(42, n)));
+                }
+                run(&cache.as_ref().expect("generated").1)
+            }),
+        )
+    }
+    let runs: Vec<(&str, &str, Vec<Entrant>)> = vec![
+        (
+            "W1",
+            "schedule+cancel",
+            vec![
+                entrant("lazy heap", workloads::w1, w1::<LazyHeap>),
+                entrant("Wheel", workloads::w1, w1::<TheWheel>),
+                entrant("keyed wheel", workloads::w1, w1::<KeyedWheel<false>>),
+                entrant("find+free", workloads::w1, w1::<KeyedWheel<true>>),
+                entrant("split wheel", workloads::w1, w1::<SplitWheel<true>>),
+                entrant("lean wheel", workloads::w1, w1::<LeanWheel<true>>),
+                entrant("packed wheel", workloads::w1, w1::<PackedWheel<true>>),
+                entrant("split/nocount", workloads::w1, w1::<SplitWheel<false>>),
+                entrant("packed/nocount", workloads::w1, w1::<PackedWheel<false>>),
             ],
         ),
         (
-            "W2 schedule+fire",
-            workloads::w2,
-            [
-                ("lazy heap", w2::<LazyHeap>),
-                ("Wheel", w2::<TheWheel>),
-                ("bare wheel", w2::<BareWheel>),
-                ("keyed wheel", w2::<KeyedWheel<false>>),
+            "W2",
+            "schedule+fire",
+            vec![
+                entrant("lazy heap", workloads::w2, w2::<LazyHeap>),
+                entrant("Wheel", workloads::w2, w2::<TheWheel>),
+                entrant("bare wheel", workloads::w2, w2::<BareWheel>),
+                entrant("keyed wheel", workloads::w2, w2::<KeyedWheel<false>>),
+                entrant("split wheel", workloads::w2, w2::<SplitWheel<true>>),
+                entrant("packed wheel", workloads::w2, w2::<PackedWheel<true>>),
             ],
         ),
         (
-            "W3 reset",
-            workloads::w3,
-            [
-                ("lazy heap", w3::<LazyHeap>),
-                ("Wheel", w3::<TheWheel>),
-                ("bare wheel", w3::<BareWheel>),
-                ("keyed wheel", w3::<KeyedWheel<false>>),
+            "W3",
+            "reset",
+            vec![
+                entrant("lazy heap", workloads::w3, w3::<LazyHeap>),
+                entrant("Wheel", workloads::w3, w3::<TheWheel>),
+                entrant("bare wheel", workloads::w3, w3::<BareWheel>),
+                entrant("keyed wheel", workloads::w3, w3::<KeyedWheel<false>>),
+                entrant("split wheel", workloads::w3, w3::<SplitWheel<true>>),
+                entrant("lean wheel", workloads::w3, w3::<LeanWheel<true>>),
+                entrant("packed wheel", workloads::w3, w3::<PackedWheel<true>>),
+                entrant("packed/nocount", workloads::w3, w3::<PackedWheel<false>>),
+            ],
+        ),
+        (
+            "W5",
+            "churn, ns an operation",
+            vec![
+                entrant("lazy heap", workloads::w5, w5::<LazyHeap>),
+                entrant("Wheel", workloads::w5, w5::<TheWheel>),
+                entrant("bare wheel", workloads::w5, w5::<BareWheel>),
+                entrant("split wheel", workloads::w5, w5::<SplitWheel<true>>),
+                entrant("lean wheel", workloads::w5, w5::<LeanWheel<true>>),
+                entrant("packed wheel", workloads::w5, w5::<PackedWheel<true>>),
+                entrant("packed/nocount", workloads::w5, w5::<PackedWheel<false>>),
             ],
         ),
     ];
-    for (workload, generate, entrants) in runs {
+    for (workload, what, entrants) in runs {
+        if !wanted(workload) {
+            continue;
+        }
         println!(
-            "\n{workload}: ns a timer, median of {repeats}; (×) = times faster than the lazy heap"
+            "\n{workload} {what}: ns a timer, median of {repeats}; (×) = times faster than the lazy heap"
         );
-        print!("{:<12}", "");
+        print!("{:<13}", "");
         for n in &ns {
             print!("{:>18}", format!("N={n}"));
         }
         println!();
         let mut table = vec![Vec::new(); entrants.len()];
         for &n in &ns {
-            let input = generate(42, n);
             // Repeats interleave the entrants, so drift hits them alike.
             let mut samples = vec![Vec::new(); entrants.len()];
             for _ in 0..repeats {
                 for (sample, (_, run)) in samples.iter_mut().zip(&entrants) {
-                    sample.push(run(&input));
+                    sample.push(run(n));
                 }
             }
             for (row, sample) in table.iter_mut().zip(samples) {
@@ -503,7 +1089,7 @@ fn main() {
             }
         }
         for (row, (name, _)) in table.iter().zip(&entrants) {
-            print!("{name:<12}");
+            print!("{name:<13}");
             for (ns, heap) in row.iter().zip(&table[0]) {
                 print!("{:>18}", format!("{ns:.1} ({:.2}×)", heap / ns));
             }
