@@ -382,8 +382,10 @@ pub struct Worker {
     /// Acknowledgements not sent yet: they ride with the next claim, or go at the end of the
     /// step.
     pending_acks: Vec<PendingAck>,
-    /// Retries the handler asked for, not sent yet.
-    pending_retries: Vec<(Done, Duration)>,
+    /// Retries the handler asked for (`Some(delay)`), and claims that lapsed undelivered
+    /// (`None`: put back as they were, so they are claimed again at once should the worker
+    /// still hold their shard, instead of after the visibility timeout), not sent yet.
+    pending_retries: Vec<(Done, Option<Duration>)>,
     /// Claimed tasks waiting for their run-at (in `run`, moved to the delivery thread).
     deliverer: Deliverer,
     /// In `run`: the channel to the delivery thread, and the leases it was last told.
@@ -607,9 +609,7 @@ impl Worker {
 
     /// Sends the retries and acknowledgements the handler asked for.
     fn send_outcomes(&mut self) -> Result<(), Error> {
-        for (d, after) in std::mem::take(&mut self.pending_retries) {
-            self.retry(&d, after)?;
-        }
+        self.send_retries()?;
         self.flush_acks()
     }
 
@@ -633,6 +633,7 @@ impl Worker {
     fn settle(&mut self, d: Done) {
         let Some(outcome) = d.outcome else {
             self.stats.lapsed += 1;
+            self.pending_retries.push((d, None));
             return;
         };
         self.stats.delivered += 1;
@@ -648,7 +649,7 @@ impl Worker {
                     next: next.flatten().unwrap_or(0),
                 }),
             },
-            Outcome::RetryAfter(after) => self.pending_retries.push((d, after)),
+            Outcome::RetryAfter(after) => self.pending_retries.push((d, Some(after))),
             Outcome::Leave => {}
         }
     }
@@ -773,7 +774,9 @@ impl Worker {
     fn reset(&mut self) {
         self.con = None;
         self.pending_acks.clear(); // delivered again later: at least once
-        self.pending_retries.clear(); // left in flight: delivered again after the timeout
+                                   // Retries are dropped (delivered again after the visibility timeout); lapsed claims
+                                   // are kept, to be put back once Redis answers (fenced should the shard be lost).
+        self.pending_retries.retain(|(_, after)| after.is_none());
         self.reload_windows();
     }
 
@@ -1316,33 +1319,50 @@ impl Worker {
         Ok(())
     }
 
-    fn retry(&mut self, d: &Done, after: Duration) -> Result<(), Error> {
+    /// Sends retries and put-backs of lapsed claims in one pipeline.
+    fn send_retries(&mut self) -> Result<(), Error> {
+        if self.pending_retries.is_empty() {
+            return Ok(());
+        }
         let now_arg = self.cfg.now_arg();
-        let delay = after.as_millis() as u64;
-        let r = self.shard_call(
-            &scripts().retry,
-            d.shard,
-            &[
-                now_arg,
-                d.epoch.to_string(),
-                d.id.clone(),
-                d.version.to_string(),
-                d.attempt.to_string(),
-                delay.to_string(),
-            ],
-        )?;
-        let r = array(r)?;
-        match int(r.first().ok_or_else(|| Error::Protocol("RETRY".into()))?)? {
-            1 => {
-                self.stats.retried += 1;
-                let at = int(r.get(1).ok_or_else(|| Error::Protocol("RETRY".into()))?)? as u64;
-                self.arm(d.shard, d.id.clone(), at, d.version);
+        let sha = scripts().retry.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        for (d, after) in &self.pending_retries {
+            let keys = &self.ns.shards[d.shard as usize].0;
+            pipe.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(4)
+                .arg(keys.as_slice())
+                .arg(&now_arg)
+                .arg(d.epoch)
+                .arg(&d.id)
+                .arg(d.version)
+                .arg(d.attempt)
+                .arg(after.map_or(0, |a| a.as_millis() as u64))
+                .arg(if after.is_none() { "1" } else { "0" });
+        }
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        for ((d, after), r) in std::mem::take(&mut self.pending_retries)
+            .into_iter()
+            .zip(replies)
+        {
+            let r = array(r)?;
+            match int(r.first().ok_or_else(|| Error::Protocol("RETRY".into()))?)? {
+                1 => {
+                    if after.is_some() {
+                        self.stats.retried += 1;
+                    }
+                    let at = int(r.get(1).ok_or_else(|| Error::Protocol("RETRY".into()))?)?;
+                    if self.owned.get(&d.shard).is_some_and(|o| o.epoch == d.epoch) {
+                        self.arm(d.shard, d.id, at as u64, d.version);
+                    }
+                }
+                -1 => {
+                    self.stats.fenced += 1;
+                    self.drop_shard(d.shard);
+                }
+                _ => self.stats.stale_acks += 1,
             }
-            -1 => {
-                self.stats.fenced += 1;
-                self.drop_shard(d.shard);
-            }
-            _ => self.stats.stale_acks += 1,
         }
         Ok(())
     }
