@@ -231,3 +231,73 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
         &unexplained[..unexplained.len().min(5)]
     );
 }
+
+/// SIGTERM: the worker process releases its shards and leaves, so another worker takes them
+/// at once instead of after the lease (here 30 s).
+#[test]
+fn sigterm_releases_the_shards_at_once() {
+    let redis = common::server();
+    let url = redis.url();
+    let ns = "term";
+    let mut cfg = Config::new(&url, ns);
+    cfg.shards = 4;
+    let mut producer = Producer::connect(&cfg).unwrap();
+    let log = redis.dir().join("term-a.log");
+    let start = |log: &PathBuf| {
+        Command::new(env!("CARGO_BIN_EXE_tickwheel-redis-worker"))
+            .args(["--url", &url, "--namespace", ns, "--log"])
+            .arg(log)
+            .args(["--lease-ms", "30000", "--maintenance-ms", "100"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the worker binary")
+    };
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let owners = |con: &mut redis::Connection| -> Vec<String> {
+        (0..4)
+            .map(|s| {
+                redis::cmd("HGET")
+                    .arg(format!("tw:{{{ns}:{s}}}:state"))
+                    .arg("owner")
+                    .query::<Option<String>>(con)
+                    .unwrap()
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let mut a = Proc { child: start(&log) };
+    let until = Instant::now() + Duration::from_secs(10);
+    while owners(&mut con).iter().any(String::is_empty) {
+        assert!(Instant::now() < until, "the worker never took every shard");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&a, "-TERM");
+    let status = a.child.wait().expect("wait for the worker");
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    assert!(
+        owners(&mut con).iter().all(String::is_empty),
+        "every shard released: {:?}",
+        owners(&mut con)
+    );
+
+    // A new worker takes the shards and delivers at once, well inside the 30 s lease.
+    let log_b = redis.dir().join("term-b.log");
+    let _b = Proc {
+        child: start(&log_b),
+    };
+    producer
+        .schedule("after-term", RunAt::AtMillis(now_ms()), b"")
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log_b).unwrap_or_default();
+        if text.starts_with("after-term ") {
+            break;
+        }
+        assert!(Instant::now() < until, "not delivered after the SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

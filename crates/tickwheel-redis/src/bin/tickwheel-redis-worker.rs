@@ -8,6 +8,10 @@
 //! Each delivery is one line, written (one `write`) before it is acknowledged, so a SIGKILL
 //! never loses the record of a delivery that Redis saw acknowledged:
 //! `id due_ms attempt delivered_at_ms version shard epoch pid`.
+//!
+//! SIGTERM or SIGINT stops the worker cleanly: it finishes the delivery in hand, sends its
+//! acknowledgements, releases its shards (so other workers take them at once, not after the
+//! lease) and exits with status 0.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -61,6 +65,17 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("{log}: {e}"))?;
     let pid = std::process::id();
     let mut worker = Worker::connect(&cfg).map_err(|e| e.to_string())?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let stop = worker.stop_handle();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            stop.stop();
+        }
+    });
     let mut failed = None;
     worker
         .run(|d| {
