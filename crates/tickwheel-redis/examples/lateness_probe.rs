@@ -42,6 +42,7 @@ fn main() -> Result<(), tickwheel_redis::Error> {
                 lead + ((c * 10_000 + i) / per_ms) as u64,
             )),
             payload: b"",
+            recurrence: None,
         }))?;
     }
     let mut claim = Vec::new();

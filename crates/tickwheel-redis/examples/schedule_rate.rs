@@ -35,6 +35,7 @@ fn main() -> Result<(), tickwheel_redis::Error> {
                     ((c * 50_000 + i) as u64 * 7919) % 60_001,
                 )),
                 payload: &payload,
+                recurrence: None,
             }))?;
         }
         let s = t.elapsed().as_secs_f64();

@@ -281,6 +281,7 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
             id,
             run_at: RunAt::After(Duration::from_millis(d)),
             payload: &payload,
+            recurrence: None,
         }))?;
         i += n;
     }

@@ -18,6 +18,9 @@ pub struct Task<'a> {
     pub run_at: RunAt,
     /// The bytes handed to the handler.
     pub payload: &'a [u8],
+    /// `Some` for a recurring task, stored as [`Producer::schedule_recurring`] stores it
+    /// (`run_at` is then its first run); `None` for a one-shot task.
+    pub recurrence: Option<&'a Recurrence>,
 }
 
 /// Stores tasks in a namespace. Every call is one round trip (bulk: one pipeline), and returns
@@ -145,10 +148,11 @@ impl Producer {
 
     /// Stores many tasks in one pipeline: tasks are grouped by shard, up to
     /// [`Config::batch`] per script call, and each task is stored exactly as
-    /// [`schedule`](Producer::schedule) would store it, in the order given (replace by id,
+    /// [`schedule`](Producer::schedule) (or, with a [`Task::recurrence`],
+    /// [`schedule_recurring`](Producer::schedule_recurring)) would store it, in the order given (replace by id,
     /// a new version, the owning worker told of tasks inside its loaded window: one
-    /// notification per script call, however many tasks it names). Every id and payload is
-    /// checked before anything is sent. `Ok` means every task is stored; on `Err` some may
+    /// notification per script call, however many tasks it names). Every id, payload and
+    /// recurrence is checked before anything is sent. `Ok` means every task is stored; on `Err` some may
     /// be, and calling again with the same tasks is safe (same ids replace). Returns how many
     /// tasks replaced existing ones (as many as `true`s the same calls to `schedule` would
     /// return).
@@ -157,11 +161,12 @@ impl Producer {
         I: IntoIterator<Item = Task<'a>>,
     {
         let shards = self.ns.shards.len();
-        let mut groups: Vec<Vec<(Task<'a>, &'static str, u64)>> = vec![Vec::new(); shards];
+        let mut groups: Vec<Vec<(Task<'a>, &'static str, u64, String)>> = vec![Vec::new(); shards];
         for t in tasks {
             self.check(t.id, t.payload)?;
             let (mode, ms) = t.run_at.encode()?;
-            groups[self.ns.shard_of(t.id) as usize].push((t, mode, ms));
+            let rec = t.recurrence.map(Recurrence::encode).transpose()?;
+            groups[self.ns.shard_of(t.id) as usize].push((t, mode, ms, rec.unwrap_or_default()));
         }
         let batch = self.cfg.batch;
         let now = self.cfg.now_arg();
@@ -172,8 +177,8 @@ impl Producer {
                 let keys = &self.ns.shards[shard].0;
                 let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
                 cmd.arg(&now).arg(&self.ns.channel).arg(shard);
-                for (t, mode, ms) in chunk {
-                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload).arg("");
+                for (t, mode, ms, rec) in chunk {
+                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload).arg(rec);
                 }
             }
         }

@@ -90,6 +90,7 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
         id,
         run_at: RunAt::AtMillis(T0 + 5_000 + (i as u64 % 50) * 10),
         payload: id.as_bytes(),
+        recurrence: None,
     });
     assert_eq!(p.schedule_many(tasks).unwrap(), 0);
     assert_eq!(p.len().unwrap(), 601);

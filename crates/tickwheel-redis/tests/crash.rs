@@ -96,6 +96,7 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
                 id,
                 run_at: RunAt::AtMillis(start + (base + i) as u64 * span / tasks),
                 payload: b"payload",
+                recurrence: None,
             }))
             .unwrap();
     }

@@ -588,6 +588,7 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
             id,
             run_at: *run_at,
             payload,
+            recurrence: None,
         }))
         .unwrap();
     assert_eq!(replaced_many, replaced_one);

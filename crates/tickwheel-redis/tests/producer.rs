@@ -71,6 +71,7 @@ fn bulk_schedule_stores_every_task() {
         id,
         run_at: RunAt::AtMillis(2_000_000 + i as u64),
         payload: id.as_bytes(),
+        recurrence: None,
     });
     assert_eq!(p.schedule_many(tasks.clone()).unwrap(), 0);
     assert_eq!(p.len().unwrap(), 1000);
@@ -135,6 +136,7 @@ fn bad_input_gets_clear_errors() {
         id: "y",
         run_at: RunAt::AtMillis(1),
         payload: &big,
+        recurrence: None,
     }];
     assert!(matches!(
         p.schedule_many(bulk),

@@ -266,3 +266,58 @@ fn bad_recurrences_are_clear_errors() {
     }
     assert!(p.is_empty().unwrap(), "nothing stored");
 }
+
+#[test]
+fn schedule_many_stores_recurring_tasks_as_schedule_recurring_does() {
+    let s = common::server();
+    let (cfg, time) = config(&s, "bulk", T0);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let every = Recurrence::Every(Duration::from_millis(300));
+    let tasks = [
+        tickwheel_redis::Task {
+            id: "once",
+            run_at: RunAt::AtMillis(T0 + 100),
+            payload: b"o",
+            recurrence: None,
+        },
+        tickwheel_redis::Task {
+            id: "again",
+            run_at: RunAt::AtMillis(T0 + 100),
+            payload: b"a",
+            recurrence: Some(&every),
+        },
+    ];
+    assert_eq!(p.schedule_many(tasks).unwrap(), 0);
+    let mut runs = Vec::new();
+    for due in [T0 + 100, T0 + 400, T0 + 700] {
+        time.set_ms(due);
+        let mut got = step(&mut w, Outcome::Ack);
+        got.sort();
+        runs.push(got);
+    }
+    assert_eq!(
+        runs,
+        [
+            vec![("again".into(), 1, T0 + 100), ("once".into(), 1, T0 + 100)],
+            vec![("again".to_string(), 1, T0 + 400)],
+            vec![("again".to_string(), 1, T0 + 700)],
+        ]
+    );
+    assert!(matches!(
+        p.state("again").unwrap(),
+        TaskState::Pending { run_at_ms, .. } if run_at_ms == T0 + 1000
+    ));
+    assert_eq!(p.state("once").unwrap(), TaskState::Unknown);
+
+    // A recurrence that cannot be stored is refused before anything is sent.
+    let bad = Recurrence::Every(Duration::ZERO);
+    let r = p.schedule_many([tickwheel_redis::Task {
+        id: "bad",
+        run_at: RunAt::AtMillis(T0),
+        payload: b"",
+        recurrence: Some(&bad),
+    }]);
+    assert!(matches!(r, Err(Error::InvalidRecurrence(_))), "{r:?}");
+    assert_eq!(p.state("bad").unwrap(), TaskState::Unknown);
+}
