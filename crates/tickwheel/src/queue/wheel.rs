@@ -73,10 +73,11 @@
 //! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
 //! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 16
 //! bytes a pending timer (plus 256 bytes a slot; twice that with the vectors' spare
-//! capacity), and the wheel never holds more than about twice what its pending timers need. A removed timer's
-//! slab entry and value are freed immediately. Slot vectors keep their capacity (no
-//! allocation in steady state) until [`shrink_to_fit`](TimerQueue::shrink_to_fit), which
-//! compacts every slot and returns what is unused.
+//! capacity): resets never make the wheel hold more than about twice what its pending timers
+//! need. A removed timer's value is dropped and its slab entry freed for reuse immediately.
+//! Slot vectors keep their capacity (no allocation in steady state) until
+//! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what
+//! is unused (the slab's limits are under "Costs").
 //!
 //! # Expiry
 //!
@@ -90,12 +91,34 @@
 //!
 //! Insert, remove and reset are O(1) (amortized, for compaction); insert walks up the levels
 //! while the deadline is beyond their range (three for a deadline a minute away at 1 ms). A
-//! timer is moved at most once a level. Memory a pending timer: an 8-byte item plus a slab
-//! entry of 20 bytes (deadline, slot, position, generation) and the value as `Option<T>`: 28
-//! bytes, plus `T`'s tag where `T` has no niche, plus at most 16 bytes of stale items awaiting
-//! compaction. [`Wheel::allocated_bytes`] reports the total. A freed timer's entry stays in the slab for reuse, with 4 bytes on the
-//! slab's free stack, until [`shrink_to_fit`](TimerQueue::shrink_to_fit). The wheel itself is
-//! `LEVELS * RING` slot headers (44 KiB), allocated once.
+//! timer is moved at most once a level.
+//!
+//! Memory a pending timer: an 8-byte item plus a slab entry of 20 bytes (deadline, slot,
+//! position, generation) and the value as `Option<T>`, rounded up to 8 bytes: a `Wheel<u32>`
+//! timer holds 40 bytes (36 beyond its value), plus at most 16 bytes of stale items awaiting
+//! compaction. [`Wheel::allocated_bytes`] reports the total. A freed timer's entry stays in
+//! the slab for reuse, with 4 bytes on the slab's free stack.
+//! [`shrink_to_fit`](TimerQueue::shrink_to_fit) compacts the slots and drops the vacant
+//! entries at the end of the slab, but not the ones between live entries: a key is its
+//! entry's index, so a live entry never moves, and after cancels in random order the slab
+//! keeps its high-water size. The wheel itself is `LEVELS * RING` slot headers (44 KiB),
+//! allocated once.
+//!
+//! # What a cancel costs at a million timers
+//!
+//! At 10^6 timers the entries (32 MB for `Wheel<u32>`) no longer fit in cache, and a cancel
+//! waits for its entry's miss. A layout split into a dense hot record per timer (generation
+//! and slot, 4 or 8 bytes) and cold arrays (deadline, value) cancels with one smaller miss:
+//! the `split wheel`, `lean wheel` and `packed wheel` of
+//! `cargo run --release -p tickwheel-lab --example queue_floors` keep such layouts while
+//! doing less than this contract (no order within a slot, a new key on reset, the packed one
+//! with wrapping generations). On W1 (the workloads are defined in `docs/ARCHITECTURE.md`)
+//! they insert and cancel about 2.5 times faster than this wheel at 10^6, and they beat the
+//! lazy `BinaryHeap` peer at 10^4 and 10^5, but at 10^6 they lose to it on W1 by a third and
+//! only draw level on W3 and W5: the lazy heap's cancel writes a 4-byte generation and keeps
+//! no structure current, while a queue with bounded memory must also count what left each
+//! slot and compact the slots that cancels thinned out, a second random look-up per stale
+//! item. `docs/DESIGN-NOTES.md` has the figures.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
