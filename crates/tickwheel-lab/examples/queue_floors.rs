@@ -33,7 +33,8 @@
 //! firing is at the slot's last deadline and every slot an operation touches is pending.
 //! Cells: median ns a timer (W5: an operation, firings included, as `tickwheel bench`
 //! counts) over the repeats, and in brackets how many times faster than the lazy heap. With
-//! `FLOORS_PHASES=1` W1 also prints each run's insert and cancel phases.
+//! `FLOORS_PHASES=1` W1 also prints each run's insert and cancel phases; `FLOORS_ONLY=Wheel,…`
+//! runs only the entrants named (and the lazy heap).
 //!
 //! `cargo run --release -p tickwheel-lab --example queue_floors [-- N[,N…] [REPEATS
 //! [W1,W2,W3,W5]]]` (default `10000,100000,1000000 5`, every workload).
@@ -1063,9 +1064,17 @@ fn main() {
             ],
         ),
     ];
-    for (workload, what, entrants) in runs {
+    // FLOORS_ONLY=name,name… keeps those entrants (the lazy heap, the baseline, always runs).
+    let only_entrants = std::env::var("FLOORS_ONLY").ok();
+    for (workload, what, mut entrants) in runs {
         if !wanted(workload) {
             continue;
+        }
+        if let Some(list) = &only_entrants {
+            let mut first = true;
+            entrants.retain(|(name, _)| {
+                std::mem::take(&mut first) || list.split(',').any(|wanted| wanted == *name)
+            });
         }
         println!(
             "\n{workload} {what}: ns a timer, median of {repeats}; (×) = times faster than the lazy heap"
