@@ -202,21 +202,21 @@ fn shutdown_discards_staged_timers_and_later_ones_are_dropped_at_once() {
             ran.fetch_add(1, Ordering::SeqCst);
         }
     };
-    // More than an inbox holds before the timer thread takes it in, and a few after.
-    for i in 0..5_000 {
+    // Enough for the inbox to wake the timer thread and to make this thread wait for it.
+    for i in 0..50_000 {
         service.schedule_detached(Duration::from_secs(10 + i), timer(i));
     }
     service.schedule_detached(Duration::from_millis(1), timer(0));
     clock.advance(Duration::from_millis(1));
     service.settle();
     assert_eq!(ran.load(Ordering::SeqCst), 1);
-    assert_eq!(service.stats().pending, 5_000);
+    assert_eq!(service.stats().pending, 50_000);
     service.shutdown();
-    assert_eq!(service.stats().discarded, 5_000);
+    assert_eq!(service.stats().discarded, 50_000);
     assert_eq!(service.stats().pending, 0);
-    assert_eq!(dropped.load(Ordering::SeqCst), 5_001);
+    assert_eq!(dropped.load(Ordering::SeqCst), 50_001);
     service.schedule_detached(Duration::ZERO, timer(0));
-    assert_eq!(dropped.load(Ordering::SeqCst), 5_002, "dropped at once");
+    assert_eq!(dropped.load(Ordering::SeqCst), 50_002, "dropped at once");
     clock.advance(Duration::from_secs(1));
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }

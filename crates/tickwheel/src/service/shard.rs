@@ -22,18 +22,24 @@
 //! A detached timer ([`Shard::stage`]) has no handle, so nobody can cancel, reset or wait
 //! for it, and it needs no queue key when it is scheduled. The producer only appends
 //! `(tick, callback)` to the shard's inbox, a `Vec` under a lock of its own that nothing else
-//! holds for more than a swap; the timer thread moves the lot into the queue under the
-//! queue's lock ([`Shard::flush`]), before every drain of the shard and whenever the inbox
-//! holds [`FLUSH_AT`] timers. So the producer takes no queue lock, clones no `Arc`, and
-//! never writes a queue entry: its writes go to the inbox's buffer, which the flush hands
-//! back empty with its capacity (two buffers take turns), so after the first burst they
-//! touch memory that is already mapped and usually cached.
+//! holds for more than a swap. The timer thread moves the timers into the queue under the
+//! queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest after the
+//! due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new tick). A
+//! producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that; one
+//! that finds [`BACKLOG`] timers not yet queued waits, so the timer thread never faces a
+//! backlog that would make it late. So the producer takes no queue lock, clones no `Arc`,
+//! and never writes a queue entry: its writes go to the inbox's buffer, which the timer
+//! thread hands back empty with its capacity (two buffers take turns), so after the first
+//! burst they touch memory that is already mapped and usually cached. Timers out of the
+//! inbox but not queued yet wait in `taken`, in staging order.
 //!
 //! * `inbox_earliest` is a lower bound of the earliest staged tick ([`NEVER`] when nothing
 //!   is staged), stored only under the inbox lock. [`Shard::earliest`] is the minimum of it
 //!   and `earliest`, so the timer thread's sleep and wake-up protocol (see `core.rs`) covers
 //!   staged timers as it covers queued ones: a stage that lowers `inbox_earliest` stores it
-//!   and then checks the timer thread's sleep target, as an insert does.
+//!   and then checks the timer thread's sleep target, as an insert does. `taken` is covered
+//!   by `earliest`: taking the inbox lowers it, and a drain's new `earliest` stays at or
+//!   below `taken_earliest`.
 //! * A flush first lowers `earliest` to `inbox_earliest` and only then resets
 //!   `inbox_earliest`, and `earliest()` reads them in the opposite order, so it never misses
 //!   a staged timer (the loom model `loom_a_flush_never_hides_a_staged_timer`).
@@ -42,6 +48,7 @@
 //! * `close` takes the inbox as well: staged timers are discarded like queued ones, and a
 //!   stage after it is refused.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
 
@@ -60,6 +67,15 @@ const DRAIN_CHUNK: usize = 128;
 /// Staged timers at which a producer asks the timer thread to take its inbox in: enough to
 /// make the wake-up cheap per timer, few enough to stay in the cache.
 pub(crate) const FLUSH_AT: usize = 4096;
+
+/// Staged timers at which a producer waits for the timer thread to take its inbox in: the
+/// timer thread is falling behind, and it must never face a backlog so long that queuing it
+/// delays the timers that fall due meanwhile.
+pub(crate) const BACKLOG: usize = 4 * FLUSH_AT;
+
+/// Staged timers the end of a drain queues per lock hold (tens of microseconds), checking
+/// between two whether a new tick has begun.
+const FLUSH_CHUNK: usize = 1024;
 
 /// `try_lock` attempts a drain spins through before it blocks (a few microseconds).
 #[cfg(not(loom))]
@@ -142,8 +158,8 @@ struct ShardState {
     spare: Vec<Staged>,
     /// Timers out of the inbox but not in the queue yet: not due at the drain that took
     /// them, queued at its end (see [`Shard::flush`]). In staging order.
-    taken: Vec<Staged>,
-    /// The earliest tick in `taken`, [`NEVER`] when it is empty.
+    taken: VecDeque<Staged>,
+    /// A lower bound of the ticks in `taken`, [`NEVER`] when it is empty.
     taken_earliest: u64,
     waiters: Vec<(TimerKey, Arc<WaitSlot>)>,
     /// Set at shutdown: inserts are refused from then on.
@@ -210,8 +226,8 @@ pub(crate) struct Shard {
     pub(crate) core: Arc<Core>,
     /// Detached timers not yet in the queue.
     inbox: CachePadded<InboxShared>,
-    /// `taken` is not empty (stored under the queue lock).
-    taken: AtomicBool,
+    /// `taken`'s length (stored under the queue lock).
+    taken_len: AtomicUsize,
 }
 
 impl Shard {
@@ -220,7 +236,7 @@ impl Shard {
             state: Mutex::new(ShardState {
                 queue: AnyQueue::new(flavor),
                 spare: Vec::new(),
-                taken: Vec::new(),
+                taken: VecDeque::new(),
                 taken_earliest: NEVER,
                 waiters: Vec::new(),
                 closed: false,
@@ -241,15 +257,16 @@ impl Shard {
                 earliest: AtomicU64::new(NEVER),
                 len: AtomicUsize::new(0),
             }),
-            taken: AtomicBool::new(false),
+            taken_len: AtomicUsize::new(0),
         }
     }
 
     /// Stages a detached `callback` at `tick` in the inbox (see the module docs); gives it
-    /// back if the shard is closed. Returns whether the inbox now holds [`FLUSH_AT`] timers
-    /// (the caller asks the timer thread to take them in).
+    /// back if the shard is closed. Returns how many timers the inbox now holds (at
+    /// [`FLUSH_AT`] the caller asks the timer thread to take them in, at [`BACKLOG`] it
+    /// waits until it has).
     #[inline]
-    pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<bool, Callback> {
+    pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<usize, Callback> {
         let shared = &self.inbox;
         let mut inbox = self.lock_producer_inbox();
         if inbox.closed {
@@ -266,7 +283,7 @@ impl Shard {
         if lowered {
             self.core.lowered_earliest(tick);
         }
-        Ok(len == FLUSH_AT)
+        Ok(len)
     }
 
     /// How many timers are staged (a snapshot).
@@ -275,15 +292,13 @@ impl Shard {
         self.inbox.len.load(Ordering::Relaxed)
     }
 
-    /// Takes the inbox and queues its timers due at `now` (every one with `now = NEVER`);
-    /// the others join `taken`, behind the ones already there. The caller holds the queue
-    /// lock (`st`).
+    /// Queues the staged timers due at `now` (every one with `now = NEVER`), oldest first;
+    /// the others stay in `taken`, in order. The caller holds the queue lock (`st`).
     ///
-    /// Due ones first: a drain hands its due timers on before it queues the rest of a large
-    /// inbox ([`flush_staged`](Self::flush_staged), at the end of the drain). Order is kept:
-    /// a due timer and one that is not never share a tick, and `taken` is queued in full,
-    /// oldest first, before any later flush queues anything (every flush with `NEVER`
-    /// starts with it).
+    /// A drain calls this first, so it hands its due timers on before the rest of a large
+    /// inbox is queued ([`flush_staged`](Self::flush_staged), after the drain). Order is
+    /// kept: `taken` is only ever queued from its front, or scanned front to back, and the
+    /// inbox is appended behind it.
     fn flush(&self, st: &mut ShardState, now: u64) {
         let ShardState {
             queue,
@@ -294,41 +309,91 @@ impl Shard {
             high_water,
             ..
         } = st;
-        let mut queued = 0;
-        if *taken_earliest < self.earliest.load(Ordering::Relaxed) {
-            // Out of the inbox, `taken` is covered by `earliest` alone.
-            self.earliest.store(*taken_earliest, Ordering::SeqCst);
-        }
+        // `taken` is scanned only when it holds a due timer, which `taken_earliest` (exact
+        // after a scan) tells: a drain scans it once, not once a chunk.
         if *taken_earliest <= now {
-            // Through the spare buffer (empty here), keeping the order of what stays.
-            std::mem::swap(taken, spare);
-            *taken_earliest = NEVER;
-            queued += queue_due(spare, now, queue, taken, taken_earliest);
-        }
-        if self.staged() > 0 {
-            let shared = &self.inbox;
-            let mut inbox = self.lock_drain_inbox();
-            // Lower `earliest` before resetting the inbox's: `earliest()` never misses one.
-            let staged_earliest = shared.earliest.load(Ordering::Relaxed);
-            if staged_earliest < self.earliest.load(Ordering::Relaxed) {
-                self.earliest.store(staged_earliest, Ordering::SeqCst);
+            let mut later = NEVER;
+            for _ in 0..taken.len() {
+                let Some(Staged { tick, callback }) = taken.pop_front() else {
+                    break;
+                };
+                if tick <= now {
+                    queue.insert(tick, callback);
+                    *scheduled += 1;
+                } else {
+                    later = later.min(tick);
+                    taken.push_back(Staged { tick, callback });
+                }
             }
-            std::mem::swap(&mut inbox.staged, spare);
-            shared.earliest.store(NEVER, Ordering::SeqCst);
-            shared.len.store(0, Ordering::Relaxed);
-            drop(inbox);
-            queued += queue_due(spare, now, queue, taken, taken_earliest);
+            *taken_earliest = later;
         }
-        self.taken.store(!taken.is_empty(), Ordering::Relaxed);
-        *scheduled += queued as u64;
+        if self.take_inbox(spare) {
+            for Staged { tick, callback } in spare.drain(..) {
+                if tick <= now {
+                    queue.insert(tick, callback);
+                    *scheduled += 1;
+                } else {
+                    *taken_earliest = (*taken_earliest).min(tick);
+                    taken.push_back(Staged { tick, callback });
+                }
+            }
+        }
         *high_water = (*high_water).max(queue.len() + taken.len());
+        self.taken_len.store(taken.len(), Ordering::Relaxed);
     }
 
-    /// Queues every staged timer, if there are any: the end of a drain.
-    pub(crate) fn flush_staged(&self) {
-        if self.staged() > 0 || self.taken.load(Ordering::Relaxed) {
+    /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers; returns
+    /// whether it did. The caller holds the queue lock (`spare` is in its state) and puts
+    /// every timer now in `spare` into the queue or `taken`.
+    fn take_inbox(&self, spare: &mut Vec<Staged>) -> bool {
+        if self.staged() == 0 {
+            return false;
+        }
+        let shared = &self.inbox;
+        let mut inbox = self.lock_drain_inbox();
+        // Lower `earliest` before resetting the inbox's: `earliest()` never misses one.
+        let staged_earliest = shared.earliest.load(Ordering::Relaxed);
+        if staged_earliest < self.earliest.load(Ordering::Relaxed) {
+            self.earliest.store(staged_earliest, Ordering::SeqCst);
+        }
+        std::mem::swap(&mut inbox.staged, spare);
+        shared.earliest.store(NEVER, Ordering::SeqCst);
+        shared.len.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Timers staged or taken but not queued yet (a snapshot).
+    #[inline]
+    pub(crate) fn unqueued(&self) -> usize {
+        self.staged() + self.taken_len.load(Ordering::Relaxed)
+    }
+
+    /// Queues every staged timer, oldest first, [`FLUSH_CHUNK`] a lock hold, unless `stop`
+    /// says to stop between two chunks (a tick has begun whose timers come first): the end
+    /// of a drain. What stays is still covered by `earliest`.
+    pub(crate) fn flush_staged(&self, stop: impl Fn() -> bool) {
+        while self.unqueued() > 0 {
             let mut st = self.lock_drain();
-            self.flush(&mut st, NEVER);
+            let st = &mut *st;
+            if self.take_inbox(&mut st.spare) {
+                for staged in st.spare.drain(..) {
+                    st.taken_earliest = st.taken_earliest.min(staged.tick);
+                    st.taken.push_back(staged);
+                }
+            }
+            let n = st.taken.len().min(FLUSH_CHUNK);
+            for Staged { tick, callback } in st.taken.drain(..n) {
+                st.queue.insert(tick, callback);
+            }
+            st.scheduled += n as u64;
+            st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
+            if st.taken.is_empty() {
+                st.taken_earliest = NEVER;
+            }
+            self.taken_len.store(st.taken.len(), Ordering::Relaxed);
+            if stop() {
+                break;
+            }
         }
     }
 
@@ -339,7 +404,7 @@ impl Shard {
         if st.closed {
             return Err(callback);
         }
-        if self.staged() > 0 || self.taken.load(Ordering::Relaxed) {
+        if self.unqueued() > 0 {
             // Staged timers of this thread go in first: one thread's timers keep their order.
             self.flush(&mut st, NEVER);
         }
@@ -521,7 +586,7 @@ impl Shard {
     fn drain_chunk(&self, now: u64, out: &mut Drained) -> (usize, bool) {
         let mut st = self.lock_drain();
         let st = &mut *st;
-        if self.staged() > 0 || st.taken_earliest <= now {
+        if self.unqueued() > 0 {
             self.flush(st, now);
         }
         let mut n = 0;
@@ -561,10 +626,10 @@ impl Shard {
             inbox.closed = true;
             self.inbox.earliest.store(NEVER, Ordering::SeqCst);
             self.inbox.len.store(0, Ordering::Relaxed);
-            let mut staged = std::mem::take(&mut st.taken);
+            let mut staged: Vec<Staged> = st.taken.drain(..).collect();
             staged.append(&mut inbox.staged);
             st.taken_earliest = NEVER;
-            self.taken.store(false, Ordering::Relaxed);
+            self.taken_len.store(0, Ordering::Relaxed);
             staged
         };
         let count = st.queue.len();
@@ -614,28 +679,6 @@ impl Shard {
             cancelled: st.cancelled,
         }
     }
-}
-
-/// Queues the timers of `staged` due at `now` and moves the others to the end of `taken`, in
-/// order (lowering `taken_earliest`); returns how many were queued. Leaves `staged` empty.
-fn queue_due(
-    staged: &mut Vec<Staged>,
-    now: u64,
-    queue: &mut AnyQueue<Callback>,
-    taken: &mut Vec<Staged>,
-    taken_earliest: &mut u64,
-) -> usize {
-    let mut queued = 0;
-    for Staged { tick, callback } in staged.drain(..) {
-        if tick <= now {
-            queue.insert(tick, callback);
-            queued += 1;
-        } else {
-            *taken_earliest = (*taken_earliest).min(tick);
-            taken.push(Staged { tick, callback });
-        }
-    }
-    queued
 }
 
 /// Releases every waiter of `key` (a timer leaves the queue once, so this runs once a key).
@@ -867,7 +910,7 @@ mod tests {
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
     /// Stages a callback at `tick` that pushes `id` to `log` when run.
-    fn staged(shard: &Shard, tick: u64, id: u32, log: &Arc<Mutex<Vec<u32>>>) -> bool {
+    fn staged(shard: &Shard, tick: u64, id: u32, log: &Arc<Mutex<Vec<u32>>>) -> usize {
         let log = log.clone();
         let callback = Callback::new(move || lock(&log).push(id));
         shard
@@ -880,7 +923,7 @@ mod tests {
         let shard = shard();
         let log = Arc::new(Mutex::new(Vec::new()));
         for (id, tick) in [(0, 5), (1, 1), (2, 5), (3, NEVER)] {
-            assert!(!staged(&shard, tick, id, &log));
+            assert_eq!(staged(&shard, tick, id, &log), id as usize + 1);
         }
         let handle_ran = Arc::new(AtomicUsize::new(0));
         assert_eq!(shard.earliest(), 1);
@@ -904,11 +947,15 @@ mod tests {
     fn a_full_inbox_asks_for_a_flush() {
         let shard = shard();
         let full: Vec<bool> = (0..FLUSH_AT)
-            .map(|_| shard.stage(9, Callback::new(|| {})).is_ok_and(|full| full))
+            .map(|_| {
+                shard
+                    .stage(9, Callback::new(|| {}))
+                    .is_ok_and(|n| n == FLUSH_AT)
+            })
             .collect();
         assert_eq!(full.iter().position(|f| *f), Some(FLUSH_AT - 1));
-        shard.flush_staged();
-        assert_eq!(shard.staged(), 0);
+        shard.flush_staged(|| false);
+        assert_eq!(shard.unqueued(), 0);
         assert_eq!(shard.counts().pending, FLUSH_AT);
         assert_eq!(shard.earliest(), 9);
     }
@@ -965,7 +1012,7 @@ mod tests {
         model(|| {
             let shard = shard();
             assert!(shard.stage(3, Callback::new(|| {})).is_ok());
-            let flusher = race(&shard, Shard::flush_staged);
+            let flusher = race(&shard, |shard| shard.flush_staged(|| false));
             let reader = race(&shard, Shard::earliest);
             assert!(reader.join().unwrap() <= 3);
             flusher.join().unwrap();

@@ -24,10 +24,10 @@ use std::time::Instant;
 use super::callback::{Callback, Expire};
 use super::core::Core;
 use super::handle::TimerHandle;
-use super::shard::{Closed, Drained, Shard};
+use super::shard::{Closed, Drained, Shard, BACKLOG, FLUSH_AT};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use super::ScheduleError;
-use crate::sync::{lock, Arc, AtomicBool, Counter, Mutex, Ordering};
+use crate::sync::{backoff, lock, Arc, AtomicBool, Counter, Mutex, Ordering};
 use crate::time::Ticks;
 
 /// Hands out thread indices for shard selection, round robin.
@@ -124,14 +124,28 @@ impl ServiceState {
     #[inline]
     pub(crate) fn schedule_detached(&self, tick: u64, callback: Callback) {
         self.core.reserve(false);
-        match self.local_shard().stage(tick, callback) {
-            Ok(false) => {}
+        let shard = self.local_shard();
+        match shard.stage(tick, callback) {
+            Ok(staged) if staged < FLUSH_AT => {}
             // A full inbox: the timer thread takes it in (it also does at every wake-up).
-            Ok(true) => self.core.unpark_driver(),
+            Ok(FLUSH_AT) => self.core.unpark_driver(),
+            Ok(staged) if staged < BACKLOG => {}
+            Ok(_) => self.wait_for_flush(shard),
             Err(callback) => {
                 self.core.release(1);
                 callback.discard();
             }
+        }
+    }
+
+    /// Waits until the timer thread has taken in `shard`'s inbox (or shutdown began): back
+    /// pressure on a producer that stages faster than the timer thread queues.
+    #[cold]
+    fn wait_for_flush(&self, shard: &Shard) {
+        self.core.unpark_driver();
+        while shard.unqueued() >= BACKLOG && !self.is_stopping() {
+            // Yield at once: the timer thread may need this core.
+            backoff(u32::MAX);
         }
     }
 
@@ -189,7 +203,7 @@ impl ServiceState {
         // The detached timers not due yet: queued after the due ones were handed on, by this
         // thread rather than a producer.
         for shard in self.shards.iter() {
-            shard.flush_staged();
+            shard.flush_staged(|| self.core.now_tick() > now);
         }
         n
     }
