@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
@@ -154,12 +154,38 @@ struct Lease {
 #[derive(Clone, Debug)]
 struct Clock {
     time: TimeSource,
-    /// Server clock minus local clock, µs: a lower bound (see `Worker::observe_clock`), so
-    /// the estimate is never ahead of the server's clock.
+    /// Server clock minus local clock, µs: a lower bound (see `Clock::observe`), so the
+    /// estimate is never ahead of the server's clock.
     offset_us: Arc<AtomicI64>,
+    /// Local µs of the last observation (0: none yet), under the lock every update takes.
+    observed_at_us: Arc<Mutex<u64>>,
 }
 
 impl Clock {
+    /// Takes in a reading of the server's clock (`server_us`) from a reply that arrived at
+    /// local `after_us`. The server read its clock before replying, so `server_us - after_us`
+    /// is a lower bound of the offset; the estimate is the tightest recent lower bound,
+    /// allowed to slide down by 1 ms per second for clock drift. An estimate that is never
+    /// ahead means no early delivery.
+    fn observe(&self, server_us: i64, after_us: u64) {
+        if !matches!(self.time, TimeSource::Server) {
+            return;
+        }
+        let mut observed = self
+            .observed_at_us
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let sample = server_us - after_us as i64;
+        let decay = (after_us.saturating_sub(*observed) / 1000) as i64;
+        let next = if *observed == 0 {
+            sample
+        } else {
+            sample.max(self.offset_us.load(Ordering::Relaxed) - decay)
+        };
+        self.offset_us.store(next, Ordering::Relaxed);
+        *observed = after_us.max(*observed);
+    }
+
     /// Now by the namespace's clock, µs since the Unix epoch (never ahead of the server).
     fn now_us(&self) -> u64 {
         match &self.time {
@@ -374,8 +400,6 @@ pub struct Worker {
     sub_stop: Arc<AtomicBool>,
     /// The namespace's clock estimate (shared with `run`'s delivery thread).
     clock: Clock,
-    /// Local µs of the last clock observation.
-    observed_at_us: u64,
     next_maintenance: u64,
     /// A window is partly read: the next tick reads on.
     refill_pending: bool,
@@ -442,7 +466,16 @@ impl Worker {
         let clock = Clock {
             time: cfg.time.clone(),
             offset_us: Arc::new(AtomicI64::new(0)),
+            observed_at_us: Arc::new(Mutex::new(0)),
         };
+        if let (TimeSource::Server, Endpoint::Single(c)) = (&cfg.time, &client) {
+            let (c, clock, stop) = (c.clone(), clock.clone(), sub_stop.clone());
+            let timeout = cfg.io_timeout;
+            std::thread::Builder::new()
+                .name("tickwheel-redis-clock".into())
+                .spawn(move || clock_loop(c, clock, stop, timeout))
+                .map_err(|e| Error::Server(format!("cannot start the clock thread: {e}")))?;
+        }
         let mut w = Worker {
             cfg: cfg.clone(),
             client,
@@ -458,7 +491,6 @@ impl Worker {
             stop: Arc::new(AtomicBool::new(false)),
             sub_stop,
             clock: clock.clone(),
-            observed_at_us: 0,
             next_maintenance: 0,
             refill_pending: false,
             pending_acks: Vec::new(),
@@ -529,25 +561,8 @@ impl Worker {
         self.clock.now_ms()
     }
 
-    /// Takes in a reading of the server's clock (`server_us`) from a reply that arrived at
-    /// local `after_us`. The server read its clock before replying, so `server_us - after_us`
-    /// is a lower bound of the offset; the estimate is the tightest recent lower bound,
-    /// allowed to slide down by 1 ms per second for clock drift. An estimate that is never
-    /// ahead means no early wake-ups: no "not yet" answers to spin on.
     fn observe_clock(&mut self, server_us: i64, after_us: u64) {
-        if !matches!(self.cfg.time, TimeSource::Server) {
-            return;
-        }
-        let sample = server_us - after_us as i64;
-        let decay = (after_us.saturating_sub(self.observed_at_us) / 1000) as i64;
-        let offset = &self.clock.offset_us;
-        let next = if self.observed_at_us == 0 {
-            sample
-        } else {
-            sample.max(offset.load(Ordering::Relaxed) - decay)
-        };
-        offset.store(next, Ordering::Relaxed);
-        self.observed_at_us = after_us;
+        self.clock.observe(server_us, after_us);
     }
 
     fn con(&mut self) -> Result<&mut Con, Error> {
@@ -1400,6 +1415,32 @@ fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
         });
     }
     Some(out)
+}
+
+/// Reads the server's clock with `TIME` every 100 ms on a connection of its own, for the
+/// clock estimate. Replies to the scripts are poorer samples while Redis is busy: under
+/// `appendfsync always` a reply waits for the fsync of every write of its event-loop round,
+/// and an estimate fed only by them falls behind (the worker then delivers late by as much).
+/// `TIME` writes nothing, so a probe that lands in a round without writes comes back at once;
+/// the estimate keeps the tightest. On one server only: the nodes of a Cluster each have
+/// their own clock.
+fn clock_loop(client: redis::Client, clock: Clock, stop: Arc<AtomicBool>, io_timeout: Duration) {
+    let mut con = None;
+    while !stop.load(Ordering::SeqCst) {
+        if con.is_none() {
+            con = client.get_connection_with_timeout(io_timeout).ok();
+            if let Some(c) = &con {
+                let _ = c.set_read_timeout(Some(io_timeout));
+            }
+        }
+        if let Some(c) = con.as_mut() {
+            match redis::cmd("TIME").query::<(i64, i64)>(c) {
+                Ok((secs, micros)) => clock.observe(secs * 1_000_000 + micros, local_us()),
+                Err(_) => con = None,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn subscribe_loop(

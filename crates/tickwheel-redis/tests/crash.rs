@@ -80,6 +80,51 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
     let tasks = env("TICKWHEEL_REDIS_TASKS", 10_000);
     let mut redis = common::server();
     let url = redis.url();
+    let dir = redis.dir().to_path_buf();
+    crash_cycles(
+        &url,
+        &dir,
+        cycles,
+        tasks,
+        &[Event::KillWorker, Event::StopWorker, Event::RestartRedis],
+        &mut || redis.restart().unwrap(),
+    );
+}
+
+/// The same on a private 3-node Redis Cluster (16 shards spread over the nodes), with
+/// worker kills and stops (a node restart is not among the events).
+/// `TICKWHEEL_REDIS_CLUSTER_CYCLES` (default 2) and `TICKWHEEL_REDIS_TASKS` size it.
+#[test]
+fn crashes_on_a_cluster_lose_nothing_and_deliver_nothing_early() {
+    let cycles = env("TICKWHEEL_REDIS_CLUSTER_CYCLES", 2);
+    let tasks = env("TICKWHEEL_REDIS_TASKS", 10_000);
+    let cluster = match tickwheel_redis::server::RedisCluster::start(3) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Cluster crash test: {e}"),
+    };
+    let url = Config::cluster(&cluster.seeds(), "x").url;
+    let dir = cluster.nodes()[0].dir().to_path_buf();
+    crash_cycles(
+        &url,
+        &dir,
+        cycles,
+        tasks,
+        &[Event::KillWorker, Event::StopWorker],
+        &mut || unreachable!("no Redis restart on the Cluster"),
+    );
+}
+
+/// Runs `cycles` crash events (`kinds` in turn) while three worker processes deliver `tasks`
+/// tasks spread over the cycles, then checks the delivery logs (kept in `dir`).
+fn crash_cycles(
+    url: &str,
+    dir: &std::path::Path,
+    cycles: u64,
+    tasks: u64,
+    kinds: &[Event],
+    restart_redis: &mut dyn FnMut(),
+) {
+    let url = url.to_string();
     let ns = "crash";
     let mut cfg = Config::new(&url, ns);
     cfg.shards = 16;
@@ -101,7 +146,6 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
             .unwrap();
     }
 
-    let dir = redis.dir().to_path_buf();
     let mut logs = Vec::new();
     let new_log = |logs: &mut Vec<PathBuf>| {
         let p = dir.join(format!("deliveries-{}.log", logs.len()));
@@ -118,9 +162,9 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
     for c in 0..cycles {
         let at = t0 + Duration::from_millis(c * CYCLE_MS + 1200);
         std::thread::sleep(at.saturating_duration_since(Instant::now()));
-        let victim = (c / 3 % 3) as usize;
+        let victim = (c / kinds.len() as u64 % 3) as usize;
         let from = now_ms();
-        let event = [Event::KillWorker, Event::StopWorker, Event::RestartRedis][(c % 3) as usize];
+        let event = kinds[c as usize % kinds.len()];
         match event {
             Event::KillWorker => {
                 signal(&workers[victim], "-KILL");
@@ -132,7 +176,7 @@ fn crashes_lose_nothing_deliver_nothing_early_and_duplicate_only_in_flight_tasks
                 std::thread::sleep(Duration::from_millis(LEASE_MS + 1000));
                 signal(&workers[victim], "-CONT");
             }
-            Event::RestartRedis => redis.restart().unwrap(),
+            Event::RestartRedis => restart_redis(),
         }
         events.push((event, from, now_ms()));
     }
