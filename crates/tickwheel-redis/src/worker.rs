@@ -117,8 +117,8 @@ enum Notice {
     Up,
     Down,
     Stop,
-    /// The delivery thread of `run` handled (or dropped) a claimed task.
-    Done(Done),
+    /// The delivery thread of `run` handled (or dropped) claimed tasks.
+    Done(Vec<Done>),
 }
 
 /// A claimed task waiting for its run-at, and what acknowledging it re-arms: `None` for a
@@ -322,8 +322,12 @@ fn deliver_loop(
     clock: Clock,
 ) {
     let mut d = Deliverer::new(clock);
-    let mut report = |x: Done| {
-        let _ = done_tx.send(Notice::Done(x));
+    // Outcomes go to the I/O thread in one message per round, not one per task.
+    let mut done: Vec<Done> = Vec::new();
+    let send = |done: &mut Vec<Done>| {
+        if !done.is_empty() {
+            let _ = done_tx.send(Notice::Done(std::mem::take(done)));
+        }
     };
     loop {
         let msg = match d.next_due_ms() {
@@ -333,24 +337,27 @@ fn deliver_loop(
                 rx.recv_timeout(Duration::from_micros(wait))
             }
         };
-        let mut apply = |m: ToDeliverer, d: &mut Deliverer| match m {
+        let apply = |m: ToDeliverer, d: &mut Deliverer, done: &mut Vec<Done>| match m {
             ToDeliverer::Claims(v) => v.into_iter().for_each(|c| d.push(c)),
             ToDeliverer::Leases(l, confirm) => {
-                d.set_leases(l, &mut report);
+                d.set_leases(l, &mut |x| done.push(x));
                 if let Some(c) = confirm {
+                    // What the new leases dropped reaches the I/O thread before the answer.
+                    send(done);
                     let _ = c.send(());
                 }
             }
         };
         match msg {
-            Ok(m) => apply(m, &mut d),
+            Ok(m) => apply(m, &mut d, &mut done),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
         while let Ok(m) = rx.try_recv() {
-            apply(m, &mut d);
+            apply(m, &mut d, &mut done);
         }
-        d.deliver(handler, &mut report);
+        d.deliver(handler, &mut |x| done.push(x));
+        send(&mut done);
     }
 }
 
@@ -369,6 +376,14 @@ struct PendingAck {
 /// Where a window read goes on: the first bucket not read to its end, and how many of its
 /// list entries were read.
 type Resume = (u64, u64);
+
+/// How long the I/O thread may hold an acknowledgement for a claim to carry it, ms: fewer
+/// write round trips (fsync waits under `appendfsync always`) while deliveries are frequent,
+/// at the price of that much more redelivery after a crash.
+const ACK_DELAY_MS: u64 = 20;
+
+/// Held acknowledgements that go out at once.
+const ACK_MAX: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
 struct Owned {
@@ -403,9 +418,11 @@ pub struct Worker {
     next_maintenance: u64,
     /// A window is partly read: the next tick reads on.
     refill_pending: bool,
-    /// Acknowledgements not sent yet: they ride with the next claim, or go at the end of the
-    /// step.
+    /// Acknowledgements not sent yet: they ride with the next claim, or go once the oldest
+    /// has waited [`ACK_DELAY_MS`] (see `send_outcomes`).
     pending_acks: Vec<PendingAck>,
+    /// When the held acknowledgements go out at the latest, namespace-clock ms.
+    acks_due_ms: u64,
     /// Retries the handler asked for (`Some(delay)`), and claims that lapsed undelivered
     /// (`None`: put back as they were, so they are claimed again at once should the worker
     /// still hold their shard, instead of after the visibility timeout), not sent yet.
@@ -494,6 +511,7 @@ impl Worker {
             next_maintenance: 0,
             refill_pending: false,
             pending_acks: Vec::new(),
+            acks_due_ms: 0,
             pending_retries: Vec::new(),
             deliverer: Deliverer::new(clock),
             link: None,
@@ -602,7 +620,7 @@ impl Worker {
         for d in done {
             self.settle(d);
         }
-        self.send_outcomes()?;
+        self.send_outcomes(true)?;
         Ok(n)
     }
 
@@ -619,13 +637,18 @@ impl Worker {
         }
         self.refill_pending = self.refill()?;
         self.claim_due()?;
-        self.send_outcomes()
+        self.send_outcomes(false)
     }
 
-    /// Sends the retries and acknowledgements the handler asked for.
-    fn send_outcomes(&mut self) -> Result<(), Error> {
+    /// Sends the retries the handler asked for, and the acknowledgements when `force`d, when
+    /// many are held or when the oldest has waited [`ACK_DELAY_MS`] (they also ride with
+    /// every claim and go before every renewal).
+    fn send_outcomes(&mut self, force: bool) -> Result<(), Error> {
         self.send_retries()?;
-        self.flush_acks()
+        if force || self.pending_acks.len() >= ACK_MAX || self.now_ms() >= self.acks_due_ms {
+            self.flush_acks()?;
+        }
+        Ok(())
     }
 
     /// The leases held now, as the delivery side checks them.
@@ -655,14 +678,19 @@ impl Worker {
         match outcome {
             Outcome::Ack => match d.next {
                 Some(None) => self.stats.bad_recurrences += 1,
-                next => self.pending_acks.push(PendingAck {
-                    shard: d.shard,
-                    epoch: d.epoch,
-                    id: d.id,
-                    version: d.version,
-                    attempt: d.attempt,
-                    next: next.flatten().unwrap_or(0),
-                }),
+                next => {
+                    if self.pending_acks.is_empty() {
+                        self.acks_due_ms = self.now_ms() + ACK_DELAY_MS;
+                    }
+                    self.pending_acks.push(PendingAck {
+                        shard: d.shard,
+                        epoch: d.epoch,
+                        id: d.id,
+                        version: d.version,
+                        attempt: d.attempt,
+                        next: next.flatten().unwrap_or(0),
+                    })
+                }
             },
             Outcome::RetryAfter(after) => self.pending_retries.push((d, Some(after))),
             Outcome::Leave => {}
@@ -807,7 +835,7 @@ impl Worker {
         }
         self.forward(true);
         self.settle_local();
-        let _ = self.send_outcomes();
+        let _ = self.send_outcomes(true);
         for s in held {
             self.release_now(s);
         }
@@ -827,12 +855,18 @@ impl Worker {
     fn wait(&mut self) {
         let now_us = self.clock.now_us();
         let mut deadline = self.next_maintenance;
-        if self.refill_pending || !self.pending_acks.is_empty() || !self.pending_retries.is_empty()
-        {
+        if self.refill_pending || !self.pending_retries.is_empty() {
             deadline = 0;
         }
+        if !self.pending_acks.is_empty() {
+            deadline = deadline.min(self.acks_due_ms);
+        }
+        // Claims go out a quarter of the horizon after the first task enters it: one round
+        // trip claims a quarter horizon's worth of tasks, each still claimed three quarters
+        // of the horizon ahead of its run-at.
         if let Some(t) = self.wheel.next_expiration() {
-            deadline = deadline.min(t.saturating_sub(self.cfg.ahead_ms()));
+            let ahead = self.cfg.ahead_ms();
+            deadline = deadline.min(t.saturating_sub(ahead - ahead / 4));
         }
         let timeout = Duration::from_micros((deadline * 1000).saturating_sub(now_us));
         match self.notices.recv_timeout(timeout) {
@@ -867,7 +901,7 @@ impl Worker {
             }
             Notice::Down => self.subscribed = false,
             Notice::Stop => {}
-            Notice::Done(d) => self.settle(d),
+            Notice::Done(v) => v.into_iter().for_each(|d| self.settle(d)),
         }
     }
 
@@ -921,7 +955,7 @@ impl Worker {
         o.valid_until_us = 0;
         self.forward(true);
         self.settle_local();
-        let _ = self.send_outcomes();
+        let _ = self.send_outcomes(true);
         self.release_now(shard);
     }
 
