@@ -13,7 +13,9 @@
 //!   tokio-util's `DelayQueue` is single-owner (`&mut self`), so it is not a multi-producer
 //!   analogue.
 //!
-//! `schedule_only` is W4's hot path alone (one producer, 16-byte closures, nothing firing).
+//! `schedule_only` is W4's hot path alone (one producer, 16-byte closures, nothing firing),
+//! with `schedule`, `schedule_at`, `schedule_detached_at` and a tokio channel hand-off.
+//! `schedule_detached` is the handle-less path from 1 and 2 producers.
 //!
 //! Throughput is elements (schedule + cancel pairs) per second over all producers, timed
 //! from the first producer's start to the last one's end (each producer reads the clock
@@ -240,5 +242,56 @@ fn schedule_only(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, schedule_cancel, schedule_only);
+/// `schedule_detached` from 1 and 2 producer threads (each on its own shard), delays in
+/// [1, 60000] ms so that nothing fires: how the handle-less path scales with producers. The
+/// service (and its pending timers) is torn down outside the measured time.
+fn detached_producers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_detached");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(OPS * 5));
+    for producers in [1u64, 2] {
+        group.bench_with_input(
+            BenchmarkId::from_parameter(producers),
+            &producers,
+            |b, &p| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let service = Arc::new(TimerService::new().unwrap());
+                        total += detached(&service, p, OPS * 5);
+                        drop(service);
+                    }
+                    total
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Wall time from the first producer's start to the last one's end.
+fn detached(service: &Arc<TimerService>, producers: u64, ops: u64) -> Duration {
+    let per = (ops / producers) as usize;
+    let barrier = Arc::new(Barrier::new(producers as usize + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let (service, barrier) = (service.clone(), barrier.clone());
+            let delays = delays(p + 1, per);
+            thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    service.schedule_detached(d, move || {
+                        black_box(id);
+                    });
+                }
+                (start, Instant::now())
+            })
+        })
+        .collect();
+    barrier.wait();
+    span(threads.into_iter().map(|t| t.join().unwrap()))
+}
+
+criterion_group!(benches, schedule_cancel, schedule_only, detached_producers);
 criterion_main!(benches);

@@ -26,8 +26,9 @@
 //! queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest after the
 //! due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new tick). A
 //! producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that; one
-//! that finds [`BACKLOG`] timers not yet queued waits, so the timer thread never faces a
-//! backlog that would make it late. So the producer takes no queue lock, clones no `Arc`,
+//! that finds [`BACKLOG`] timers not queued yet (the timer thread is behind) queues its
+//! shard's staged timers itself ([`Shard::help_flush`]), so the timer thread never faces a backlog that
+//! would make it late, and producers scale with their number as they do with handles. So the producer takes no queue lock, clones no `Arc`,
 //! and never writes a queue entry: its writes go to the inbox's buffer, which the timer
 //! thread hands back empty with its capacity (two buffers take turns), so after the first
 //! burst they touch memory that is already mapped and usually cached. Timers out of the
@@ -68,14 +69,14 @@ const DRAIN_CHUNK: usize = 128;
 /// make the wake-up cheap per timer, few enough to stay in the cache.
 pub(crate) const FLUSH_AT: usize = 4096;
 
-/// Staged timers at which a producer waits for the timer thread to take its inbox in: the
-/// timer thread is falling behind, and it must never face a backlog so long that queuing it
+/// Staged timers at which a producer queues its shard's staged timers itself: the timer
+/// thread is falling behind, and it must never face a backlog so long that queuing it
 /// delays the timers that fall due meanwhile.
 pub(crate) const BACKLOG: usize = 4 * FLUSH_AT;
 
 /// Staged timers the end of a drain queues per lock hold (tens of microseconds), checking
 /// between two whether a new tick has begun.
-const FLUSH_CHUNK: usize = 1024;
+pub(crate) const FLUSH_CHUNK: usize = 1024;
 
 /// `try_lock` attempts a drain spins through before it blocks (a few microseconds).
 #[cfg(not(loom))]
@@ -263,8 +264,8 @@ impl Shard {
 
     /// Stages a detached `callback` at `tick` in the inbox (see the module docs); gives it
     /// back if the shard is closed. Returns how many timers the inbox now holds (at
-    /// [`FLUSH_AT`] the caller asks the timer thread to take them in, at [`BACKLOG`] it
-    /// waits until it has).
+    /// [`FLUSH_AT`] the caller asks the timer thread to take them in; every [`FLUSH_CHUNK`]
+    /// it checks for a backlog of [`BACKLOG`], which it then queues itself).
     #[inline]
     pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<usize, Callback> {
         let shared = &self.inbox;
@@ -373,28 +374,43 @@ impl Shard {
     /// of a drain. What stays is still covered by `earliest`.
     pub(crate) fn flush_staged(&self, stop: impl Fn() -> bool) {
         while self.unqueued() > 0 {
-            let mut st = self.lock_drain();
-            let st = &mut *st;
-            if self.take_inbox(&mut st.spare) {
-                for staged in st.spare.drain(..) {
-                    st.taken_earliest = st.taken_earliest.min(staged.tick);
-                    st.taken.push_back(staged);
-                }
-            }
-            let n = st.taken.len().min(FLUSH_CHUNK);
-            for Staged { tick, callback } in st.taken.drain(..n) {
-                st.queue.insert(tick, callback);
-            }
-            st.scheduled += n as u64;
-            st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
-            if st.taken.is_empty() {
-                st.taken_earliest = NEVER;
-            }
-            self.taken_len.store(st.taken.len(), Ordering::Relaxed);
+            self.queue_chunk(&mut self.lock_drain());
             if stop() {
                 break;
             }
         }
+    }
+
+    /// A producer's share of the work when the timer thread falls behind ([`BACKLOG`] timers
+    /// not queued yet): it queues every staged timer of its shard itself, [`FLUSH_CHUNK`] a lock
+    /// hold, letting a waiting drain in between two. Producers then scale as they do with
+    /// handles, and the timer thread never faces more than a bounded backlog.
+    #[cold]
+    pub(crate) fn help_flush(&self) {
+        while self.unqueued() > 0 {
+            self.queue_chunk(&mut self.lock_producer());
+        }
+    }
+
+    /// Takes the inbox in behind `taken` and queues up to [`FLUSH_CHUNK`] timers from the
+    /// front of `taken`. The caller holds the queue lock (`st`).
+    fn queue_chunk(&self, st: &mut ShardState) {
+        if self.take_inbox(&mut st.spare) {
+            for staged in st.spare.drain(..) {
+                st.taken_earliest = st.taken_earliest.min(staged.tick);
+                st.taken.push_back(staged);
+            }
+        }
+        let n = st.taken.len().min(FLUSH_CHUNK);
+        for Staged { tick, callback } in st.taken.drain(..n) {
+            st.queue.insert(tick, callback);
+        }
+        st.scheduled += n as u64;
+        st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
+        if st.taken.is_empty() {
+            st.taken_earliest = NEVER;
+        }
+        self.taken_len.store(st.taken.len(), Ordering::Relaxed);
     }
 
     /// Queues `callback` at `tick`; gives it back if the shard is closed.
@@ -958,6 +974,24 @@ mod tests {
         assert_eq!(shard.unqueued(), 0);
         assert_eq!(shard.counts().pending, FLUSH_AT);
         assert_eq!(shard.earliest(), 9);
+    }
+
+    #[test]
+    fn a_producer_helping_queues_everything_in_order() {
+        let shard = shard();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let n = FLUSH_CHUNK as u32 + 6;
+        for id in 0..n {
+            staged(&shard, 2 + u64::from(id % 2), id, &log);
+        }
+        // Two chunks, the second taking in what was staged after the first.
+        shard.help_flush();
+        assert_eq!(shard.unqueued(), 0);
+        assert_eq!(shard.counts().pending, n as usize);
+        assert_eq!(fire(&shard, 3), n as usize);
+        let evens = (0..n).filter(|id| id % 2 == 0);
+        let expected: Vec<u32> = evens.chain((0..n).filter(|id| id % 2 == 1)).collect();
+        assert_eq!(*lock(&log), expected);
     }
 
     /// A producer stages a timer due at tick 1 while the timer thread drains tick 1: the

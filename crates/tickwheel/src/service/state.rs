@@ -24,10 +24,10 @@ use std::time::Instant;
 use super::callback::{Callback, Expire};
 use super::core::Core;
 use super::handle::TimerHandle;
-use super::shard::{Closed, Drained, Shard, BACKLOG, FLUSH_AT};
+use super::shard::{Closed, Drained, Shard, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use super::ScheduleError;
-use crate::sync::{backoff, lock, Arc, AtomicBool, Counter, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicBool, Counter, Mutex, Ordering};
 use crate::time::Ticks;
 
 /// Hands out thread indices for shard selection, round robin.
@@ -126,26 +126,21 @@ impl ServiceState {
         self.core.reserve(false);
         let shard = self.local_shard();
         match shard.stage(tick, callback) {
-            Ok(staged) if staged < FLUSH_AT => {}
-            // A full inbox: the timer thread takes it in (it also does at every wake-up).
-            Ok(FLUSH_AT) => self.core.unpark_driver(),
-            Ok(staged) if staged < BACKLOG => {}
-            Ok(_) => self.wait_for_flush(shard),
+            Ok(staged) if staged % FLUSH_CHUNK != 0 => {}
+            Ok(staged) => {
+                if staged == FLUSH_AT {
+                    // The timer thread takes it in (it also does at every wake-up).
+                    self.core.unpark_driver();
+                }
+                if shard.unqueued() >= BACKLOG {
+                    // The timer thread is behind: this thread queues its shard's timers.
+                    shard.help_flush();
+                }
+            }
             Err(callback) => {
                 self.core.release(1);
                 callback.discard();
             }
-        }
-    }
-
-    /// Waits until the timer thread has taken in `shard`'s inbox (or shutdown began): back
-    /// pressure on a producer that stages faster than the timer thread queues.
-    #[cold]
-    fn wait_for_flush(&self, shard: &Shard) {
-        self.core.unpark_driver();
-        while shard.unqueued() >= BACKLOG && !self.is_stopping() {
-            // Yield at once: the timer thread may need this core.
-            backoff(u32::MAX);
         }
     }
 
