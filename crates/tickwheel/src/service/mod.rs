@@ -56,9 +56,12 @@
 //! before the rest is queued), or when the inbox has filled up (a wake-up every few thousand
 //! timers). The calling thread pays the clock read, one uncontended lock and a 32-byte append
 //! to memory that is reused from batch to batch: no `Arc`, no queue entry, no page faults
-//! after the first batches. The queue work moves to the timer thread. A handle-path schedule
-//! from the same shard first queues the inbox, so one thread's timers keep their schedule
-//! order at equal deadlines whichever way they were scheduled.
+//! after the first batches. The queue work moves to the timer thread — unless it falls
+//! behind: a thread that finds some sixteen thousand timers of its shard not yet queued
+//! queues them itself, so the timer thread never faces a backlog that would make it late, and
+//! producers scale with their number as they do with handles. A handle-path schedule from
+//! the same shard first queues the inbox, so one thread's timers keep their schedule order at
+//! equal deadlines whichever way they were scheduled.
 //!
 //! Under load, how late a callback starts is bounded by how long one drain holds the timer
 //! thread: a drain takes each shard's lock for at most one chunk of timers at a time, and the
