@@ -272,3 +272,22 @@ fn schedule_detached_at_rounds_up_and_past_instants_fire_at_once() {
     );
     assert_eq!(service.stats().pending, 1);
 }
+
+/// A callback that stages an already-due timer: `settle` waits for that one too.
+#[test]
+fn settle_waits_for_timers_staged_by_callbacks() {
+    let (clock, service) = manual(2);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (inner_service, inner_runs) = (service.clone(), runs.clone());
+    service.schedule_detached(Duration::from_millis(1), move || {
+        let runs = inner_runs.clone();
+        inner_service.schedule_detached(Duration::ZERO, move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+        });
+        inner_runs.fetch_add(1, Ordering::SeqCst);
+    });
+    clock.advance(Duration::from_millis(1));
+    service.settle();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(service.stats().pending, 0);
+}
