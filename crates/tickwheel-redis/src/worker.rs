@@ -861,12 +861,8 @@ impl Worker {
         if !self.pending_acks.is_empty() {
             deadline = deadline.min(self.acks_due_ms);
         }
-        // Claims go out a quarter of the horizon after the first task enters it: one round
-        // trip claims a quarter horizon's worth of tasks, each still claimed three quarters
-        // of the horizon ahead of its run-at.
         if let Some(t) = self.wheel.next_expiration() {
-            let ahead = self.cfg.ahead_ms();
-            deadline = deadline.min(t.saturating_sub(ahead - ahead / 4));
+            deadline = deadline.min(t.saturating_sub(self.cfg.ahead_ms()));
         }
         let timeout = Duration::from_micros((deadline * 1000).saturating_sub(now_us));
         match self.notices.recv_timeout(timeout) {
