@@ -129,6 +129,7 @@ mod tests {
             n: 3,
             max_delay_ms: 7,
             schedule: std::time::Duration::from_millis(1),
+            schedule_cpu: None,
             wall: std::time::Duration::from_millis(9),
             cpu: None,
             peak_rss: Some(4096),

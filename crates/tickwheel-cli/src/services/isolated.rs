@@ -68,6 +68,9 @@ fn from_json(entrant: ServiceEntrant, v: &Value) -> Option<ServiceSample> {
         n: v["n"].as_u64()? as usize,
         max_delay_ms: v["max_delay_ms"].as_u64()?,
         schedule: Duration::from_secs_f64(v["schedule_s"].as_f64()?),
+        schedule_cpu: v["schedule_thread_cpu_s"]
+            .as_f64()
+            .map(Duration::from_secs_f64),
         wall: Duration::from_secs_f64(v["wall_s"].as_f64()?),
         cpu: v["cpu_s"].as_f64().map(Duration::from_secs_f64),
         peak_rss: v["peak_rss_growth_bytes"].as_u64(),
@@ -93,6 +96,7 @@ mod tests {
             n: 3,
             max_delay_ms: 7,
             schedule: Duration::from_micros(5),
+            schedule_cpu: Some(Duration::from_micros(4)),
             wall: Duration::from_millis(8),
             cpu: Some(Duration::from_millis(2)),
             peak_rss: None,
@@ -110,6 +114,7 @@ mod tests {
         assert_eq!(back.max_delay_ms, 7);
         assert_eq!(back.wall, sample.wall);
         assert_eq!(back.cpu, sample.cpu);
+        assert_eq!(back.schedule_cpu, sample.schedule_cpu);
         assert_eq!(back.peak_rss, None);
         assert_eq!(back.lateness.max, 4);
         assert_eq!(back.cdf, sample.cdf);

@@ -15,7 +15,9 @@
 //!   measure. Firing before that deadline, firing twice, or not firing within
 //!   [`GRACE`] after the last deadline fails the run.
 //! * Lateness = firing stamp − deadline. Peak memory is `VmHWM` after a reset of the
-//!   kernel's mark, minus the RSS before scheduling; CPU is the whole process's user+system.
+//!   kernel's mark, minus the RSS before scheduling; CPU is the whole process's user+system;
+//!   the scheduling thread's own CPU time while it schedules is measured apart (it does not
+//!   count time the thread waited for a core, so it holds on a busy machine).
 //!   `tickwheel bench` runs each entrant in its own process ([`run_isolated`]) so these are
 //!   the entrant's own.
 
@@ -180,6 +182,7 @@ pub fn run(
     machine::reset_peak_rss();
     let rss_before = machine::rss_bytes();
     let cpu_before = machine::cpu_time();
+    let thread_cpu_before = thread_cpu();
     let start = log.stamp();
     for (id, &delay_ms) in delays.iter().enumerate() {
         let now = Instant::now();
@@ -188,6 +191,9 @@ pub fn run(
         driver.schedule(id as u32, now + delay, &log);
     }
     let schedule = Duration::from_nanos(log.stamp() - start);
+    let schedule_cpu = thread_cpu()
+        .zip(thread_cpu_before)
+        .map(|(a, b)| a.saturating_sub(b));
     let max_delay = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
     let waited = wait_all(&log, max_delay + GRACE, progress);
     let cpu = machine::cpu_time()
@@ -203,9 +209,18 @@ pub fn run(
     sample.entrant = entrant;
     sample.max_delay_ms = max_delay.as_millis() as u64;
     sample.schedule = schedule;
+    sample.schedule_cpu = schedule_cpu;
     sample.cpu = cpu;
     sample.peak_rss = peak_rss;
     Ok(sample)
+}
+
+/// The calling thread's CPU time so far (its time on a core, from the scheduler's
+/// statistics), where the kernel reports it.
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Result<(), String> {
@@ -252,6 +267,7 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<ServiceSample, 
         n: deadlines.len(),
         max_delay_ms: 0,
         schedule: Duration::ZERO,
+        schedule_cpu: None,
         wall: Duration::from_nanos(last - start),
         cpu: None,
         peak_rss: None,

@@ -32,6 +32,10 @@ pub struct ServiceSample {
     pub max_delay_ms: u64,
     /// Time to schedule all tasks.
     pub schedule: Duration,
+    /// The scheduling thread's own CPU time while it scheduled (Linux, from
+    /// `/proc/thread-self/schedstat`): unlike `schedule`, it leaves out time the thread
+    /// waited for a core, so it is the cost of scheduling on a busy machine too.
+    pub schedule_cpu: Option<Duration>,
     /// From the first schedule to the last firing.
     pub wall: Duration,
     /// Process CPU time over the run.
@@ -62,6 +66,7 @@ impl ServiceSample {
             "max_delay_ms": self.max_delay_ms,
             "schedule_s": self.schedule.as_secs_f64(),
             "schedule_per_s": self.schedule_rate(),
+            "schedule_thread_cpu_s": self.schedule_cpu.map(|c| c.as_secs_f64()),
             "wall_s": self.wall.as_secs_f64(),
             "cpu_s": self.cpu.map(|c| c.as_secs_f64()),
             "peak_rss_growth_bytes": self.peak_rss,
@@ -85,15 +90,17 @@ pub fn table(samples: &[ServiceSample]) -> String {
     let max_delay = samples.iter().map(|s| s.max_delay_ms).max().unwrap_or(0);
     let _ = writeln!(
         out,
-        "\n{}; delays 0..={max_delay} ms; lateness = ran − (schedule time + delay)",
+        "\n{}; delays 0..={max_delay} ms; lateness = ran − (schedule time + delay); \
+         sched ns = the scheduling thread's CPU a task",
         Workload::RealTimeTasks.describe()
     );
     let _ = writeln!(
         out,
-        "{:<20}{:>10}{:>14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "{:<20}{:>10}{:>14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
         "entrant",
         "N",
         "schedule/s",
+        "sched ns",
         "wall s",
         "CPU s",
         "RSS MiB",
@@ -113,14 +120,18 @@ fn row(s: &ServiceSample) -> String {
     let cpu = s
         .cpu
         .map_or("?".to_owned(), |c| format!("{:.2}", c.as_secs_f64()));
+    let sched = s.schedule_cpu.map_or("?".to_owned(), |c| {
+        format!("{:.0}", c.as_nanos() as f64 / s.n.max(1) as f64)
+    });
     let rss = s
         .peak_rss
         .map_or("?".to_owned(), |b| format!("{:.0}", b as f64 / 1048576.0));
     format!(
-        "{mark}{:<19}{:>10}{:>14.0}{:>10.2}{:>10}{:>10}{:>10.3}{:>10.3}{:>10.3}{:>10.3}\n",
+        "{mark}{:<19}{:>10}{:>14.0}{:>10}{:>10.2}{:>10}{:>10}{:>10.3}{:>10.3}{:>10.3}{:>10.3}\n",
         s.entrant.name(),
         pretty_n(s.n),
         s.schedule_rate(),
+        sched,
         s.wall.as_secs_f64(),
         cpu,
         rss,
