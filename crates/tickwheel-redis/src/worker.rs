@@ -612,7 +612,7 @@ impl Worker {
     /// the acknowledgements. Returns how many deliveries it made. Tests on a manual clock
     /// call it directly; [`run`](Worker::run) does the same work on two threads.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
-        self.io_step()?;
+        self.io_step(false)?;
         let leases = self.leases();
         let mut done = Vec::new();
         self.deliverer.set_leases(leases, &mut |d| done.push(d));
@@ -624,9 +624,10 @@ impl Worker {
         Ok(n)
     }
 
-    /// The Redis side of a step: notifications, maintenance, refills, claims (carrying the
-    /// acknowledgements held so far), retries and the remaining acknowledgements.
-    fn io_step(&mut self) -> Result<(), Error> {
+    /// The Redis side of a step: notifications, maintenance, refills and claims (carrying
+    /// the acknowledgements held so far; in `run` claims go first, in `tick` the windows are
+    /// read first so a step after a reload still claims), retries and acknowledgements.
+    fn io_step(&mut self, claims_first: bool) -> Result<(), Error> {
         while let Ok(n) = self.notices.try_recv() {
             self.handle_notice(n);
         }
@@ -635,8 +636,14 @@ impl Worker {
             let every = self.cfg.maintenance_interval.min(self.cfg.lease / 3);
             self.next_maintenance = self.now_ms() + every.as_millis() as u64;
         }
-        self.refill_pending = self.refill()?;
-        self.claim_due()?;
+        if claims_first {
+            // A window read can take a while, and what is due soon should not wait for it.
+            self.claim_due()?;
+            self.refill_pending = self.refill()?;
+        } else {
+            self.refill_pending = self.refill()?;
+            self.claim_due()?;
+        }
         self.send_outcomes(false)
     }
 
@@ -787,7 +794,7 @@ impl Worker {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            match self.io_step() {
+            match self.io_step(true) {
                 Ok(()) => {
                     backoff = Duration::from_millis(50);
                     self.forward(false);
