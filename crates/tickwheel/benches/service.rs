@@ -14,7 +14,8 @@
 //!   analogue.
 //!
 //! `schedule_only` is W4's hot path alone (one producer, 16-byte closures, nothing firing),
-//! with `schedule`, `schedule_at`, `schedule_detached_at` and a tokio channel hand-off.
+//! with `schedule`, `schedule_at`, `schedule_detached_at`, a tokio channel hand-off and the
+//! floor of any staging design (`floor_vec`: an append to a `Vec`, nothing else).
 //! `schedule_detached` is the handle-less path from 1 and 2 producers.
 //!
 //! Throughput is elements (schedule + cancel pairs) per second over all producers, timed
@@ -209,6 +210,25 @@ fn schedule_only(c: &mut Criterion) {
                 }
                 total += start.elapsed();
                 drop(service);
+            }
+            total
+        })
+    });
+    // The floor of any staging design: the same loop appending 32 bytes (the deadline and
+    // two words of closure state) to a reused Vec on the producer's own thread, with no
+    // service, lock, tick conversion or handle at all.
+    group.bench_function("floor_vec", |b| {
+        let mut staged: Vec<(Instant, usize, usize)> = Vec::new();
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    staged.push((Instant::now() + d, id, 0));
+                }
+                total += start.elapsed();
+                black_box(&staged);
+                staged.clear();
             }
             total
         })
