@@ -3,6 +3,7 @@
 //! ```text
 //! tickwheel-redis-worker --url redis://127.0.0.1:6379/ --namespace NS --log FILE
 //!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
+//!     [--claim-ahead-ms 1000]
 //! ```
 //!
 //! Each delivery is one line, written (one `write`) before it is acknowledged, so a SIGKILL
@@ -48,6 +49,7 @@ fn run() -> Result<(), String> {
             "--visibility-ms" => cfg.visibility_timeout = ms(args.next())?,
             "--window-ms" => cfg.window = ms(args.next())?,
             "--maintenance-ms" => cfg.maintenance_interval = ms(args.next())?,
+            "--claim-ahead-ms" => cfg.claim_ahead = ms(args.next())?,
             other => {
                 return Err(format!(
                     "unknown argument {other:?} (see the source's header)"
