@@ -34,14 +34,16 @@
 //! Cells: median ns a timer (W5: an operation, firings included, as `tickwheel bench`
 //! counts) over the repeats, and in brackets how many times faster than the lazy heap. With
 //! `FLOORS_PHASES=1` W1 also prints each run's insert and cancel phases; `FLOORS_ONLY=Wheel,…`
-//! runs only the entrants named (and the lazy heap).
+//! runs only the entrants named (and the lazy heap); `FLOORS_CPU=1` times by thread CPU time
+//! instead of the wall clock (Linux), for comparing binaries on a machine others load.
 //!
 //! `cargo run --release -p tickwheel-lab --example queue_floors [-- N[,N…] [REPEATS
 //! [W1,W2,W3,W5]]]` (default `10000,100000,1000000 5`, every workload).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use tickwheel::{TimerKey, TimerQueue, Wheel};
 use tickwheel_lab::workloads::{self, ChurnInput, ChurnOp, QueueInput};
@@ -825,6 +827,34 @@ impl<const COUNT: bool> Queue for PackedWheel<COUNT> {
     }
 }
 
+/// Times a run: by the wall clock, or with `FLOORS_CPU=1` (Linux) by the thread's CPU time,
+/// which leaves out the time other processes held the core (the figures stay comparable
+/// between binaries on a loaded machine; cache contention still shows).
+struct Stopwatch(Duration);
+
+impl Stopwatch {
+    fn start() -> Stopwatch {
+        Stopwatch(Self::read())
+    }
+
+    fn elapsed(&self) -> Duration {
+        Self::read().saturating_sub(self.0)
+    }
+
+    fn read() -> Duration {
+        static CPU: OnceLock<bool> = OnceLock::new();
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        if *CPU.get_or_init(|| std::env::var_os("FLOORS_CPU").is_some()) {
+            #[cfg(target_os = "linux")]
+            {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+                return Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+            }
+        }
+        EPOCH.get_or_init(Instant::now).elapsed()
+    }
+}
+
 fn insert_all<Q: Queue>(queue: &mut Q, deadlines: &[u64]) -> Vec<Q::Handle> {
     let ids = 0u32..;
     ids.zip(deadlines)
@@ -860,7 +890,7 @@ fn check(fired: &[(u32, u64)], deadlines: &[u64]) {
 /// W1: insert all, cancel all in `order`; ns a timer.
 fn w1<Q: Queue>(input: &QueueInput) -> f64 {
     let mut queue = Q::default();
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let handles = insert_all(&mut queue, &input.deadlines);
     let inserted = start.elapsed();
     let cancelled = input
@@ -891,7 +921,7 @@ fn w2<Q: Queue>(input: &QueueInput) -> f64 {
     let last = deadlines.iter().copied().max().unwrap_or(0);
     let mut fired = Vec::with_capacity(deadlines.len());
     let mut queue = Q::default();
-    let start = Instant::now();
+    let start = Stopwatch::start();
     insert_all(&mut queue, deadlines);
     fire_all(&mut queue, deadlines.len(), last, &mut fired);
     let ns = start.elapsed().as_nanos() as f64 / deadlines.len() as f64;
@@ -904,7 +934,7 @@ fn w2<Q: Queue>(input: &QueueInput) -> f64 {
 fn w3<Q: Queue>(input: &QueueInput) -> f64 {
     let mut queue = Q::default();
     let mut handles = insert_all(&mut queue, &input.deadlines);
-    let start = Instant::now();
+    let start = Stopwatch::start();
     for &(id, deadline) in &input.resets {
         let handle = &mut handles[id as usize];
         *handle = queue.reset(*handle, id, deadline);
@@ -931,12 +961,12 @@ fn w5<Q: Queue>(input: &ChurnInput) -> f64 {
     let mut handles = insert_all(&mut queue, &input.deadlines);
     let mut ops = Vec::with_capacity(input.ops_per_tick());
     let mut fired = Vec::new();
-    let mut elapsed = std::time::Duration::ZERO;
+    let mut elapsed = Duration::ZERO;
     let mut counted = 0;
     for now in 1..=input.ticks {
         input.ops_at(now, &mut ops);
         fired.clear();
-        let start = Instant::now();
+        let start = Stopwatch::start();
         queue.advance(now, &mut fired);
         for &(slot, _) in &fired {
             let s = slot as usize;
