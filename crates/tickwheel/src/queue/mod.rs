@@ -57,6 +57,7 @@
 
 pub mod hashed;
 pub mod heap;
+pub(crate) mod records;
 pub(crate) mod slab;
 pub mod wheel;
 
@@ -76,10 +77,6 @@ pub use wheel::Wheel;
 pub struct TimerKey(NonZeroU64);
 
 impl TimerKey {
-    /// A key no timer ever has (slab index `u32::MAX`, which no entry uses): the wheel's mark
-    /// for a removed item.
-    pub(crate) const TOMBSTONE: TimerKey = TimerKey(NonZeroU64::MAX);
-
     /// Builds a key from a slab index and a generation (`generation >= 1`).
     #[inline]
     pub(crate) fn new(index: u32, generation: u32) -> TimerKey {

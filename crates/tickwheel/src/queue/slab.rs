@@ -1,4 +1,6 @@
-//! The storage every queue keeps its timers in: a slab of entries addressed by `u32` index.
+//! The storage [`HashedWheel`](super::HashedWheel) and [`Heap`](super::Heap) keep their
+//! timers in: a slab of entries addressed by `u32` index. (The [`Wheel`](super::Wheel) splits
+//! its records hot and cold instead: `queue/records.rs`.)
 //!
 //! # Implementation
 //!
@@ -187,22 +189,6 @@ impl<L, T> Slab<L, T> {
         value
     }
 
-    /// Reads the generation and occupancy of every entry `keys` name, and nothing else: a safe stand-in for
-    /// prefetch instructions. The loads do not depend on each other and nothing branches on
-    /// them, so their cache misses overlap; the caller's validity checks that follow find the
-    /// entries in cache instead of missing one at a time.
-    #[inline]
-    pub(crate) fn touch(&self, keys: &[TimerKey]) {
-        let mut sum = 0u32;
-        for key in keys {
-            if let Some(entry) = self.entries.get(key.index() as usize) {
-                // Both ends of a large entry may sit in different cache lines.
-                sum = sum.wrapping_add(entry.generation) ^ u32::from(entry.value.is_some());
-            }
-        }
-        core::hint::black_box(sum);
-    }
-
     /// Drops vacant entries from the end and gives their memory back. Keys of live entries
     /// stay valid; stale keys stay stale (see the module docs).
     pub(crate) fn shrink_to_fit(&mut self) {
@@ -250,7 +236,7 @@ pub(crate) fn grow<T: Copy>(items: &mut Vec<T>) {
 /// thread frees entries and a producer thread reuses them, so the entry is often in another
 /// core's cache, and after frees in deadline order it is a random one of the slab's.
 #[inline(always)]
-fn prefetch<T>(ptr: *const T) {
+pub(crate) fn prefetch<T>(ptr: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE (which
     // provides it) is part of the x86_64 baseline.

@@ -51,33 +51,38 @@
 //! goes straight to the level that will fire it. In the "6 million delayed tasks" workload
 //! (delays up to 1000 ticks) every timer is placed on level 0 or 1 and moves at most once.
 //!
-//! # Storage: vectors of items, tombstones
+//! # Storage: vectors of items, split records, tombstones
 //!
-//! A slot is a vector of items in insertion order, an item being just the timer's
-//! [`TimerKey`] (8 bytes); the timer's slab entry records its deadline and which slot and
-//! position its *current* item is at. An item is valid only if its key is live and the entry
-//! points back at exactly that slot and position, so an item left behind by a reset or by a
-//! move down a level is recognised as stale wherever it sits, without being written to. A
-//! removal overwrites its item with a *tombstone* (a key no timer has), a store that nothing
-//! waits for. The hot operations then touch memory the way the hardware likes:
+//! A slot is a vector of items in insertion order, an item being just the timer's record
+//! index (4 bytes). A timer's record is split hot and cold (`queue/records.rs`): the hot
+//! record holds its key's generation, which slot and position its *current* item is at, and
+//! its value; the deadline sits in a cold array of its own. An item is valid only if the
+//! record it names points back at exactly that slot and position (a free record points
+//! nowhere), so an item left behind by a reset or by a move down a level is recognised as
+//! stale wherever it sits, without being written to, and a record reused by a later timer
+//! never takes its former timers' items as its own. A removal overwrites its item with a
+//! *tombstone* (an index no record has), a store that nothing waits for. The hot operations
+//! then touch memory the way the hardware likes:
 //!
-//! * **remove** loads the timer's entry and nothing else at random (the slot's live count is
-//!   in the small, cache-resident slot table) and stores the tombstone; a linked list must
-//!   also load both neighbours.
-//! * **reset** loads the entry and appends a new item to the tail of its new slot.
-//! * **expire, absorb and compact** read a slot's items front to back; the entries they look
-//!   up are known up front, so their cache misses overlap instead of forming a pointer chase,
-//!   and tombstones need no look-up at all.
+//! * **remove** loads the timer's hot record and nothing else at random (the value it returns
+//!   is in it; the slot's live count is in the small, cache-resident slot table) and stores
+//!   the tombstone; a linked list must also load both neighbours.
+//! * **reset** loads the hot record, stores the new deadline and appends a new item to the
+//!   tail of its new slot.
+//! * **expire, absorb and compact** read a slot's items front to back; the records they look
+//!   up are known up front, so they prefetch them (and, to move a timer down, its deadline)
+//!   16 items ahead and the cache misses overlap instead of forming a pointer chase;
+//!   tombstones need no look-up at all.
 //!
 //! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
 //! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
-//! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 16
-//! bytes a pending timer (plus 256 bytes a slot; twice that with the vectors' spare
+//! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 8
+//! bytes a pending timer (plus 128 bytes a slot; twice that with the vectors' spare
 //! capacity): resets never make the wheel hold more than about twice what its pending timers
-//! need. A removed timer's value is dropped and its slab entry freed for reuse immediately.
+//! need. A removed timer's value is moved out and its record freed for reuse immediately.
 //! Slot vectors keep their capacity (no allocation in steady state) until
 //! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what
-//! is unused (the slab's limits are under "Costs").
+//! is unused (the records' limits are under "Costs").
 //!
 //! # Expiry
 //!
@@ -93,38 +98,44 @@
 //! while the deadline is beyond their range (three for a deadline a minute away at 1 ms). A
 //! timer is moved at most once a level.
 //!
-//! Memory a pending timer: an 8-byte item plus a slab entry of 20 bytes (deadline, slot,
-//! position, generation) and the value as `Option<T>`, rounded up to 8 bytes: a `Wheel<u32>`
-//! timer holds 40 bytes (36 beyond its value), plus at most 16 bytes of stale items awaiting
-//! compaction. [`Wheel::allocated_bytes`] reports the total. A freed timer's entry stays in
-//! the slab for reuse, with 4 bytes on the slab's free stack.
-//! [`shrink_to_fit`](TimerQueue::shrink_to_fit) compacts the slots and drops the vacant
-//! entries at the end of the slab, but not the ones between live entries: a key is its
-//! entry's index, so a live entry never moves, and after cancels in random order the slab
-//! keeps its high-water size. The wheel itself is `LEVELS * RING` slot headers (44 KiB),
+//! Memory a pending timer: a 4-byte item, a hot record of 12 bytes (generation, slot,
+//! position) plus the value, rounded up to the value's alignment, and an 8-byte deadline: a
+//! `Wheel<u32>` timer holds 28 bytes (24 beyond its value), plus at most 8 bytes of stale
+//! items awaiting compaction. [`Wheel::allocated_bytes`] reports the total. A freed timer's
+//! record stays for reuse, with 4 bytes on the free stack.
+//! [`shrink_to_fit`](TimerQueue::shrink_to_fit) compacts the slots and drops the free records
+//! at the end of the arrays, but not the ones between live records: a key is its record's
+//! index, so a live record never moves, and after cancels in random order the arrays keep
+//! their high-water size. The wheel itself is `LEVELS * RING` slot headers (44 KiB),
 //! allocated once.
 //!
 //! # What a cancel costs at a million timers
 //!
-//! At 10^6 timers the entries (32 MB for `Wheel<u32>`) no longer fit in cache, and a cancel
-//! waits for its entry's miss. A layout split into a dense hot record per timer (generation
-//! and slot, 4 or 8 bytes) and cold arrays (deadline, value) cancels with one smaller miss:
-//! the `split wheel`, `lean wheel` and `packed wheel` of
-//! `cargo run --release -p tickwheel-lab --example queue_floors` keep such layouts while
-//! doing less than this contract (no order within a slot, a new key on reset, the packed one
-//! with wrapping generations). On W1 (the workloads are defined in `docs/ARCHITECTURE.md`)
-//! they insert and cancel about 2.5 times faster than this wheel at 10^6, and they beat the
-//! lazy `BinaryHeap` peer at 10^4 and 10^5, but at 10^6 they lose to it on W1 by a third and
-//! only draw level on W3 and W5: the lazy heap's cancel writes a 4-byte generation and keeps
-//! no structure current, while a queue with bounded memory must also count what left each
-//! slot and compact the slots that cancels thinned out, a second random look-up per stale
-//! item. `docs/DESIGN-NOTES.md` has the figures.
+//! At 10^6 timers the records no longer fit in cache, and a cancel waits for its hot
+//! record's miss. The split makes the array it misses in 16 MB for a `Wheel<u32>` (four
+//! records a cache line) where one array of whole entries (deadline, place, generation,
+//! value) was 32 MB, and the items 4 bytes instead of 8; that speeds up inserts and expiry
+//! (fewer, smaller arrays to fill and walk) more than the cancel itself, which still waits
+//! on a record in main memory. The value sits in the hot record rather than in an array of
+//! its own because `remove` returns it and expiry hands it out, so it is read with the
+//! record anyway. A large value makes the hot record large: a timer whose payload is big is
+//! cheaper to cancel with the payload boxed, or kept in the caller's own array and named by
+//! an index.
+//!
+//! A cancel still costs about twice what the lazy `BinaryHeap` peer's does at 10^6: that
+//! cancel writes a 4-byte generation and keeps no structure current, while a queue with
+//! bounded memory must also count what left each slot and compact the slots that cancels
+//! thinned out, a second random look-up per stale item. The wheels of
+//! `cargo run --release -p tickwheel-lab --example queue_floors`, which do less than this
+//! contract, show how far a layout alone can go (the workloads are defined in
+//! `docs/ARCHITECTURE.md`); `docs/DESIGN-NOTES.md` has the figures.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::slab::{grow, Slab, NIL};
+use super::records::Records;
+use super::slab::{grow, NIL};
 use super::{TimerKey, TimerQueue};
 
 /// Bits of the deadline resolved by one level.
@@ -138,7 +149,7 @@ pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
 /// Mask of a ring slot number.
 const RING_MASK: u64 = RING as u64 - 1;
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one (plus
-/// [`COMPACT_SLACK`]): stale items then cost at most 16 bytes a pending timer (32 with the
+/// [`COMPACT_SLACK`]): stale items then cost at most 8 bytes a pending timer (16 with the
 /// vector's spare capacity), and draining a slot by removals scans about
 /// `COMPACT_RATIO / (COMPACT_RATIO - 1)` items and looks up `1 / (COMPACT_RATIO - 1)` live
 /// ones a removal.
@@ -147,34 +158,17 @@ const COMPACT_RATIO: usize = 3;
 const COMPACT_SLACK: usize = 32;
 /// Items an absorption step moves at least, so that small slots go in one step.
 pub const MIN_STEP: usize = 256;
-/// Items whose slab entries a slot walk loads together ahead of use, so that their cache
+/// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
 const TOUCH: usize = 16;
 /// Polls an absorption is spread over, at most.
 const STEPS: u64 = SLOTS as u64;
 
-/// A timer's entry link: its effective deadline and where its current item is — slot
-/// number (`level * RING + ring slot`) and position in that slot.
-#[derive(Clone, Copy)]
-struct Node {
-    deadline: u64,
-    slot: u32,
-    pos: u32,
-}
-
-impl Node {
-    /// The link of a timer not yet placed in a slot: [`Wheel::link_at`] fills it in.
-    const UNLINKED: Node = Node {
-        deadline: 0,
-        slot: NIL,
-        pos: NIL,
-    };
-}
-
 /// One slot: items in insertion order, some of them stale.
 #[derive(Default)]
 struct Slot {
-    items: Vec<TimerKey>,
+    /// The record index of each item's timer; [`TOMBSTONE`] for a removed one.
+    items: Vec<u32>,
     /// Valid items (in the ready slot and a slot being absorbed: valid and not yet taken).
     live: usize,
 }
@@ -243,7 +237,7 @@ fn ring(index: u64) -> usize {
 /// assert_eq!(wheel.len(), 1);
 /// ```
 pub struct Wheel<T> {
-    slab: Slab<Node, T>,
+    records: Records<T>,
     /// `LEVELS * RING` slots, level by level.
     slots: Box<[Slot]>,
     /// Boxed: keeps the wheel (and enums holding it) small; it is cache-resident anyway.
@@ -256,9 +250,9 @@ pub struct Wheel<T> {
     settled: u64,
 }
 
-/// What [`Wheel::unlink`] leaves in place of a removed or reset timer's item: slab index
-/// [`NIL`], which no entry has, so every validity check rejects it without a memory access.
-const TOMBSTONE: TimerKey = TimerKey::TOMBSTONE;
+/// What [`Wheel::unlink`] leaves in place of a removed timer's item: record index [`NIL`],
+/// which no record has, so every validity check rejects it without a memory access.
+const TOMBSTONE: u32 = NIL;
 
 /// [`Wheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
 const UNSETTLED: u64 = u64::MAX;
@@ -272,7 +266,7 @@ impl<T> Wheel<T> {
     /// An empty wheel whose clock starts at `tick`.
     pub fn with_start(tick: u64) -> Wheel<T> {
         Wheel {
-            slab: Slab::new(),
+            records: Records::new(),
             slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
             levels: Box::new(core::array::from_fn(|level| Level {
                 occupied: 0,
@@ -285,26 +279,26 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// An empty wheel at tick 0 with room for `capacity` timers before its slab allocates.
+    /// An empty wheel at tick 0 with room for `capacity` timers before its records allocate.
     pub fn with_capacity(capacity: usize) -> Wheel<T> {
         Wheel {
-            slab: Slab::with_capacity(capacity),
+            records: Records::with_capacity(capacity),
             ..Wheel::new()
         }
     }
 
-    /// How many timers the slab holds room for without allocating.
+    /// How many timers the records hold room for without allocating.
     pub fn capacity(&self) -> usize {
-        self.slab.capacity()
+        self.records.capacity()
     }
 
-    /// Bytes of memory the wheel holds (its own struct excluded): slab, slot vectors at their
+    /// Bytes of memory the wheel holds (its own struct excluded): records, slot vectors at their
     /// capacity and the slot table. [`shrink_to_fit`](TimerQueue::shrink_to_fit) gives back
     /// what pending timers do not need.
     pub fn allocated_bytes(&self) -> usize {
         let items: usize = self.slots.iter().map(|slot| slot.items.capacity()).sum();
-        self.slab.allocated_bytes()
-            + items * core::mem::size_of::<TimerKey>()
+        self.records.allocated_bytes()
+            + items * core::mem::size_of::<u32>()
             + self.slots.len() * core::mem::size_of::<Slot>()
             + core::mem::size_of::<[Level; LEVELS]>()
     }
@@ -326,9 +320,9 @@ impl<T> Wheel<T> {
         level
     }
 
-    /// Appends the timer `key` to its slot at `level`.
+    /// Appends the timer at record `record`, due at `deadline`, to its slot at `level`.
     #[inline]
-    fn link_at(&mut self, key: TimerKey, deadline: u64, level: usize) {
+    fn link_at(&mut self, record: u32, deadline: u64, level: usize) {
         let slot = ring(index(deadline, level));
         let number = level * RING + slot;
         let target = &mut self.slots[number];
@@ -336,31 +330,32 @@ impl<T> Wheel<T> {
         if pos == target.items.capacity() {
             grow(&mut target.items);
         }
-        target.items.push(key);
+        target.items.push(record);
         target.live += 1;
         self.levels[level].occupied |= 1 << slot;
-        *self.slab.link_mut(key.index()) = Node {
-            deadline,
-            slot: number as u32,
-            pos: pos as u32,
-        };
+        self.records.set_place(record, number as u32, pos as u32);
     }
 
-    /// Whether the item at `pos` of slot `number` is the current item of a live timer;
-    /// its slab index if so.
+    /// Whether the item `index` at `pos` of slot `number` is the current item of a live
+    /// timer. A vacant record's slot is [`VACANT`](super::records::VACANT), no slot number,
+    /// and a record holds one place, which holds its own index: so the place alone tells, and
+    /// a reused record never takes its former timers' items as its own.
     #[inline]
-    fn valid(&self, key: TimerKey, number: usize, pos: usize) -> Option<u32> {
-        let index = self.slab.find(key)?;
-        let node = self.slab.link(index);
-        (node.slot as usize == number && node.pos as usize == pos).then_some(index)
+    fn valid(&self, index: u32, number: usize, pos: usize) -> bool {
+        self.records
+            .place(index)
+            .is_some_and(|place| place.slot as usize == number && place.pos as usize == pos)
     }
 
     /// Detaches the timer at `index` from its slot; its item goes stale where it is. A removal
     /// (`mark`) also overwrites the item with a [`TOMBSTONE`], so that compaction will skip
-    /// it without looking up its entry.
+    /// it without looking up its record.
     #[inline]
     fn unlink(&mut self, index: u32, mark: bool) {
-        let Node { slot, pos, .. } = *self.slab.link(index);
+        let Some(&place) = self.records.place(index) else {
+            return;
+        };
+        let (slot, pos) = (place.slot, place.pos);
         let target = &mut self.slots[slot as usize];
         if mark {
             // A store, not a load: nothing waits for it.
@@ -425,18 +420,18 @@ impl<T> Wheel<T> {
         let mut chunk_start = start;
         while chunk_start < items.len() {
             let chunk_end = items.len().min(chunk_start + TOUCH);
-            // Load the entries this chunk looks up together (tombstones load nothing).
-            self.slab.touch(&items[chunk_start..chunk_end]);
+            // Prefetch the records this chunk looks up together.
+            self.records.touch(&items[chunk_start..chunk_end]);
             for read in chunk_start..chunk_end {
-                let key = items[read];
-                if key == TOMBSTONE {
-                    // Removed: no entry to look up.
+                let index = items[read];
+                if index == TOMBSTONE {
+                    // Removed: no record to look up.
                     continue;
                 }
-                if let Some(index) = self.valid(key, number, read) {
+                if self.valid(index, number, read) {
                     if kept != read {
-                        items[kept] = key;
-                        self.slab.link_mut(index).pos = kept as u32;
+                        items[kept] = index;
+                        self.records.set_pos(index, kept as u32);
                     }
                     kept += 1;
                 }
@@ -517,13 +512,14 @@ impl<T> Wheel<T> {
         let end = items.len().min(cursor.saturating_add(quota));
         let mut moved = 0;
         for chunk in items[cursor..end].chunks(TOUCH) {
-            self.slab.touch(chunk);
-            for &key in chunk {
-                if let Some(index) = self.valid(key, number, cursor) {
-                    let deadline = self.slab.link(index).deadline;
+            self.records.touch(chunk);
+            self.records.touch_deadlines(chunk);
+            for &index in chunk {
+                if self.valid(index, number, cursor) {
+                    let deadline = self.records.deadline(index);
                     // Straight to `level`: while it absorbs, the usual rule still names the
                     // slot being emptied.
-                    self.link_at(key, deadline, level);
+                    self.link_at(index, deadline, level);
                     moved += 1;
                 }
                 cursor += 1;
@@ -629,33 +625,35 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Loads the entries of the ready slot's next [`TOUCH`] items from `pos` on, so their cache
-    /// misses overlap (see [`Slab::touch`]).
+    /// Starts loading the records and values of the ready slot's next [`TOUCH`] items from
+    /// `pos` on, so their cache misses overlap (see [`Records::touch`]).
     #[inline]
     fn touch_ahead(&self, number: usize, pos: usize) {
         let items = &self.slots[number].items;
-        self.slab.touch(&items[pos..items.len().min(pos + TOUCH)]);
+        let ahead = &items[pos..items.len().min(pos + TOUCH)];
+        self.records.touch(ahead);
     }
 
     /// Removes and returns the next timer of the ready slot.
     #[inline]
     fn pop_ready(&mut self) -> Option<(TimerKey, T)> {
         let number = self.ready_slot();
-        while let Some(&key) = self.slots[number].items.get(self.cursor) {
+        while let Some(&index) = self.slots[number].items.get(self.cursor) {
             let pos = self.cursor;
             if pos % TOUCH == 0 {
                 self.touch_ahead(number, pos);
             }
             self.cursor += 1;
-            let Some(index) = self.valid(key, number, pos) else {
+            if !self.valid(index, number, pos) {
                 continue;
-            };
+            }
             let ready = &mut self.slots[number];
             ready.live -= 1;
             if ready.live == 0 {
                 self.clear_slot(number);
             }
-            return self.slab.remove(index).map(|value| (key, value));
+            let key = self.records.key(index);
+            return self.records.remove(index).map(|value| (key, value));
         }
         None
     }
@@ -664,45 +662,46 @@ impl<T> Wheel<T> {
 impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let (_, key) = self.slab.insert(Node::UNLINKED, value);
         let deadline = deadline.max(self.now);
-        self.link_at(key, deadline, self.level_of(deadline));
+        let (index, key) = self.records.insert(deadline, value);
+        self.link_at(index, deadline, self.level_of(deadline));
         key
     }
 
     #[inline]
     fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let index = self.slab.find(key)?;
+        let index = self.records.find(key)?;
         self.unlink(index, true);
-        self.slab.remove(index)
+        self.records.remove(index)
     }
 
     #[inline]
     fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
-        let Some(index) = self.slab.find(key) else {
+        let Some(index) = self.records.find(key) else {
             return false;
         };
         self.unlink(index, false);
         let deadline = deadline.max(self.now);
-        self.link_at(key, deadline, self.level_of(deadline));
+        self.records.set_deadline(index, deadline);
+        self.link_at(index, deadline, self.level_of(deadline));
         true
     }
 
     #[inline]
     fn deadline(&self, key: TimerKey) -> Option<u64> {
-        self.slab
+        self.records
             .find(key)
-            .map(|index| self.slab.link(index).deadline)
+            .map(|index| self.records.deadline(index))
     }
 
     #[inline]
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
-        self.slab.get_mut(key)
+        self.records.get_mut(key)
     }
 
     #[inline]
     fn len(&self) -> usize {
-        self.slab.len()
+        self.records.len()
     }
 
     #[inline]
@@ -767,7 +766,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     fn shrink_to_fit(&mut self) {
-        self.slab.shrink_to_fit();
+        self.records.shrink_to_fit();
         for number in 0..self.slots.len() {
             if self.slots[number].live > 0 {
                 self.compact(number);
@@ -804,8 +803,8 @@ mod tests {
 
     /// The level a timer's current item is on.
     fn level_of_key<T>(wheel: &Wheel<T>, key: TimerKey) -> usize {
-        let index = wheel.slab.find(key).expect("live key");
-        wheel.slab.link(index).slot as usize / RING
+        let index = wheel.records.find(key).expect("live key");
+        wheel.records.place(index).expect("live record").slot as usize / RING
     }
 
     #[test]
@@ -984,6 +983,46 @@ mod tests {
             assert!(wheel.poll_expired(tick).is_none());
         }
         assert_eq!(wheel.next_expiration(), Some(130));
+    }
+
+    /// Owned values through every path that moves or frees a record — insert, reset, remove,
+    /// a move down a level, compaction, firing, `shrink_to_fit` and dropping the wheel with
+    /// timers pending — small enough for Miri, which checks that each value is dropped once.
+    #[test]
+    fn owned_values_survive_every_path() {
+        use alloc::string::{String, ToString};
+        let mut wheel: Wheel<String> = Wheel::new();
+        let keys: Vec<_> = (0..120u64)
+            .map(|i| wheel.insert(i % 3 + 100, i.to_string()))
+            .collect();
+        // Resets leave stale items behind; removals leave tombstones; both get compacted.
+        for (i, &key) in keys.iter().enumerate() {
+            match i % 4 {
+                0 => assert_eq!(wheel.remove(key), Some(i.to_string())),
+                1 => assert!(wheel.reset(key, 70)),
+                _ => {}
+            }
+        }
+        for _ in 0..10 {
+            for &key in keys.iter().skip(1).step_by(4) {
+                assert!(wheel.reset(key, 70));
+            }
+        }
+        let items: usize = wheel.slots.iter().map(|slot| slot.items.len()).sum();
+        assert!(
+            items < 120 + 10 * 30,
+            "stale items were compacted away: {items}"
+        );
+        assert_eq!(wheel.remove(keys[0]), None);
+        wheel.get_mut(keys[2]).unwrap().push('!');
+        let fired: Vec<_> = wheel.drain_expired(70).map(|(_, v)| v).collect();
+        assert_eq!(fired.len(), 30);
+        assert_eq!(fired[0], "1");
+        assert_eq!(wheel.deadline(keys[2]), Some(102));
+        wheel.shrink_to_fit();
+        assert_eq!(wheel.get_mut(keys[2]).map(|v| v.as_str()), Some("2!"));
+        assert_eq!(wheel.len(), 60);
+        // The rest are dropped with the wheel.
     }
 
     #[test]
