@@ -144,10 +144,10 @@
 //! heavily; claiming ahead puts those waits before the run-at instead of after it.
 //!
 //! **Round trips.** A wake-up claims everything due within the horizon, on all the worker's
-//! shards, in one pipeline that also carries the acknowledgements received so far; claims go
-//! out a quarter horizon apart while tasks keep falling due, and an acknowledgement waits at
-//! most 20 ms for a claim to carry it. Renewals and window reads are pipelined likewise. A
-//! separate connection reads the server's clock (`TIME`) every 100 ms.
+//! shards, in one pipeline that also carries the acknowledgements received so far (an
+//! acknowledgement waits at most 20 ms for a claim to carry it); claims go before window
+//! reads. Renewals and window reads are pipelined likewise. A separate connection reads the
+//! server's clock (`TIME`) every 100 ms.
 //!
 //! *Why a window in a wheel instead of polling?* A poller (a sorted set read every second, as
 //! Sidekiq, rq-scheduler and BullMQ's delayed sets do) delivers up to its poll interval late, and
