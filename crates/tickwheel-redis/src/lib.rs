@@ -128,7 +128,8 @@
 //! acknowledgements can no longer succeed.
 //!
 //! **A window in a wheel.** The owner of a shard loads the pending tasks due within the next
-//! window (10 s by default) into a [`tickwheel::Wheel`] with millisecond ticks, and sleeps until
+//! window (10 s by default, to the end of the 1 s time bucket holding its end) into a
+//! [`tickwheel::Wheel`] with millisecond ticks, and sleeps until
 //! the wheel's next deadline. The same script that reads the window records its end (the
 //! shard's horizon); a schedule at or before the horizon publishes a notification on the
 //! namespace's channel, so the owner adds it to its wheel at once. The window is topped up
