@@ -625,8 +625,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Starts loading the records and values of the ready slot's next [`TOUCH`] items from
-    /// `pos` on, so their cache misses overlap (see [`Records::touch`]).
+    /// Starts loading the hot records (values included) of the ready slot's next [`TOUCH`]
+    /// items from `pos` on, so their cache misses overlap (see [`Records::touch`]).
     #[inline]
     fn touch_ahead(&self, number: usize, pos: usize) {
         let items = &self.slots[number].items;
