@@ -1024,6 +1024,32 @@ mod tests {
         });
     }
 
+    /// A producer queuing its shard's staged timers itself (`help_flush`) while the timer
+    /// thread drains: the timer runs once, and none is left behind unqueued.
+    #[test]
+    fn loom_help_flush_vs_drain_runs_once() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let producer = {
+                let ran = ran.clone();
+                race(&shard, move |shard| {
+                    let callback = Callback::new(move || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    });
+                    assert!(shard.stage(1, callback).is_ok());
+                    shard.help_flush();
+                })
+            };
+            let firer = race(&shard, |shard| fire(shard, 1));
+            producer.join().unwrap();
+            let first = firer.join().unwrap();
+            assert_eq!(shard.unqueued(), 0);
+            assert_eq!(fire(&shard, 1) + first, 1);
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+        });
+    }
+
     /// A stage racing shutdown's close is either refused (the caller drops it) or discarded
     /// by the close: never both, never neither, never run.
     #[test]
