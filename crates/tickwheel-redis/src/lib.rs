@@ -148,7 +148,7 @@
 //! shards, in one pipeline that also carries the acknowledgements received so far (an
 //! acknowledgement waits at most 20 ms for a claim to carry it); claims go before window
 //! reads. Renewals and window reads are pipelined likewise. A separate connection reads the
-//! server's clock (`TIME`) every 100 ms.
+//! server's clock (`TIME`; on a Cluster, each primary's) every 100 ms.
 //!
 //! *Why a window in a wheel instead of polling?* A poller (a sorted set read every second, as
 //! Sidekiq, rq-scheduler and BullMQ's delayed sets do) delivers up to its poll interval late, and
@@ -157,7 +157,13 @@
 //!
 //! **Clock.** Scripts read the Redis server's clock. Workers estimate it from the replies they
 //! get, so they wake at the right local instant; if one wakes early the claim script answers
-//! "not yet" and the task is re-armed. [`TimeSource::Manual`] replaces the server clock with a
+//! "not yet" and the task is re-armed. Each estimate is a lower bound (the server's reading
+//! less the local instant its reply arrived, the tightest recent one, sliding back 1 ms a
+//! second between readings), so it never runs ahead. On a Redis Cluster every node has a
+//! clock of its own and the worker keeps one estimate per node: each claim reply names its
+//! node (`CLUSTER MYID`), the clock connection reads every primary, and a task claimed ahead
+//! is delivered when the estimate of *the node that claimed it* reaches its run-at, wherever
+//! its shard moves afterwards. [`TimeSource::Manual`] replaces the server clock with a
 //! value the caller sets, for tests on virtual time.
 //!
 //! **Limits.** Ids are 1 to [`MAX_ID_LEN`] bytes; payloads at most [`Config::max_payload`] bytes

@@ -264,10 +264,9 @@ pub struct Config {
     /// [`Producer::reschedule`](crate::Producer::reschedule) answer `false` for it during
     /// that last stretch before its run-at, and replacing it then does not stop the claimed
     /// delivery (both versions are delivered; the old one's acknowledgement is refused as
-    /// stale). At most half the [`Config::window`] is used. On a Redis Cluster the estimate
-    /// is taken from every node's replies, so a task claimed ahead may be delivered early by
-    /// as much as the node clocks disagree (NTP keeps that to milliseconds); zero keeps every
-    /// delivery behind its own node's clock check.
+    /// stale). At most half the [`Config::window`] is used. On a Redis Cluster each node has
+    /// a clock of its own: a task claimed ahead waits for the worker's estimate of the clock
+    /// of the node that claimed it, so node clocks that disagree never make it early.
     pub claim_ahead: Duration,
     /// How often a worker renews leases, rebalances and refills (default 500 ms; at most a
     /// third of the lease is used).

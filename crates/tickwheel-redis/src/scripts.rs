@@ -39,6 +39,12 @@ local function clock_us(arg)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- The node that runs the script, whose clock `TIME` read: its Cluster node id when `flag` is
+-- `1` (a Cluster), else '' (one server).
+local function node_id(flag)
+  if flag == '1' then return redis.call('CLUSTER', 'MYID') end
+  return ''
+end
 -- A task's value: `version:attempt:due:recurrence length:` then the recurrence (empty for
 -- a one-shot task) then the payload. Returns version, attempt, due, payload, recurrence.
 local function parse(h)
@@ -310,20 +316,23 @@ end
 return {horizon, next_b, next_off, more, out, infl}
 "#;
 
-/// ARGV: now, epoch, visibility ms, ahead ms, ids... Claims each task that is pending and due
-/// within `ahead` ms (its run-at at most now + ahead: the worker holds it and delivers it at
-/// its run-at), or in flight past its visibility deadline: attempt + 1, into the in-flight set
-/// with the deadline max(now, due) + visibility.
-/// Returns {-1, now, now_us} when fenced, else {1, now, now_us, entry...} with entries
-/// {1, id, version, attempt, due, payload, recurrence, deadline} claimed, {2, id, ms, version}
-/// not claimable before now + ahead reaches ms, {0, id} gone.
+/// ARGV: now, epoch, visibility ms, ahead ms, cluster (`1`|`0`), ids... Claims each task
+/// that is pending and due within `ahead` ms (its run-at at most now + ahead: the worker holds
+/// it and delivers it at its run-at), or in flight past its visibility deadline: attempt + 1,
+/// into the in-flight set with the deadline max(now, due) + visibility.
+/// Returns {-1, now, now_us, node} when fenced, else {1, now, now_us, node, entry...} with
+/// entries {1, id, version, attempt, due, payload, recurrence, deadline} claimed,
+/// {2, id, ms, version} not claimable before now + ahead reaches ms, {0, id} gone. `node`
+/// names the node whose clock judged the claims (see `node_id`): the worker delivers what it
+/// claimed ahead by its estimate of that node's clock.
 const DELIVER: &str = r#"
 local us = clock_us(ARGV[1])
 local now = math.floor(us / 1000)
-if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us} end
-local out = {1, now, us}
+local node = node_id(ARGV[5])
+if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us, node} end
+local out = {1, now, us, node}
 local ahead = tonumber(ARGV[4])
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local id = ARGV[i]
   local h = redis.call('HGET', KEYS[2], id)
   if not h then
@@ -411,18 +420,27 @@ push(bucket(run_at), {id}, 1)
 return {1, run_at}
 "#;
 
-/// KEYS: the namespace's worker set. ARGV: now, worker id, ttl ms (0 to leave).
-/// Returns {live workers, now, now_us}.
+/// KEYS: the namespace's worker set. ARGV: now, worker id, ttl ms (0 to leave), cluster
+/// (`1`|`0`). Returns {live workers, now, now_us, node} (see `node_id`).
 const HEARTBEAT: &str = r#"
 local us = clock_us(ARGV[1])
 local now = math.floor(us / 1000)
+local node = node_id(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if tonumber(ARGV[3]) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[2])
 else
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
 end
-return {redis.call('ZCARD', KEYS[1]), now, us}
+return {redis.call('ZCARD', KEYS[1]), now, us, node}
+"#;
+
+/// No keys: sent by `EVAL` to each primary of a Cluster in turn, for the workers' clock
+/// estimates. Returns {seconds, microseconds, node id}: a reading of the node's clock and the
+/// node it belongs to, in one atomic step.
+pub(crate) const PROBE: &str = r#"
+local t = redis.call('TIME')
+return {t[1], t[2], redis.call('CLUSTER', 'MYID')}
 "#;
 
 /// KEYS: the namespace's meta hash. ARGV: schema version, shard count. Creates the namespace

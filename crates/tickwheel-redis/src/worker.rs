@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -128,6 +128,9 @@ enum Notice {
 struct Claimed {
     delivery: Delivery,
     next: Option<Option<u64>>,
+    /// The node whose clock judged the claim (an index of [`Clock::node`]): the one its
+    /// delivery waits for.
+    node: u32,
 }
 
 /// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
@@ -150,48 +153,140 @@ struct Lease {
     valid_until_us: u64,
 }
 
-/// The namespace's clock as a worker estimates it, shared with its delivery thread.
+/// The local clock the estimates are reckoned against: the system clock, or (in unit tests)
+/// a virtual one.
+#[derive(Clone, Debug)]
+enum Local {
+    System,
+    #[cfg(test)]
+    Manual(Arc<std::sync::atomic::AtomicU64>),
+}
+
+/// One node's clock as estimated: its clock minus the local clock, µs, a lower bound (see
+/// [`Clock::observe`]), and the local µs of the last sample.
+#[derive(Clone, Copy, Debug)]
+struct NodeClock {
+    offset_us: i64,
+    observed_at_us: u64,
+}
+
+impl NodeClock {
+    /// The offset at local `at_us`: the last lower bound, slid down by 1 ms per second since
+    /// (the local clock may run faster than the node's).
+    fn offset_at(&self, at_us: u64) -> i64 {
+        self.offset_us - (at_us.saturating_sub(self.observed_at_us) / 1000) as i64
+    }
+}
+
+/// The estimates of every node's clock seen, by node (a Cluster node id; `""` for one
+/// server), and an index for each node id.
+#[derive(Debug, Default)]
+struct Nodes {
+    ids: HashMap<String, u32>,
+    clocks: Vec<Option<NodeClock>>,
+}
+
+/// The namespace's clock as a worker estimates it, shared with its delivery thread and its
+/// clock thread.
+///
+/// Every node has a clock of its own (the one server, or each node of a Cluster), and a claim
+/// is judged by the clock of the node that runs it, so the estimate is kept per node: a
+/// task claimed ahead is delivered when the estimate of the clock of *the node that claimed
+/// it* reaches its run-at. Each estimate is fed only by replies that name their node (the
+/// claim replies carry it, and so do the clock thread's probes), so a shard that moves to
+/// another node (a resharding, a failover) cannot lend one node's clock to another's claims.
 #[derive(Clone, Debug)]
 struct Clock {
     time: TimeSource,
-    /// Server clock minus local clock, µs: a lower bound (see `Clock::observe`), so the
-    /// estimate is never ahead of the server's clock.
-    offset_us: Arc<AtomicI64>,
-    /// Local µs of the last observation (0: none yet), under the lock every update takes.
-    observed_at_us: Arc<Mutex<u64>>,
+    local: Local,
+    nodes: Arc<Mutex<Nodes>>,
 }
 
 impl Clock {
-    /// Takes in a reading of the server's clock (`server_us`) from a reply that arrived at
-    /// local `after_us`. The server read its clock before replying, so `server_us - after_us`
-    /// is a lower bound of the offset; the estimate is the tightest recent lower bound,
-    /// allowed to slide down by 1 ms per second for clock drift. An estimate that is never
-    /// ahead means no early delivery.
-    fn observe(&self, server_us: i64, after_us: u64) {
-        if !matches!(self.time, TimeSource::Server) {
-            return;
+    fn new(time: TimeSource) -> Clock {
+        Clock {
+            time,
+            local: Local::System,
+            nodes: Arc::default(),
         }
-        let mut observed = self
-            .observed_at_us
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let sample = server_us - after_us as i64;
-        let decay = (after_us.saturating_sub(*observed) / 1000) as i64;
-        let next = if *observed == 0 {
-            sample
-        } else {
-            sample.max(self.offset_us.load(Ordering::Relaxed) - decay)
-        };
-        self.offset_us.store(next, Ordering::Relaxed);
-        *observed = after_us.max(*observed);
     }
 
-    /// Now by the namespace's clock, µs since the Unix epoch (never ahead of the server).
+    /// The local clock, µs since the Unix epoch.
+    fn local_us(&self) -> u64 {
+        match &self.local {
+            Local::System => local_us(),
+            #[cfg(test)]
+            Local::Manual(t) => t.load(Ordering::SeqCst),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Nodes> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The index of `node` (a Cluster node id, `""` for one server).
+    fn node(&self, node: &str) -> u32 {
+        let mut n = self.lock();
+        if let Some(&i) = n.ids.get(node) {
+            return i;
+        }
+        let i = n.clocks.len() as u32;
+        n.ids.insert(node.to_string(), i);
+        n.clocks.push(None);
+        i
+    }
+
+    /// Takes in a reading of `node`'s clock (`server_us`) from a reply that arrived at local
+    /// `after_us`; returns the node's index. The node read its clock before replying, so
+    /// `server_us - after_us` is a lower bound of its offset; the estimate is the tightest
+    /// recent lower bound, allowed to slide down by 1 ms per second for clock drift. An
+    /// estimate that is never ahead means no early delivery.
+    fn observe(&self, node: &str, server_us: i64, after_us: u64) -> u32 {
+        let i = self.node(node);
+        if !matches!(self.time, TimeSource::Server) {
+            return i;
+        }
+        let mut n = self.lock();
+        let slot = &mut n.clocks[i as usize];
+        let sample = server_us - after_us as i64;
+        *slot = Some(match *slot {
+            None => NodeClock {
+                offset_us: sample,
+                observed_at_us: after_us,
+            },
+            Some(c) => NodeClock {
+                offset_us: sample.max(c.offset_at(after_us)),
+                observed_at_us: after_us.max(c.observed_at_us),
+            },
+        });
+        i
+    }
+
+    /// Now by the clock of node `node` (an index from [`Clock::observe`]), µs since the Unix
+    /// epoch, never ahead of that node's clock; `None` before any reading of it.
+    fn node_now_us(&self, node: u32) -> Option<u64> {
+        match &self.time {
+            TimeSource::Manual(t) => Some(t.now_ms() * 1000),
+            TimeSource::Server => {
+                let local = self.local_us();
+                let c = (*self.lock().clocks.get(node as usize)?)?;
+                Some((local as i64 + c.offset_at(local)).max(0) as u64)
+            }
+        }
+    }
+
+    /// Now by the namespace's clock, µs since the Unix epoch: the latest of the nodes'
+    /// estimates (the local clock before any reading). It paces the I/O side (when to claim,
+    /// to renew, to read); it may run ahead of some node's clock by as much as the node
+    /// clocks disagree, so deliveries go by [`Clock::node_now_us`] instead.
     fn now_us(&self) -> u64 {
         match &self.time {
             TimeSource::Manual(t) => t.now_ms() * 1000,
             TimeSource::Server => {
-                (local_us() as i64 + self.offset_us.load(Ordering::Relaxed)).max(0) as u64
+                let local = self.local_us();
+                let n = self.lock();
+                let best = n.clocks.iter().flatten().map(|c| c.offset_at(local)).max();
+                (local as i64 + best.unwrap_or(0)).max(0) as u64
             }
         }
     }
@@ -206,18 +301,19 @@ impl Clock {
     fn lease_us(&self) -> u64 {
         match &self.time {
             TimeSource::Manual(t) => t.now_ms() * 1000,
-            TimeSource::Server => local_us(),
+            TimeSource::Server => self.local_us(),
         }
     }
 }
 
 /// Claimed tasks waiting for their run-at, delivered by `tick` or by `run`'s delivery
-/// thread. A task is handed to the handler only once the clock estimate reaches its run-at
-/// and only while the lease it was claimed under is valid by the worker's reckoning: a
-/// worker that stalled past its lease delivers nothing more.
+/// thread. A task is handed to the handler only once the estimate of the clock of the node
+/// that claimed it reaches its run-at, and only while the lease it was claimed under is valid
+/// by the worker's reckoning: a worker that stalled past its lease delivers nothing more.
 #[derive(Debug)]
 struct Deliverer {
-    ready: BTreeMap<(u64, u64), Claimed>,
+    /// By node (index of [`Clock::node`]), in run-at order.
+    ready: Vec<BTreeMap<(u64, u64), Claimed>>,
     seq: u64,
     leases: HashMap<u32, Lease>,
     clock: Clock,
@@ -226,7 +322,7 @@ struct Deliverer {
 impl Deliverer {
     fn new(clock: Clock) -> Deliverer {
         Deliverer {
-            ready: BTreeMap::new(),
+            ready: Vec::new(),
             seq: 0,
             leases: HashMap::new(),
             clock,
@@ -235,7 +331,19 @@ impl Deliverer {
 
     fn push(&mut self, c: Claimed) {
         self.seq += 1;
-        self.ready.insert((c.delivery.due_ms, self.seq), c);
+        let node = c.node as usize;
+        if self.ready.len() <= node {
+            self.ready.resize_with(node + 1, BTreeMap::new);
+        }
+        self.ready[node].insert((c.delivery.due_ms, self.seq), c);
+    }
+
+    /// Takes every claimed task out (to hand them to another thread).
+    fn take_all(&mut self) -> Vec<Claimed> {
+        self.ready
+            .iter_mut()
+            .flat_map(|q| std::mem::take(q).into_values())
+            .collect()
     }
 
     /// Takes in the leases held now; claims under any other lease are dropped (reported as
@@ -243,40 +351,68 @@ impl Deliverer {
     fn set_leases(&mut self, leases: HashMap<u32, Lease>, done: &mut dyn FnMut(Done)) {
         self.leases = leases;
         let leases = &self.leases;
-        let gone: Vec<(u64, u64)> = self
-            .ready
-            .iter()
-            .filter(|(_, c)| {
-                leases
-                    .get(&c.delivery.shard)
-                    .is_none_or(|l| l.epoch != c.delivery.epoch)
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for k in gone {
-            if let Some(c) = self.ready.remove(&k) {
-                done(finish(c, None));
+        for q in &mut self.ready {
+            let gone: Vec<(u64, u64)> = q
+                .iter()
+                .filter(|(_, c)| {
+                    leases
+                        .get(&c.delivery.shard)
+                        .is_none_or(|l| l.epoch != c.delivery.epoch)
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            for k in gone {
+                if let Some(c) = q.remove(&k) {
+                    done(finish(c, None));
+                }
             }
         }
     }
 
-    fn next_due_ms(&self) -> Option<u64> {
-        self.ready.keys().next().map(|k| k.0)
+    /// How long until the next claimed task falls due by its node's clock, µs (`None`: none
+    /// held). A node without a reading yet (no claim comes without one) is looked at again
+    /// after 100 ms.
+    fn next_wait_us(&self) -> Option<u64> {
+        self.ready
+            .iter()
+            .enumerate()
+            .filter_map(|(node, q)| {
+                let due = q.keys().next()?.0;
+                Some(match self.clock.node_now_us(node as u32) {
+                    Some(now) => (due * 1000).saturating_sub(now),
+                    None => 100_000,
+                })
+            })
+            .min()
     }
 
-    /// Hands every claimed task due by now to `handler`, in run-at order.
+    /// Hands every claimed task due by now (by its node's clock) to `handler`, in run-at
+    /// order.
     fn deliver(
         &mut self,
         handler: &mut dyn FnMut(&Delivery) -> Outcome,
         done: &mut dyn FnMut(Done),
     ) -> usize {
-        let now = self.clock.now_ms();
+        let nows: Vec<Option<u64>> = (0..self.ready.len())
+            .map(|node| self.clock.node_now_us(node as u32).map(|us| us / 1000))
+            .collect();
         let mut n = 0;
-        while let Some(entry) = self.ready.first_entry() {
-            if entry.key().0 > now {
+        loop {
+            // The earliest task due by its own node's clock.
+            let next = self
+                .ready
+                .iter()
+                .zip(&nows)
+                .enumerate()
+                .filter_map(|(node, (q, now))| {
+                    let k = *q.keys().next()?;
+                    (k.0 <= (*now)?).then_some((k, node))
+                })
+                .min();
+            let Some((k, node)) = next else {
                 break;
-            }
-            let c = entry.remove();
+            };
+            let c = self.ready[node].remove(&k).expect("a key just seen");
             let valid = self.leases.get(&c.delivery.shard).is_some_and(|l| {
                 l.epoch == c.delivery.epoch && self.clock.lease_us() < l.valid_until_us
             });
@@ -330,12 +466,9 @@ fn deliver_loop(
         }
     };
     loop {
-        let msg = match d.next_due_ms() {
+        let msg = match d.next_wait_us() {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(due) => {
-                let wait = (due * 1000).saturating_sub(d.clock.now_us());
-                rx.recv_timeout(Duration::from_micros(wait))
-            }
+            Some(wait) => rx.recv_timeout(Duration::from_micros(wait)),
         };
         let apply = |m: ToDeliverer, d: &mut Deliverer, done: &mut Vec<Done>| match m {
             ToDeliverer::Claims(v) => v.into_iter().for_each(|c| d.push(c)),
@@ -480,13 +613,9 @@ impl Worker {
                 .spawn(move || subscribe_loop(client, channel, tx, stop, timeout))
                 .map_err(|e| Error::Server(format!("cannot start the subscriber thread: {e}")))?;
         }
-        let clock = Clock {
-            time: cfg.time.clone(),
-            offset_us: Arc::new(AtomicI64::new(0)),
-            observed_at_us: Arc::new(Mutex::new(0)),
-        };
-        if let (TimeSource::Server, Endpoint::Single(c)) = (&cfg.time, &client) {
-            let (c, clock, stop) = (c.clone(), clock.clone(), sub_stop.clone());
+        let clock = Clock::new(cfg.time.clone());
+        if let TimeSource::Server = &cfg.time {
+            let (c, clock, stop) = (client.clone(), clock.clone(), sub_stop.clone());
             let timeout = cfg.io_timeout;
             std::thread::Builder::new()
                 .name("tickwheel-redis-clock".into())
@@ -579,8 +708,18 @@ impl Worker {
         self.clock.now_ms()
     }
 
-    fn observe_clock(&mut self, server_us: i64, after_us: u64) {
-        self.clock.observe(server_us, after_us);
+    /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
+    fn on_cluster(&self) -> bool {
+        matches!(self.client, Endpoint::Cluster(..))
+    }
+
+    /// The scripts' node argument (see `node_id` in the scripts).
+    fn node_arg(&self) -> &'static str {
+        if self.on_cluster() {
+            "1"
+        } else {
+            "0"
+        }
     }
 
     fn con(&mut self) -> Result<&mut Con, Error> {
@@ -712,12 +851,8 @@ impl Worker {
         let Some((to, told)) = self.link.as_mut() else {
             return;
         };
-        let ready = std::mem::take(&mut self.deliverer.ready);
-        if !ready.is_empty()
-            && to
-                .send(ToDeliverer::Claims(ready.into_values().collect()))
-                .is_err()
-        {
+        let ready = self.deliverer.take_all();
+        if !ready.is_empty() && to.send(ToDeliverer::Claims(ready)).is_err() {
             return;
         }
         let leases: HashMap<u32, Lease> = self
@@ -1002,7 +1137,8 @@ impl Worker {
             .arg(&self.ns.workers_key)
             .arg(&now_arg)
             .arg(&id)
-            .arg(lease);
+            .arg(lease)
+            .arg(self.node_arg());
         for &(s, epoch) in &held {
             pipe.cmd("EVALSHA")
                 .arg(scripts().acquire.get_hash())
@@ -1015,7 +1151,7 @@ impl Worker {
         }
         let sent = self.clock.lease_us();
         let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
-        let after = local_us();
+        let after = self.clock.local_us();
         let mut replies = replies.into_iter();
         let reply = array(
             replies
@@ -1026,8 +1162,8 @@ impl Worker {
             .first()
             .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?)?
         .max(1) as u64;
-        if let Some(us) = reply.get(2) {
-            self.observe_clock(int(us)?, after);
+        if let (Some(us), Some(node)) = (reply.get(2), reply.get(3)) {
+            self.clock.observe(&string(node.clone())?, int(us)?, after);
         }
         // Whatever fails to renew is lost.
         for ((s, _), r) in held.into_iter().zip(replies) {
@@ -1185,6 +1321,7 @@ impl Worker {
         let vis = self.cfg.visibility_timeout.as_millis() as u64;
         let now_arg = self.cfg.now_arg();
         let sha = scripts().deliver.get_hash().to_string();
+        let node_arg = self.node_arg();
         let mut pipe = redis::pipe();
         let acks = std::mem::take(&mut self.pending_acks);
         let ack_calls = self.ack_calls(&mut pipe, &acks);
@@ -1196,7 +1333,12 @@ impl Worker {
             for chunk in ids.chunks(self.cfg.batch) {
                 let keys = &self.ns.shards[*shard as usize].0;
                 let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
-                cmd.arg(&now_arg).arg(epoch).arg(vis).arg(ahead).arg(chunk);
+                cmd.arg(&now_arg)
+                    .arg(epoch)
+                    .arg(vis)
+                    .arg(ahead)
+                    .arg(node_arg);
+                cmd.arg(chunk);
                 calls.push((*shard, epoch));
             }
         }
@@ -1205,7 +1347,7 @@ impl Worker {
             return Ok(());
         }
         let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
-        let after = local_us();
+        let after = self.clock.local_us();
         let mut replies = replies.into_iter();
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
         self.ack_replies(&acks, ack_calls, ack_replies)?;
@@ -1219,7 +1361,9 @@ impl Worker {
             let status = int(&head()?)?;
             let server_now = int(&head()?)? as u64;
             let server_us = int(&head()?)?;
-            self.observe_clock(server_us, after);
+            // The claims below wait for this node's clock, whatever node holds the shard
+            // later on.
+            let node = self.clock.observe(&string(head()?)?, server_us, after);
             if status < 0 {
                 self.stats.fenced += 1;
                 self.drop_shard(shard);
@@ -1256,6 +1400,7 @@ impl Worker {
                                 recurrence,
                             },
                             next: next_run,
+                            node,
                         });
                     }
                     2 => {
@@ -1454,28 +1599,93 @@ fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
     Some(out)
 }
 
-/// Reads the server's clock with `TIME` every 100 ms on a connection of its own, for the
-/// clock estimate. Replies to the scripts are poorer samples while Redis is busy: under
+/// Reads the server's clock every 100 ms on a connection of its own, for the clock
+/// estimates. Replies to the scripts are poorer samples while Redis is busy: under
 /// `appendfsync always` a reply waits for the fsync of every write of its event-loop round,
 /// and an estimate fed only by them falls behind (the worker then delivers late by as much).
-/// `TIME` writes nothing, so a probe that lands in a round without writes comes back at once;
-/// the estimate keeps the tightest. On one server only: the nodes of a Cluster each have
-/// their own clock.
-fn clock_loop(client: redis::Client, clock: Clock, stop: Arc<AtomicBool>, io_timeout: Duration) {
-    let mut con = None;
+/// A probe writes nothing, so one that lands in a round without writes comes back at once;
+/// the estimate keeps the tightest. One server: `TIME`. A Cluster: each primary in turn,
+/// with a script that returns the node's id beside its clock (each node has a clock of its
+/// own, and each sample must go to its own node's estimate); the primaries are looked up
+/// again every 5 s and after an error.
+fn clock_loop(client: Endpoint, clock: Clock, stop: Arc<AtomicBool>, io_timeout: Duration) {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+    let mut single = None;
+    let mut cluster = None;
+    let mut primaries: Vec<(String, u16)> = Vec::new();
+    let mut round = 0u64;
+    let mut probe = redis::cmd("EVAL");
+    probe.arg(crate::scripts::PROBE).arg(0);
+    // {seconds, microseconds, node id} from the probe script.
+    let observe = |v: Value, after: u64| -> Result<(), Error> {
+        let v = array(v)?;
+        let [secs, micros, node] =
+            <[Value; 3]>::try_from(v).map_err(|_| Error::Protocol("clock probe".into()))?;
+        clock.observe(
+            &string(node)?,
+            int(&secs)? * 1_000_000 + int(&micros)?,
+            after,
+        );
+        Ok(())
+    };
     while !stop.load(Ordering::SeqCst) {
-        if con.is_none() {
-            con = client.get_connection_with_timeout(io_timeout).ok();
-            if let Some(c) = &con {
-                let _ = c.set_read_timeout(Some(io_timeout));
+        match &client {
+            Endpoint::Single(c) => {
+                if single.is_none() {
+                    single = c.get_connection_with_timeout(io_timeout).ok();
+                    if let Some(c) = &single {
+                        let _ = c.set_read_timeout(Some(io_timeout));
+                    }
+                }
+                if let Some(c) = single.as_mut() {
+                    match redis::cmd("TIME").query::<(i64, i64)>(c) {
+                        Ok((secs, micros)) => {
+                            clock.observe("", secs * 1_000_000 + micros, clock.local_us());
+                        }
+                        Err(_) => single = None,
+                    }
+                }
+            }
+            Endpoint::Cluster(c, _) => {
+                if cluster.is_none() {
+                    cluster = c.get_connection().ok();
+                    primaries.clear();
+                }
+                if let Some(c) = cluster.as_mut() {
+                    let ok = if primaries.is_empty() || round % 50 == 0 {
+                        // Every primary at once: their addresses, and a sample of each
+                        // (stamped when the last one answered: a looser bound, still a bound).
+                        let all =
+                            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                        c.route_command(&probe, all).ok().and_then(|v| {
+                            let after = clock.local_us();
+                            let Value::Map(m) = v else { return None };
+                            primaries.clear();
+                            for (addr, v) in m {
+                                let addr = string(addr).ok()?;
+                                let (host, port) = addr.rsplit_once(':')?;
+                                primaries.push((host.to_string(), port.parse().ok()?));
+                                observe(v, after).ok()?;
+                            }
+                            Some(())
+                        })
+                    } else {
+                        primaries.iter().try_for_each(|(host, port)| {
+                            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                host: host.clone(),
+                                port: *port,
+                            });
+                            let v = c.route_command(&probe, to).ok()?;
+                            observe(v, clock.local_us()).ok()
+                        })
+                    };
+                    if ok.is_none() {
+                        cluster = None;
+                    }
+                }
             }
         }
-        if let Some(c) = con.as_mut() {
-            match redis::cmd("TIME").query::<(i64, i64)>(c) {
-                Ok((secs, micros)) => clock.observe(secs * 1_000_000 + micros, local_us()),
-                Err(_) => con = None,
-            }
-        }
+        round += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -1533,6 +1743,162 @@ fn subscribe_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// A server-clock estimate over a virtual local clock (µs).
+    fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
+        let local = Arc::new(AtomicU64::new(local_us));
+        let clock = Clock {
+            local: Local::Manual(local.clone()),
+            ..Clock::new(TimeSource::Server)
+        };
+        (clock, local)
+    }
+
+    fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Claimed {
+        Claimed {
+            delivery: Delivery {
+                id: id.into(),
+                payload: Vec::new(),
+                due_ms,
+                attempt: 1,
+                version: 1,
+                shard,
+                epoch: 1,
+                claimed_at_ms: 0,
+                recurrence: None,
+            },
+            next: None,
+            node,
+        }
+    }
+
+    /// Two Cluster nodes whose clocks disagree by 50 ms, each holding a shard, and a task
+    /// claimed ahead on each, both with the same run-at. Steps the local clock 100 µs at a
+    /// time and records, for each delivery, what its node's clock read then: never before
+    /// the run-at, and late by less than a millisecond. A single estimate fed by both nodes
+    /// (the later of the two) hands node b's task out with node a's, 50 ms before node b's
+    /// clock reaches the run-at. Then shard 1 moves from node b to node a (a resharding): a
+    /// task claimed on node b before the move waits for node b's clock, one claimed on node a
+    /// after it for node a's.
+    #[test]
+    fn a_claim_waits_for_the_clock_of_the_node_that_claimed_it() {
+        let t0: u64 = 1_800_000_000_000_000;
+        let (clock, local) = virtual_clock(t0);
+        let offset = |node: &str| -> i64 {
+            match node {
+                "node-a" => 30_000, // node a's clock: local + 30 ms
+                _ => -20_000,       // node b's clock: local - 20 ms
+            }
+        };
+        // Exact samples: the reply arrived the instant the node read its clock.
+        let sample = |node: &str| {
+            let now = local.load(Ordering::SeqCst);
+            clock.observe(node, now as i64 + offset(node), now)
+        };
+        let a = sample("node-a");
+        let b = sample("node-b");
+        assert_ne!(a, b);
+        let mut d = Deliverer::new(clock.clone());
+        let lease = Lease {
+            epoch: 1,
+            valid_until_us: u64::MAX,
+        };
+        d.set_leases(HashMap::from([(0, lease), (1, lease)]), &mut |_| {});
+        // Both due 200 ms from now by the local clock: node a's clock reaches that 30 ms
+        // early, node b's 20 ms late.
+        let due = t0 / 1000 + 200;
+        d.push(claimed("on-b", 1, due, b));
+        d.push(claimed("on-a", 0, due, a));
+
+        // Node clock readings at delivery, by task id.
+        let mut seen: Vec<(String, u64, u64)> = Vec::new();
+        let run = |d: &mut Deliverer, until_us: u64, seen: &mut Vec<(String, u64, u64)>| {
+            while local.load(Ordering::SeqCst) < until_us {
+                local.fetch_add(100, Ordering::SeqCst);
+                let now = local.load(Ordering::SeqCst);
+                if now % 100_000 == 0 {
+                    // The clock thread's probes, every 100 ms.
+                    sample("node-a");
+                    sample("node-b");
+                }
+                d.deliver(
+                    &mut |x| {
+                        let node = if x.id.ends_with("-a") {
+                            "node-a"
+                        } else {
+                            "node-b"
+                        };
+                        let node_now_us = (now as i64 + offset(node)) as u64;
+                        seen.push((x.id.clone(), node_now_us, x.due_ms));
+                        Outcome::Ack
+                    },
+                    &mut |_| {},
+                );
+            }
+        };
+        run(&mut d, t0 + 400_000, &mut seen);
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        for (id, node_now_us, due_ms) in &seen {
+            assert!(
+                *node_now_us >= due_ms * 1000,
+                "{id} delivered {} µs before its node's clock reached its run-at",
+                due_ms * 1000 - node_now_us
+            );
+            assert!(
+                *node_now_us < due_ms * 1000 + 1_000,
+                "{id} delivered {} µs late",
+                node_now_us - due_ms * 1000
+            );
+        }
+        assert_eq!(seen[0].0, "on-a", "node a's clock reaches its run-at first");
+
+        // Shard 1 moves to node a. The claim made on node b before the move still waits for
+        // node b's clock; a claim made on node a after it waits for node a's.
+        seen.clear();
+        let base = local.load(Ordering::SeqCst);
+        let due = base / 1000 + 100;
+        d.push(claimed("before-move-b", 1, due, b));
+        d.push(claimed("after-move-a", 1, due, a));
+        run(&mut d, base + 300_000, &mut seen);
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        for (id, node_now_us, due_ms) in &seen {
+            assert!(*node_now_us >= due_ms * 1000, "{id} early: {seen:?}");
+            assert!(*node_now_us < due_ms * 1000 + 1_000, "{id} late: {seen:?}");
+        }
+        assert_eq!(seen[0].0, "after-move-a");
+    }
+
+    /// A node's estimate is a lower bound: a late reply (one that waited, say, for an fsync)
+    /// lowers nothing, an exact one tightens it, and without samples it slides back 1 ms a
+    /// second; a node never read has no estimate at all, so nothing claimed on it could be
+    /// delivered.
+    #[test]
+    fn node_estimates_are_lower_bounds_of_their_own_node() {
+        let t0: u64 = 1_800_000_000_000_000;
+        let (clock, local) = virtual_clock(t0);
+        let server = t0 as i64 + 5_000; // the node's clock: local + 5 ms
+                                        // A reply that took 3 ms to arrive after the node read its clock.
+        let n = clock.observe("n", server, t0 + 3_000);
+        local.store(t0 + 3_000, Ordering::SeqCst);
+        assert_eq!(clock.node_now_us(n), Some(t0 + 3_000 + 2_000));
+        // An exact reply tightens it ...
+        clock.observe("n", server + 3_000, t0 + 3_000);
+        assert_eq!(clock.node_now_us(n), Some(t0 + 3_000 + 5_000));
+        // ... a late one (10 ms on its way) does not loosen it: 10 ms later the estimate has
+        // slid back by 10 µs (1 ms a second), not by 10 ms.
+        clock.observe("n", server + 3_000, t0 + 13_000);
+        local.store(t0 + 13_000, Ordering::SeqCst);
+        assert_eq!(clock.node_now_us(n), Some(t0 + 13_000 + 5_000 - 10));
+        // Ten seconds without a sample: 10 ms behind, never ahead.
+        local.store(t0 + 10_013_000, Ordering::SeqCst);
+        assert_eq!(clock.node_now_us(n), Some(t0 + 10_013_000 + 5_000 - 10_010));
+        let never = clock.node("never-read");
+        assert_eq!(clock.node_now_us(never), None);
+        let mut d = Deliverer::new(clock.clone());
+        d.push(claimed("x", 0, 0, never));
+        assert_eq!(d.deliver(&mut |_| Outcome::Ack, &mut |_| {}), 0);
+    }
 
     #[test]
     fn notices_carry_one_or_many_tasks_and_reject_garbage() {
@@ -1556,5 +1922,135 @@ mod tests {
         assert!(parse_notice(b"3:7:1000:9:short").is_none());
         assert!(parse_notice(b"x:7:1000:1:a").is_none());
         assert!(parse_notice(b"3").is_none());
+    }
+
+    /// On a real 3-node Redis Cluster, on the server's clock: every claim is filed under the
+    /// node that holds its shard (by the node id its reply carries), the worker ends up with
+    /// one estimate per node and no other, and each delivery comes when its own node's clock
+    /// (read right then with `TIME` on that node) has reached its run-at. (The nodes share
+    /// this machine's clock, so the disagreement itself is the unit test's above.)
+    #[test]
+    fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
+        let c = crate::server::RedisCluster::start(3)
+            .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"));
+        let mut cfg = Config::cluster(&c.seeds(), "clk");
+        cfg.shards = 12;
+        let mut nodes: Vec<(String, redis::Connection)> = c
+            .nodes()
+            .iter()
+            .map(|n| {
+                let mut con = redis::Client::open(n.url().as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut con).unwrap();
+                (id, con)
+            })
+            .collect();
+        let mut p = crate::Producer::connect(&cfg).unwrap();
+        let mut w = Worker::connect(&cfg).unwrap();
+        // Each shard's node: the one that serves its keys (the others answer MOVED).
+        let shard_node: Vec<usize> = (0..12)
+            .map(|s| {
+                let key = &w.ns.shards[s].0[3];
+                let owners: Vec<usize> = (0..nodes.len())
+                    .filter(|&n| {
+                        redis::cmd("EXISTS")
+                            .arg(key)
+                            .query::<i64>(&mut nodes[n].1)
+                            .is_ok()
+                    })
+                    .collect();
+                assert_eq!(owners.len(), 1, "shard {s}: {owners:?}");
+                owners[0]
+            })
+            .collect();
+        let ids: Vec<String> = (0..48).map(|i| format!("task-{i}")).collect();
+        for id in &ids {
+            p.schedule(id, crate::RunAt::After(Duration::from_millis(300)), b"")
+                .unwrap();
+        }
+        // One step takes the shards, reads the windows and claims everything (due within the
+        // claim horizon): each claim must sit in its shard's node's queue.
+        w.io_step(false).unwrap();
+        let names: HashMap<u32, String> = w
+            .clock
+            .lock()
+            .ids
+            .iter()
+            .map(|(id, &i)| (i, id.clone()))
+            .collect();
+        let mut filed = 0;
+        for (i, q) in w.deliverer.ready.iter().enumerate() {
+            for c in q.values() {
+                assert_eq!(c.node, i as u32);
+                let holder = &nodes[shard_node[c.delivery.shard as usize]].0;
+                assert_eq!(
+                    &names[&c.node], holder,
+                    "{} filed under another node",
+                    c.delivery.id
+                );
+                filed += 1;
+            }
+        }
+        assert_eq!(filed, ids.len(), "all claimed in one step");
+        let mut delivered = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while delivered < ids.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{delivered} delivered"
+            );
+            delivered += w
+                .tick(&mut |d| {
+                    let con = &mut nodes[shard_node[d.shard as usize]].1;
+                    let (secs, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+                    let node_now_us = secs * 1_000_000 + us;
+                    assert!(
+                        node_now_us >= d.due_ms * 1000,
+                        "{} delivered {} µs before its node's clock reached its run-at",
+                        d.id,
+                        d.due_ms * 1000 - node_now_us
+                    );
+                    Outcome::Ack
+                })
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut seen: Vec<String> = w.clock.lock().ids.keys().cloned().collect();
+        let mut all: Vec<String> = nodes.iter().map(|(id, _)| id.clone()).collect();
+        seen.sort();
+        all.sort();
+        assert_eq!(seen, all, "one estimate per node, and only those");
+        assert!(w.clock.lock().clocks.iter().all(Option::is_some));
+
+        // The clock thread alone reads every primary, each under its own id.
+        let clock = Clock::new(TimeSource::Server);
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (client, clock, stop) = (cfg.client().unwrap(), clock.clone(), stop.clone());
+            std::thread::spawn(move || clock_loop(client, clock, stop, Duration::from_secs(5)))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut probed: Vec<String> = Vec::new();
+        while std::time::Instant::now() < deadline {
+            probed = clock.lock().ids.keys().cloned().collect();
+            probed.sort();
+            if probed == all {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Later rounds read the primaries one by one: every estimate stays fresh.
+        std::thread::sleep(Duration::from_millis(350));
+        let fresh = clock
+            .lock()
+            .clocks
+            .iter()
+            .all(|c| c.is_some_and(|c| c.observed_at_us + 250_000 > local_us()));
+        stop.store(true, Ordering::SeqCst);
+        t.join().unwrap();
+        assert_eq!(probed, all);
+        assert!(fresh, "{:?}", clock.lock());
     }
 }
