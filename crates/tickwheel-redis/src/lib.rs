@@ -142,7 +142,12 @@
 //! run-at and sends acknowledgements, and the calling thread, which holds the claimed tasks
 //! and calls the handler for each at its run-at. Under `appendfsync always` every write round
 //! trip waits for an fsync, which can take hundreds of milliseconds while producers write
-//! heavily; claiming ahead puts those waits before the run-at instead of after it.
+//! heavily; claiming ahead puts those waits before the run-at instead of after it. A claim
+//! whose reply is lost (the connection or the server died on the way back) may have been
+//! applied: the worker sends it again once Redis answers, forced to take the task even in
+//! flight (under the same shard epoch, only this worker can have claimed it), so the task is
+//! delivered at its run-at rather than after the visibility timeout; each applied claim
+//! counts as an attempt.
 //!
 //! **Round trips.** A wake-up claims everything due within the horizon, on all the worker's
 //! shards, in one pipeline that also carries the acknowledgements received so far (an

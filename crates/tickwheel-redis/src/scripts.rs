@@ -316,10 +316,12 @@ end
 return {horizon, next_b, next_off, more, out, infl}
 "#;
 
-/// ARGV: now, epoch, visibility ms, ahead ms, cluster (`1`|`0`), ids... Claims each task
-/// that is pending and due within `ahead` ms (its run-at at most now + ahead: the worker holds
-/// it and delivers it at its run-at), or in flight past its visibility deadline: attempt + 1,
-/// into the in-flight set with the deadline max(now, due) + visibility.
+/// ARGV: now, epoch, visibility ms, ahead ms, cluster (`1`|`0`), force (`1`|`0`), ids...
+/// Claims each task that is pending and due within `ahead` ms (its run-at at most now +
+/// ahead: the worker holds it and delivers it at its run-at), or in flight past its
+/// visibility deadline, or with force in flight whatever its deadline (the worker sends again
+/// the claims whose reply it lost: under the same epoch, a task in flight was claimed by
+/// it): attempt + 1, into the in-flight set with the deadline max(now, due) + visibility.
 /// Returns {-1, now, now_us, node} when fenced, else {1, now, now_us, node, entry...} with
 /// entries {1, id, version, attempt, due, payload, recurrence, deadline} claimed,
 /// {2, id, ms, version} not claimable before now + ahead reaches ms, {0, id} gone. `node`
@@ -332,7 +334,7 @@ local node = node_id(ARGV[5])
 if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us, node} end
 local out = {1, now, us, node}
 local ahead = tonumber(ARGV[4])
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local id = ARGV[i]
   local h = redis.call('HGET', KEYS[2], id)
   if not h then
@@ -340,7 +342,7 @@ for i = 6, #ARGV do
   else
     local v, a, d, payload, rec = parse(h)
     local s = in_flight(id)
-    if s and tonumber(s) > now then
+    if s and tonumber(s) > now and ARGV[6] ~= '1' then
       out[#out + 1] = {2, id, tonumber(s) + ahead, v}
     elseif not s and d > now + ahead then
       out[#out + 1] = {2, id, d, v}

@@ -560,6 +560,14 @@ pub struct Worker {
     /// (`None`: put back as they were, so they are claimed again at once should the worker
     /// still hold their shard, instead of after the visibility timeout), not sent yet.
     pending_retries: Vec<(Done, Option<Duration>)>,
+    /// Claims sent whose reply never came (shard, epoch, id): Redis may have applied them.
+    /// The next claim sends them again with `force`, which takes a task in flight too, so a
+    /// claim that was applied is delivered at its run-at instead of after the visibility
+    /// timeout (see `claim_due`).
+    unsure: Vec<(u32, u64, String)>,
+    /// Tests: the next claim pipeline's replies are dropped as if the connection died.
+    #[cfg(test)]
+    lose_claim_replies: bool,
     /// Claimed tasks waiting for their run-at (in `run`, moved to the delivery thread).
     deliverer: Deliverer,
     /// In `run`: the channel to the delivery thread, and the leases it was last told.
@@ -642,6 +650,9 @@ impl Worker {
             pending_acks: Vec::new(),
             acks_due_ms: 0,
             pending_retries: Vec::new(),
+            unsure: Vec::new(),
+            #[cfg(test)]
+            lose_claim_replies: false,
             deliverer: Deliverer::new(clock),
             link: None,
             rules: HashMap::new(),
@@ -997,7 +1008,7 @@ impl Worker {
     fn wait(&mut self) {
         let now_us = self.clock.now_us();
         let mut deadline = self.next_maintenance;
-        if self.refill_pending || !self.pending_retries.is_empty() {
+        if self.refill_pending || !self.pending_retries.is_empty() || !self.unsure.is_empty() {
             deadline = 0;
         }
         if !self.pending_acks.is_empty() {
@@ -1315,7 +1326,14 @@ impl Worker {
             self.index.remove(&k);
             due.entry(k.0).or_default().push(k.1);
         }
-        if due.is_empty() {
+        // Claims whose reply was lost, still under the epoch they were sent with.
+        let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (shard, epoch, id) in std::mem::take(&mut self.unsure) {
+            if self.owned.get(&shard).is_some_and(|o| o.epoch == epoch) {
+                unsure.entry(shard).or_default().push(id);
+            }
+        }
+        if due.is_empty() && unsure.is_empty() {
             return Ok(());
         }
         let vis = self.cfg.visibility_timeout.as_millis() as u64;
@@ -1326,27 +1344,45 @@ impl Worker {
         let acks = std::mem::take(&mut self.pending_acks);
         let ack_calls = self.ack_calls(&mut pipe, &acks);
         let mut calls: Vec<(u32, u64)> = Vec::new();
-        for (shard, ids) in &due {
-            let Some(epoch) = self.owned.get(shard).map(|o| o.epoch) else {
-                continue;
-            };
-            for chunk in ids.chunks(self.cfg.batch) {
-                let keys = &self.ns.shards[*shard as usize].0;
-                let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
-                cmd.arg(&now_arg)
-                    .arg(epoch)
-                    .arg(vis)
-                    .arg(ahead)
-                    .arg(node_arg);
-                cmd.arg(chunk);
-                calls.push((*shard, epoch));
+        let mut sent: Vec<(u32, u64, String)> = Vec::new();
+        for (set, force) in [(&due, "0"), (&unsure, "1")] {
+            for (shard, ids) in set {
+                let Some(epoch) = self.owned.get(shard).map(|o| o.epoch) else {
+                    continue;
+                };
+                for chunk in ids.chunks(self.cfg.batch) {
+                    let keys = &self.ns.shards[*shard as usize].0;
+                    let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
+                    cmd.arg(&now_arg)
+                        .arg(epoch)
+                        .arg(vis)
+                        .arg(ahead)
+                        .arg(node_arg)
+                        .arg(force);
+                    cmd.arg(chunk);
+                    calls.push((*shard, epoch));
+                    sent.extend(chunk.iter().map(|id| (*shard, epoch, id.clone())));
+                }
             }
         }
         if calls.is_empty() {
             self.pending_acks = acks;
             return Ok(());
         }
-        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let replies = self
+            .con()
+            .and_then(|c| Ok(query_pipe::<Vec<Value>>(c, &pipe)?));
+        #[cfg(test)]
+        let replies = match std::mem::take(&mut self.lose_claim_replies) {
+            true => replies.and_then(|_| {
+                let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reply lost");
+                Err(Error::Redis(e.into()))
+            }),
+            false => replies,
+        };
+        // Without replies these claims may or may not have been applied: sent again, forced.
+        // (The acknowledgements they carried are delivered again later: at least once.)
+        let replies = replies.inspect_err(|_| self.unsure = sent)?;
         let after = self.clock.local_us();
         let mut replies = replies.into_iter();
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
@@ -2052,5 +2088,58 @@ mod tests {
         t.join().unwrap();
         assert_eq!(probed, all);
         assert!(fresh, "{:?}", clock.lock());
+    }
+
+    /// A claim Redis applied whose reply never came (the connection died on the way back):
+    /// the worker sends it again, forced, on its next step, and the task is delivered at its
+    /// run-at, not after the visibility timeout (30 s here). Nothing is delivered before the
+    /// run-at, and a claim whose reply is lost again stays unsure until one comes back. Each
+    /// applied claim counts as an attempt (here 3: two lost, one delivered). Manual clock.
+    #[test]
+    fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
+        let server = crate::server::RedisServer::start()
+            .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+        let t0 = 1_000_000;
+        let time = crate::ManualTime::new(t0);
+        let mut cfg = Config::new(server.url(), "lost");
+        cfg.shards = 2;
+        cfg.time = TimeSource::Manual(time.clone());
+        let mut p = crate::Producer::connect(&cfg).unwrap();
+        let mut w = Worker::connect(&cfg).unwrap();
+        p.schedule("lost", crate::RunAt::AtMillis(t0 + 500), b"x")
+            .unwrap();
+        let mut got: Vec<(String, u32, u64)> = Vec::new();
+        let tick = |w: &mut Worker, got: &mut Vec<(String, u32, u64)>| {
+            w.tick(&mut |d| {
+                got.push((d.id.clone(), d.attempt, time.now_ms()));
+                Outcome::Ack
+            })
+        };
+        // The first step claims it (due within claim_ahead); the reply is lost.
+        w.lose_claim_replies = true;
+        assert!(matches!(tick(&mut w, &mut got), Err(Error::Redis(_))));
+        let in_flight = |p: &mut crate::Producer| {
+            matches!(
+                p.state("lost").unwrap(),
+                crate::TaskState::InFlight { attempt: 1, .. }
+            )
+        };
+        assert!(in_flight(&mut p), "Redis applied the claim");
+        // Lost again: still unsure.
+        time.set_ms(t0 + 100);
+        w.lose_claim_replies = true;
+        let lost_again = tick(&mut w, &mut got).is_err();
+        // The next step claims it again and holds it until its run-at.
+        time.set_ms(t0 + 499);
+        assert_eq!(tick(&mut w, &mut got).unwrap(), 0);
+        time.set_ms(t0 + 500);
+        assert_eq!(tick(&mut w, &mut got).unwrap(), 1);
+        assert_eq!(got, vec![("lost".to_string(), 3, t0 + 500)]);
+        assert!(lost_again, "the second step sent the claim again");
+        assert_eq!(
+            p.state("lost").unwrap(),
+            crate::TaskState::Unknown,
+            "acknowledged"
+        );
     }
 }
