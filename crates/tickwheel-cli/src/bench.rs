@@ -38,6 +38,8 @@ pub struct Settings {
     pub w4_n: usize,
     /// W4 largest delay, ms.
     pub w4_max_delay_ms: u64,
+    /// W4 resolution of the tickwheel entrants (peers keep their own).
+    pub w4_tick: std::time::Duration,
     /// W6 settings.
     pub durable: DurableSettings,
     /// The command line, for the record.
@@ -201,6 +203,17 @@ fn caveats(s: &Settings) -> Vec<String> {
                 .to_owned(),
         );
     }
+    if w4
+        && s.entrants
+            .iter()
+            .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
+    {
+        notes.push(
+            "tickwheel-service schedules with TimerService::schedule_detached_at (no handle); \
+             tickwheel-service-handle with schedule_at, keeping every handle until the run ends"
+                .to_owned(),
+        );
+    }
     if w4 {
         notes.push(
             "W4 lateness counts from Instant::now() just before scheduling plus the delay; on a \
@@ -307,7 +320,7 @@ fn run_group(seed: u64, g: &Group, bar: &ProgressBar) -> Result<Vec<QueueSample>
 
 fn run_services(s: &Settings, report: &mut Report) -> Result<(), String> {
     for entrant in s.service_entrants() {
-        let sample = services::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms)?;
+        let sample = services::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms, s.w4_tick)?;
         report.services.push(sample);
     }
     Ok(())

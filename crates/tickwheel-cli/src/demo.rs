@@ -19,6 +19,8 @@ pub struct DemoSettings {
     pub seed: u64,
     /// The real-time timer to use.
     pub entrant: ServiceEntrant,
+    /// The resolution of a tickwheel entrant (others keep their own).
+    pub tick: std::time::Duration,
 }
 
 /// Runs the demo.
@@ -40,7 +42,8 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
     ) {
         bar.set_style(style.progress_chars("=> "));
     }
-    let sample = services::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
+    let sample =
+        services::run(s.entrant, &delays, s.tick, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish();
     print_summary(&sample);
     Ok(())
@@ -57,7 +60,8 @@ pub fn worker(s: &DemoSettings) -> Result<(), String> {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(format!("W4 {}", s.entrant));
-    let sample = services::run(s.entrant, &delays, Some(&bar)).inspect_err(|_| bar.abandon())?;
+    let sample =
+        services::run(s.entrant, &delays, s.tick, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish_and_clear();
     say!("{}", sample.to_json());
     Ok(())

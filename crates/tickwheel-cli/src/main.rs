@@ -52,6 +52,7 @@ use entrant::Entrant;
 use services::ServiceEntrant;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use workload::Workload;
 
 /// Every allocation is counted, so the queue workloads can report peak heap bytes.
@@ -110,6 +111,9 @@ struct BenchArgs {
     /// Largest W4 delay in milliseconds (the workload's is 1000); smaller values make W4 quick.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     w4_max_delay_ms: u64,
+    /// Resolution of the tickwheel entrants in W4, in µs (peers keep their own).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    w4_tick_us: u64,
     /// Also run W6, durable tasks on Redis (same as adding w6 to --workloads).
     #[arg(long)]
     durable: bool,
@@ -142,6 +146,9 @@ struct DemoArgs {
     /// Which real-time timer runs the demo.
     #[arg(long, value_parser = parse_service, default_value = "tickwheel-service")]
     entrant: ServiceEntrant,
+    /// Resolution of the tickwheel service, in µs (other entrants keep their own).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    tick_us: u64,
 }
 
 /// The largest timer count accepted: ids are `u32`, and memory must stay sane.
@@ -204,12 +211,14 @@ fn main() -> ExitCode {
             max_delay_ms: args.max_delay_ms,
             seed: args.seed,
             entrant: args.entrant,
+            tick: Duration::from_micros(args.tick_us),
         }),
         Command::ServiceWorker(args) => demo::worker(&demo::DemoSettings {
             n: args.n,
             max_delay_ms: args.max_delay_ms,
             seed: args.seed,
             entrant: args.entrant,
+            tick: Duration::from_micros(args.tick_us),
         }),
     };
     match result {
@@ -250,6 +259,7 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
         out: args.out,
         w4_n: if args.full { 6_000_000 } else { args.w4_n },
         w4_max_delay_ms: args.w4_max_delay_ms,
+        w4_tick: Duration::from_micros(args.w4_tick_us),
         durable: durable::DurableSettings {
             redis_url: args.redis,
             n: args.durable_n,

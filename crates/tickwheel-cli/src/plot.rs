@@ -31,6 +31,7 @@ fn queue_color(entrant: QueueEntrant) -> RGBColor {
 fn service_color(entrant: ServiceEntrant) -> RGBColor {
     match entrant {
         ServiceEntrant::TimerService => queue_color(QueueEntrant::Wheel),
+        ServiceEntrant::TimerServiceHandles => queue_color(QueueEntrant::HashedWheel),
         ServiceEntrant::TokioSleep => queue_color(QueueEntrant::BinaryHeap),
         ServiceEntrant::DelayQueueChannel => queue_color(QueueEntrant::DelayQueue),
         ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),

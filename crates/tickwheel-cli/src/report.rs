@@ -133,7 +133,10 @@ mod tests {
             wall: std::time::Duration::from_millis(9),
             cpu: None,
             peak_rss: Some(4096),
+            tick: None,
             lateness: Default::default(),
+            after_producer_n: 0,
+            after_producer: Default::default(),
             cdf: Vec::new(),
             histogram: Vec::new(),
         };

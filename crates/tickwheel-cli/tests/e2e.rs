@@ -36,8 +36,9 @@ const QUEUES: [&str; 8] = [
     "tokio-delayqueue",
     "hhwt",
 ];
-const SERVICES: [&str; 4] = [
+const SERVICES: [&str; 5] = [
     "tickwheel-service",
+    "tickwheel-service-handle",
     "tokio-sleep",
     "delayqueue-channel",
     "binaryheap-thread",
@@ -62,6 +63,8 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "300",
         "--w4-max-delay-ms",
         "20",
+        "--w4-tick-us",
+        "10",
         "--out",
         out.to_str().unwrap(),
     ];
@@ -84,6 +87,8 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
     assert!(stdout.contains("every timer fired exactly once, never early"));
     assert!(stdout.contains("W5 churn") && stdout.contains("priority-queue"));
     assert!(stdout.contains("command: ") && stdout.contains("machine: "));
+    assert!(stdout.contains("resolution: tickwheel entrants 10µs; peers their own"));
+    assert!(stdout.contains("aft p50 ms") && stdout.contains("tickwheel-service-handle"));
 
     let json = read_json(&out.join("results.json"));
     assert!(json["command_line"]
@@ -128,6 +133,19 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
             .map(|b| b["tasks"].as_u64().unwrap())
             .sum();
         assert_eq!(tasks, 300, "{entrant}: every task is in the histogram once");
+        let after = r["after_producer_tasks"].as_u64().unwrap();
+        assert!(
+            after <= 300,
+            "{entrant}: {after} tasks due after the producer"
+        );
+        assert!(r["after_producer_lateness_ns"]["p99"].is_u64());
+        let tickwheel = entrant.starts_with("tickwheel");
+        let resolution = if tickwheel {
+            Value::from(10_000)
+        } else {
+            Value::Null
+        };
+        assert_eq!(r["tickwheel_resolution_ns"], resolution, "{entrant}");
     }
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert_eq!(
@@ -160,6 +178,7 @@ fn bad_arguments_get_a_clear_message_and_nonzero_exit() {
         &["bench", "--w4-max-delay-ms", "999999"],
         "not in 0..=60000",
     );
+    assert_rejected(&["bench", "--w4-tick-us", "0"], "--w4-tick-us");
     assert_rejected(&["frobnicate"], "unrecognized subcommand");
     assert_rejected(
         &["demo", "--entrant", "btreemap", "--n", "10"],

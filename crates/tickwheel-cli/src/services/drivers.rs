@@ -1,37 +1,52 @@
-//! The service entrants, each behind [`RealTimeTimer`]: tickwheel's `TimerService`, tokio
-//! `sleep` tasks, tokio-util's `DelayQueue` fed through a channel, and a
+//! The service entrants, each behind [`RealTimeTimer`]: tickwheel's `TimerService` (without
+//! and with handles), tokio `sleep` tasks, tokio-util's `DelayQueue` fed through a channel, and a
 //! `BinaryHeap`-plus-thread baseline.
 
 use super::{Log, RealTimeTimer};
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tickwheel::TimerService;
+use tickwheel::{TimerHandle, TimerService};
 use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 
-/// tickwheel's `TimerService` with its defaults (1 ms ticks, a worker a core, sharded
-/// wheels): each task is a callback scheduled with `schedule_detached_at(deadline, f)`: W4
-/// never cancels, so it takes no handle (and `schedule_detached(delay, f)` would read the
-/// clock a second time).
+/// A `TimerService` with its defaults (a worker a core, sharded wheels) but for the
+/// resolution, `tick`.
+fn service(tick: Duration) -> Result<TimerService, String> {
+    TimerService::builder()
+        .resolution(tick)
+        .build()
+        .map_err(|e| format!("TimerService: {e}"))
+}
+
+/// The run's log as a `&'static Log`: one reference leaked on the first call (a W4 run is
+/// one process, so it is one log of 8 bytes a task, freed with the process).
+fn leaked(cell: &OnceLock<&'static Log>, log: &Arc<Log>) -> &'static Log {
+    cell.get_or_init(|| Box::leak(Box::new(Arc::clone(log))))
+}
+
+/// tickwheel's `TimerService` (see [`service`]): each task is a callback scheduled with
+/// `schedule_detached_at(deadline, f)`: W4 never cancels, so it takes no handle (and
+/// `schedule_detached(delay, f)` would read the clock a second time). The detached path
+/// stages the timer in its shard's inbox; the timer thread (or the producer itself, when a
+/// backlog builds up) queues it later.
 ///
 /// Lean like the peers (no reference count per task): the callback captures the task id and
-/// a `&'static Log`, one reference to the run's log leaked on the first call (a W4 run is one
-/// process, so it is one log of 8 bytes a task, freed with the process).
+/// a `&'static Log` (see [`leaked`]).
 pub struct TickwheelService {
     service: TimerService,
     log: OnceLock<&'static Log>,
 }
 
 impl TickwheelService {
-    /// Starts a service with the defaults.
-    pub fn new() -> Result<TickwheelService, String> {
-        let service = TimerService::new().map_err(|e| format!("TimerService: {e}"))?;
+    /// Starts a service at resolution `tick`.
+    pub fn new(tick: Duration) -> Result<TickwheelService, String> {
         Ok(TickwheelService {
-            service,
+            service: service(tick)?,
             log: OnceLock::new(),
         })
     }
@@ -39,9 +54,7 @@ impl TickwheelService {
 
 impl RealTimeTimer for TickwheelService {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        let log: &'static Log = self
-            .log
-            .get_or_init(|| Box::leak(Box::new(Arc::clone(log))));
+        let log = leaked(&self.log, log);
         // W4 never cancels, so no handle: the detached path.
         self.service
             .schedule_detached_at(deadline, move || log.fire(id));
@@ -49,6 +62,43 @@ impl RealTimeTimer for TickwheelService {
 
     fn shutdown(self: Box<Self>) {
         self.service.shutdown();
+    }
+}
+
+/// tickwheel's `TimerService` as a program that needs its timers' handles uses it: each task
+/// is scheduled with `schedule_at(deadline, f)`, which queues the timer in its shard at once
+/// and returns a [`TimerHandle`] that can cancel, reset or wait for it; the handle is kept
+/// (pushed into a vector preallocated for every task, as a server would keep it in the
+/// request's state) until the run ends. Dropping a handle would not cancel its timer, so
+/// keeping it changes no firing: the difference to [`TickwheelService`] is the cost of the
+/// handle path and the 16 bytes a task the handles take, both counted.
+pub struct TickwheelServiceHandles {
+    service: TimerService,
+    log: OnceLock<&'static Log>,
+    handles: RefCell<Vec<TimerHandle>>,
+}
+
+impl TickwheelServiceHandles {
+    /// Starts a service at resolution `tick`, with room for `n` handles.
+    pub fn new(tick: Duration, n: usize) -> Result<TickwheelServiceHandles, String> {
+        Ok(TickwheelServiceHandles {
+            service: service(tick)?,
+            log: OnceLock::new(),
+            handles: RefCell::new(Vec::with_capacity(n)),
+        })
+    }
+}
+
+impl RealTimeTimer for TickwheelServiceHandles {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
+        let log = leaked(&self.log, log);
+        let handle = self.service.schedule_at(deadline, move || log.fire(id));
+        self.handles.borrow_mut().push(handle);
+    }
+
+    fn shutdown(self: Box<Self>) {
+        self.service.shutdown();
+        // The handles go with `self`, after the run's measurements.
     }
 }
 

@@ -11,18 +11,21 @@ use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Runs W4 for `entrant` in a child process and returns its sample.
+/// Runs W4 for `entrant` in a child process and returns its sample; `tick` is the
+/// resolution of the tickwheel entrants.
 pub fn run_isolated(
     entrant: ServiceEntrant,
     seed: u64,
     n: usize,
     max_delay_ms: u64,
+    tick: Duration,
 ) -> Result<ServiceSample, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let output = Command::new(exe)
         .args(["service-worker", "--entrant", entrant.name()])
         .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
         .args(["--max-delay-ms", &max_delay_ms.to_string()])
+        .args(["--tick-us", &tick.as_micros().to_string()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -53,8 +56,16 @@ fn pairs(value: &Value) -> Option<Vec<(f64, f64)>> {
 }
 
 /// Reads back what [`ServiceSample::to_json`] wrote.
+fn lateness(v: &Value) -> Option<Lateness> {
+    Some(Lateness {
+        p50: v["p50"].as_u64()?,
+        p99: v["p99"].as_u64()?,
+        p999: v["p999"].as_u64()?,
+        max: v["max"].as_u64()?,
+    })
+}
+
 fn from_json(entrant: ServiceEntrant, v: &Value) -> Option<ServiceSample> {
-    let late = &v["lateness_ns"];
     let histogram = v["lateness_histogram_ms"]
         .as_array()?
         .iter()
@@ -74,12 +85,12 @@ fn from_json(entrant: ServiceEntrant, v: &Value) -> Option<ServiceSample> {
         wall: Duration::from_secs_f64(v["wall_s"].as_f64()?),
         cpu: v["cpu_s"].as_f64().map(Duration::from_secs_f64),
         peak_rss: v["peak_rss_growth_bytes"].as_u64(),
-        lateness: Lateness {
-            p50: late["p50"].as_u64()?,
-            p99: late["p99"].as_u64()?,
-            p999: late["p999"].as_u64()?,
-            max: late["max"].as_u64()?,
-        },
+        tick: v["tickwheel_resolution_ns"]
+            .as_u64()
+            .map(Duration::from_nanos),
+        lateness: lateness(&v["lateness_ns"])?,
+        after_producer_n: v["after_producer_tasks"].as_u64()? as usize,
+        after_producer: lateness(&v["after_producer_lateness_ns"])?,
         cdf: pairs(&v["lateness_cdf_ms"])?,
         histogram,
     })
@@ -100,11 +111,19 @@ mod tests {
             wall: Duration::from_millis(8),
             cpu: Some(Duration::from_millis(2)),
             peak_rss: None,
+            tick: Some(Duration::from_micros(10)),
             lateness: Lateness {
                 p50: 1,
                 p99: 2,
                 p999: 3,
                 max: 4,
+            },
+            after_producer_n: 2,
+            after_producer: Lateness {
+                p50: 5,
+                p99: 6,
+                p999: 7,
+                max: 8,
             },
             cdf: vec![(0.0, 0.5), (0.1, 1.0)],
             histogram: vec![(1.0, 2), (f64::INFINITY, 1)],
@@ -117,6 +136,9 @@ mod tests {
         assert_eq!(back.schedule_cpu, sample.schedule_cpu);
         assert_eq!(back.peak_rss, None);
         assert_eq!(back.lateness.max, 4);
+        assert_eq!(back.tick, sample.tick);
+        assert_eq!(back.after_producer_n, 2);
+        assert_eq!(back.after_producer.p99, 6);
         assert_eq!(back.cdf, sample.cdf);
         assert_eq!(back.histogram, sample.histogram);
     }

@@ -14,7 +14,9 @@
 //!   its delay, so a correct timer (which reads the clock later) is never early by this
 //!   measure. Firing before that deadline, firing twice, or not firing within
 //!   [`GRACE`] after the last deadline fails the run.
-//! * Lateness = firing stamp − deadline. Peak memory is `VmHWM` after a reset of the
+//! * Lateness = firing stamp − deadline, over all tasks and, apart, over the tasks due after
+//!   the producer finished scheduling ("after producer"): those measure the timer's precision
+//!   alone, without a producer competing for the cores. Peak memory is `VmHWM` after a reset of the
 //!   kernel's mark, minus the RSS before scheduling; CPU is the whole process's user+system;
 //!   the scheduling thread's own CPU time while it schedules is measured apart (it does not
 //!   count time the thread waited for a core, so it holds on a busy machine).
@@ -37,8 +39,12 @@ use report::{Lateness, ServiceSample};
 /// A timer service that runs the real-time workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ServiceEntrant {
-    /// tickwheel's `TimerService` with callbacks.
+    /// tickwheel's `TimerService` with callbacks, scheduled with `schedule_detached_at`
+    /// (no handle).
     TimerService,
+    /// tickwheel's `TimerService` with callbacks, scheduled with `schedule_at`; every handle
+    /// is kept until the run ends.
+    TimerServiceHandles,
     /// tokio `sleep` tasks on a multi-thread runtime.
     TokioSleep,
     /// tokio-util's `DelayQueue` in one task, fed through an unbounded channel.
@@ -49,8 +55,9 @@ pub enum ServiceEntrant {
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 4] = [
+    pub const ALL: [ServiceEntrant; 5] = [
         ServiceEntrant::TimerService,
+        ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TokioSleep,
         ServiceEntrant::DelayQueueChannel,
         ServiceEntrant::HeapThread,
@@ -60,6 +67,7 @@ impl ServiceEntrant {
     pub fn name(self) -> &'static str {
         match self {
             ServiceEntrant::TimerService => "tickwheel-service",
+            ServiceEntrant::TimerServiceHandles => "tickwheel-service-handle",
             ServiceEntrant::TokioSleep => "tokio-sleep",
             ServiceEntrant::DelayQueueChannel => "delayqueue-channel",
             ServiceEntrant::HeapThread => "binaryheap-thread",
@@ -68,7 +76,10 @@ impl ServiceEntrant {
 
     /// Whether this entrant is tickwheel's own (as opposed to a peer).
     pub fn is_tickwheel(self) -> bool {
-        self == ServiceEntrant::TimerService
+        matches!(
+            self,
+            ServiceEntrant::TimerService | ServiceEntrant::TimerServiceHandles
+        )
     }
 }
 
@@ -157,24 +168,34 @@ pub trait RealTimeTimer {
     fn shutdown(self: Box<Self>);
 }
 
-/// Starts the timer of a service entrant.
-pub fn start(entrant: ServiceEntrant) -> Result<Box<dyn RealTimeTimer>, String> {
+/// Starts the timer of a service entrant for `n` tasks; `tick` is the resolution of the
+/// tickwheel entrants (peers keep their own).
+pub fn start(
+    entrant: ServiceEntrant,
+    n: usize,
+    tick: Duration,
+) -> Result<Box<dyn RealTimeTimer>, String> {
     Ok(match entrant {
-        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new()?),
+        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new(tick)?),
+        ServiceEntrant::TimerServiceHandles => {
+            Box::new(drivers::TickwheelServiceHandles::new(tick, n)?)
+        }
         ServiceEntrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
         ServiceEntrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
         ServiceEntrant::HeapThread => Box::new(drivers::HeapThread::new()?),
     })
 }
 
-/// Runs W4 with `delays` (ms) on `entrant`; `progress` shows tasks fired.
+/// Runs W4 with `delays` (ms) on `entrant`, the tickwheel entrants at resolution `tick`;
+/// `progress` shows tasks fired.
 pub fn run(
     entrant: ServiceEntrant,
     delays: &[u64],
+    tick: Duration,
     progress: Option<&ProgressBar>,
 ) -> Result<ServiceSample, String> {
-    let driver = start(entrant)?;
     let n = delays.len();
+    let driver = start(entrant, n, tick)?;
     let log = Arc::new(Log::new(n));
     let mut deadlines = vec![0u64; n];
     // Touch the pages now, so the RSS baseline below already holds them.
@@ -190,7 +211,8 @@ pub fn run(
         deadlines[id] = (now - log.base).as_nanos() as u64 + delay.as_nanos() as u64;
         driver.schedule(id as u32, now + delay, &log);
     }
-    let schedule = Duration::from_nanos(log.stamp() - start);
+    let scheduled = log.stamp();
+    let schedule = Duration::from_nanos(scheduled - start);
     let schedule_cpu = thread_cpu()
         .zip(thread_cpu_before)
         .map(|(a, b)| a.saturating_sub(b));
@@ -204,7 +226,7 @@ pub fn run(
         .map(|(a, b)| a.saturating_sub(b));
     driver.shutdown();
     waited.map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
-    let mut sample = summarize(&log, &deadlines, start)
+    let mut sample = summarize(&log, &deadlines, start, scheduled)
         .map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
     sample.entrant = entrant;
     sample.max_delay_ms = max_delay.as_millis() as u64;
@@ -212,6 +234,7 @@ pub fn run(
     sample.schedule_cpu = schedule_cpu;
     sample.cpu = cpu;
     sample.peak_rss = peak_rss;
+    sample.tick = entrant.is_tickwheel().then_some(tick);
     Ok(sample)
 }
 
@@ -245,8 +268,16 @@ fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Res
     }
 }
 
-fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<ServiceSample, String> {
+/// Checks every firing and sums up lateness: over all tasks, and over those due after
+/// `scheduled` (the stamp when the producer finished).
+fn summarize(
+    log: &Log,
+    deadlines: &[u64],
+    start: u64,
+    scheduled: u64,
+) -> Result<ServiceSample, String> {
     let mut late = Vec::with_capacity(deadlines.len());
+    let mut after = Vec::new();
     let mut last = start;
     for (id, (slot, &deadline)) in log.fired_at.iter().zip(deadlines).enumerate() {
         let Some(fired) = slot.load(Ordering::Relaxed).checked_sub(1) else {
@@ -260,8 +291,12 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<ServiceSample, 
         }
         last = last.max(fired);
         late.push(fired - deadline);
+        if deadline > scheduled {
+            after.push(fired - deadline);
+        }
     }
     late.sort_unstable();
+    after.sort_unstable();
     Ok(ServiceSample {
         entrant: ServiceEntrant::TimerService,
         n: deadlines.len(),
@@ -271,12 +306,10 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64) -> Result<ServiceSample, 
         wall: Duration::from_nanos(last - start),
         cpu: None,
         peak_rss: None,
-        lateness: Lateness {
-            p50: quantile(&late, 0.5),
-            p99: quantile(&late, 0.99),
-            p999: quantile(&late, 0.999),
-            max: late.last().copied().unwrap_or(0),
-        },
+        tick: None,
+        lateness: Lateness::of(&late),
+        after_producer_n: after.len(),
+        after_producer: Lateness::of(&after),
         cdf: cdf(&late),
         histogram: histogram(&late),
     })
@@ -349,12 +382,38 @@ mod tests {
     }
 
     #[test]
+    fn after_producer_lateness_counts_only_tasks_due_after_scheduling_ended() {
+        let log = Log::new(3);
+        // Due at 10 (before scheduling ended at 50), 60 and 100; fired 7, 5 and 3 late.
+        let deadlines = [10, 60, 100];
+        for (slot, fired) in log.fired_at.iter().zip([17, 65, 103]) {
+            slot.store(fired + 1, Ordering::Relaxed);
+        }
+        let s = summarize(&log, &deadlines, 0, 50).unwrap();
+        assert_eq!((s.lateness.p50, s.lateness.max), (5, 7));
+        assert_eq!(s.after_producer_n, 2);
+        assert_eq!((s.after_producer.p50, s.after_producer.max), (3, 5));
+    }
+
+    #[test]
     fn peers_run_a_tiny_w4_exactly_once_never_early() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
         for entrant in ServiceEntrant::ALL {
-            let sample = run(entrant, &delays, None).unwrap();
+            let sample = run(entrant, &delays, Duration::from_millis(1), None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);
+            let tick = entrant.is_tickwheel().then_some(Duration::from_millis(1));
+            assert_eq!(sample.tick, tick, "{entrant}");
+        }
+    }
+
+    #[test]
+    fn tickwheel_entrants_run_a_tiny_w4_at_10_us() {
+        let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
+        for entrant in ServiceEntrant::ALL.into_iter().filter(|e| e.is_tickwheel()) {
+            let sample = run(entrant, &delays, Duration::from_micros(10), None).unwrap();
+            assert_eq!(sample.n, 200);
+            assert_eq!(sample.tick, Some(Duration::from_micros(10)));
         }
     }
 }

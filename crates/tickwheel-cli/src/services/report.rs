@@ -1,7 +1,7 @@
 //! The services family's results: one [`ServiceSample`] per entrant, the W4 terminal table,
 //! and its rows in `results.csv` / `results.json`.
 
-use super::ServiceEntrant;
+use super::{quantile, ServiceEntrant};
 use crate::report::pretty_n;
 use crate::workload::Workload;
 use serde_json::{json, Value};
@@ -19,6 +19,22 @@ pub struct Lateness {
     pub p999: u64,
     /// Worst.
     pub max: u64,
+}
+
+impl Lateness {
+    /// The percentiles of sorted lateness values (all zero for none).
+    pub fn of(sorted: &[u64]) -> Lateness {
+        Lateness {
+            p50: quantile(sorted, 0.5),
+            p99: quantile(sorted, 0.99),
+            p999: quantile(sorted, 0.999),
+            max: sorted.last().copied().unwrap_or(0),
+        }
+    }
+
+    fn to_json(self) -> Value {
+        json!({ "p50": self.p50, "p99": self.p99, "p999": self.p999, "max": self.max })
+    }
 }
 
 /// What one W4 run measured.
@@ -42,8 +58,14 @@ pub struct ServiceSample {
     pub cpu: Option<Duration>,
     /// Peak RSS growth over the run, bytes.
     pub peak_rss: Option<u64>,
+    /// The resolution a tickwheel entrant ran at; `None` for a peer, which has its own.
+    pub tick: Option<Duration>,
     /// Lateness percentiles.
     pub lateness: Lateness,
+    /// How many tasks were due after the producer had finished scheduling.
+    pub after_producer_n: usize,
+    /// Lateness percentiles of those tasks alone (all zero when there are none).
+    pub after_producer: Lateness,
     /// Lateness CDF: `(lateness in ms, fraction of tasks at most that late)`.
     pub cdf: Vec<(f64, f64)>,
     /// Lateness histogram: `(bucket upper bound in ms, tasks)`; the last bound is infinite.
@@ -70,8 +92,10 @@ impl ServiceSample {
             "wall_s": self.wall.as_secs_f64(),
             "cpu_s": self.cpu.map(|c| c.as_secs_f64()),
             "peak_rss_growth_bytes": self.peak_rss,
-            "lateness_ns": { "p50": self.lateness.p50, "p99": self.lateness.p99,
-                             "p999": self.lateness.p999, "max": self.lateness.max },
+            "tickwheel_resolution_ns": self.tick.map(|t| t.as_nanos() as u64),
+            "lateness_ns": self.lateness.to_json(),
+            "after_producer_tasks": self.after_producer_n,
+            "after_producer_lateness_ns": self.after_producer.to_json(),
             "lateness_cdf_ms": self.cdf,
             "lateness_histogram_ms": self.histogram.iter().map(|(b, c)| json!({
                 "le_ms": if b.is_finite() { json!(b) } else { json!("inf") }, "tasks": c,
@@ -91,12 +115,26 @@ pub fn table(samples: &[ServiceSample]) -> String {
     let _ = writeln!(
         out,
         "\n{}; delays 0..={max_delay} ms; lateness = ran − (schedule time + delay); \
-         sched ns = the scheduling thread's CPU a task",
+         sched ns = the scheduling thread's CPU a task; aft = lateness of the tasks due after \
+         the producer finished",
         Workload::RealTimeTasks.describe()
     );
+    let mut ticks: Vec<Duration> = samples.iter().filter_map(|s| s.tick).collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    if !ticks.is_empty() {
+        let ticks: Vec<String> = ticks.iter().map(|t| format!("{t:?}")).collect();
+        let _ = writeln!(
+            out,
+            "resolution: tickwheel entrants {}; peers their own (tokio-sleep and \
+             delayqueue-channel: tokio's 1 ms timer; binaryheap-thread: condvar timeouts, \
+             no tick)",
+            ticks.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
-        "{:<20}{:>10}{:>14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "{:<26}{:>8}{:>12}{:>10}{:>8}{:>8}{:>9}{:>9}{:>9}{:>10}{:>9}{:>11}{:>11}",
         "entrant",
         "N",
         "schedule/s",
@@ -107,7 +145,9 @@ pub fn table(samples: &[ServiceSample]) -> String {
         "p50 ms",
         "p99 ms",
         "p99.9 ms",
-        "max ms"
+        "max ms",
+        "aft p50 ms",
+        "aft p99 ms"
     );
     for s in samples {
         out.push_str(&row(s));
@@ -127,7 +167,7 @@ fn row(s: &ServiceSample) -> String {
         .peak_rss
         .map_or("?".to_owned(), |b| format!("{:.0}", b as f64 / 1048576.0));
     format!(
-        "{mark}{:<19}{:>10}{:>14.0}{:>10}{:>10.2}{:>10}{:>10}{:>10.3}{:>10.3}{:>10.3}{:>10.3}\n",
+        "{mark}{:<25}{:>8}{:>12.0}{:>10}{:>8.2}{:>8}{:>9}{:>9.3}{:>9.3}{:>10.3}{:>9.3}{:>11.3}{:>11.3}\n",
         s.entrant.name(),
         pretty_n(s.n),
         s.schedule_rate(),
@@ -139,6 +179,8 @@ fn row(s: &ServiceSample) -> String {
         ms(s.lateness.p99),
         ms(s.lateness.p999),
         ms(s.lateness.max),
+        ms(s.after_producer.p50),
+        ms(s.after_producer.p99),
     )
 }
 
