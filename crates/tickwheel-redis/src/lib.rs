@@ -191,7 +191,10 @@
 //! plain `PUBLISH`, which a Cluster forwards to every node, so a worker subscribes on any
 //! reachable seed node. Shards, not tasks, are placed on nodes: give a namespace several
 //! shards per node so its load spreads (the shard count is fixed when it is created).
-//! [`server::RedisCluster`] forms a private Cluster for tests.
+//! Workers read each node's id with `CLUSTER MYID` (in their claim scripts and clock probes,
+//! see *Clock*), so a Cluster whose ACLs or configuration refuse that command cannot serve
+//! them: their claims fail and are retried. [`server::RedisCluster`] forms a private Cluster
+//! for tests.
 
 mod namespace;
 mod producer;
