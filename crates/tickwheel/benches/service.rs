@@ -30,7 +30,7 @@ use std::task::Poll;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
 use tickwheel::service::TimerService;
 use tickwheel_lab::SplitMix64;
 
@@ -176,8 +176,9 @@ fn schedule_only(c: &mut Criterion) {
         });
     }
     // W4's producer loop as `tickwheel bench` runs it: the harness reads the clock for each
-    // task and schedules at that instant plus the delay.
-    group.bench_function("tickwheel_at/1ms", |b| {
+    // task and schedules at that instant plus the delay, with `schedule_at` (a handle) and
+    // with `schedule_detached_at` (no handle, the timer staged in an inbox).
+    fn w4_producer(b: &mut Bencher, delays: &[Duration], detached: bool) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
@@ -185,35 +186,23 @@ fn schedule_only(c: &mut Criterion) {
                 let start = Instant::now();
                 for (id, &d) in delays.iter().enumerate() {
                     let at = Instant::now() + d;
-                    service.schedule_at(at, move || {
+                    let f = move || {
                         black_box(id);
-                    });
+                    };
+                    if detached {
+                        service.schedule_detached_at(at, f);
+                    } else {
+                        let _handle = service.schedule_at(at, f);
+                    }
                 }
                 total += start.elapsed();
                 drop(service);
             }
             total
         })
-    });
-    // The same with `schedule_detached_at`: no handle, the timer staged in an inbox.
-    group.bench_function("detached_at/1ms", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let service = TimerService::new().unwrap();
-                let start = Instant::now();
-                for (id, &d) in delays.iter().enumerate() {
-                    let at = Instant::now() + d;
-                    service.schedule_detached_at(at, move || {
-                        black_box(id);
-                    });
-                }
-                total += start.elapsed();
-                drop(service);
-            }
-            total
-        })
-    });
+    }
+    group.bench_function("tickwheel_at/1ms", |b| w4_producer(b, &delays, false));
+    group.bench_function("detached_at/1ms", |b| w4_producer(b, &delays, true));
     // The floor of any staging design: the same loop appending 32 bytes (the deadline and
     // two words of closure state) to a reused Vec on the producer's own thread, with no
     // service, lock, tick conversion or handle at all.

@@ -735,14 +735,18 @@ mod tests {
         Arc::new(Shard::new(core, QueueFlavor::Wheel))
     }
 
+    /// A callback that counts its runs in `ran`.
+    fn counter(ran: &Arc<AtomicUsize>) -> Callback {
+        let ran = ran.clone();
+        Callback::new(move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
     /// Inserts a callback at `tick` that counts its runs in `ran`.
     fn counting(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> TimerKey {
-        let ran = ran.clone();
-        let callback = Callback::new(move || {
-            ran.fetch_add(1, Ordering::SeqCst);
-        });
         shard
-            .insert(tick, callback)
+            .insert(tick, counter(ran))
             .unwrap_or_else(|_| panic!("shard closed"))
     }
 
@@ -1003,11 +1007,8 @@ mod tests {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
             let producer = {
-                let ran = ran.clone();
+                let callback = counter(&ran);
                 race(&shard, move |shard| {
-                    let callback = Callback::new(move || {
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
                     assert!(shard.stage(1, callback).is_ok());
                 })
             };
@@ -1032,11 +1033,8 @@ mod tests {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
             let producer = {
-                let ran = ran.clone();
+                let callback = counter(&ran);
                 race(&shard, move |shard| {
-                    let callback = Callback::new(move || {
-                        ran.fetch_add(1, Ordering::SeqCst);
-                    });
                     assert!(shard.stage(1, callback).is_ok());
                     shard.help_flush();
                 })
