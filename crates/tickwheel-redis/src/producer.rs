@@ -129,7 +129,7 @@ impl Producer {
         rec: String,
     ) -> Result<bool, Error> {
         self.check(id, payload)?;
-        let (mode, ms) = run_at.encode()?;
+        let (when, tail) = schedule_args(run_at, payload, &rec)?;
         let now = self.cfg.now_arg();
         self.with_con(|con, ns| {
             let mut inv = ns.invoke(&scripts().schedule, id);
@@ -137,10 +137,8 @@ impl Producer {
                 .arg(&ns.channel)
                 .arg(ns.shard_of(id))
                 .arg(id)
-                .arg(mode)
-                .arg(ms)
-                .arg(payload)
-                .arg(rec);
+                .arg(&when)
+                .arg(&tail);
             let replaced: i64 = inv.invoke(con)?;
             Ok(replaced > 0)
         })
@@ -161,12 +159,12 @@ impl Producer {
         I: IntoIterator<Item = Task<'a>>,
     {
         let shards = self.ns.shards.len();
-        let mut groups: Vec<Vec<(Task<'a>, &'static str, u64, String)>> = vec![Vec::new(); shards];
+        let mut groups: Vec<Vec<(&'a str, String, Vec<u8>)>> = vec![Vec::new(); shards];
         for t in tasks {
             self.check(t.id, t.payload)?;
-            let (mode, ms) = t.run_at.encode()?;
             let rec = t.recurrence.map(Recurrence::encode).transpose()?;
-            groups[self.ns.shard_of(t.id) as usize].push((t, mode, ms, rec.unwrap_or_default()));
+            let (when, tail) = schedule_args(t.run_at, t.payload, &rec.unwrap_or_default())?;
+            groups[self.ns.shard_of(t.id) as usize].push((t.id, when, tail));
         }
         let batch = self.cfg.batch;
         let now = self.cfg.now_arg();
@@ -177,8 +175,8 @@ impl Producer {
                 let keys = &self.ns.shards[shard].0;
                 let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
                 cmd.arg(&now).arg(&self.ns.channel).arg(shard);
-                for (t, mode, ms, rec) in chunk {
-                    cmd.arg(t.id).arg(*mode).arg(*ms).arg(t.payload).arg(rec);
+                for (id, when, tail) in chunk {
+                    cmd.arg(*id).arg(when).arg(tail);
                 }
             }
         }
@@ -275,4 +273,20 @@ impl Producer {
     pub fn is_empty(&mut self) -> Result<bool, Error> {
         Ok(self.len()? == 0)
     }
+}
+
+/// A task's arguments to the schedule script after its id: the run-at (`<ms>` an instant,
+/// `-<ms>` a delay from the server's now) and the stored value's tail (`<recurrence
+/// length>:<recurrence><payload>`), so the script only prepends the version, attempt and due.
+fn schedule_args(run_at: RunAt, payload: &[u8], rec: &str) -> Result<(String, Vec<u8>), Error> {
+    let (mode, ms) = run_at.encode()?;
+    let when = if mode == "d" {
+        format!("-{ms}")
+    } else {
+        ms.to_string()
+    };
+    let mut tail = Vec::with_capacity(rec.len() + payload.len() + 8);
+    tail.extend_from_slice(format!("{}:{rec}", rec.len()).as_bytes());
+    tail.extend_from_slice(payload);
+    Ok((when, tail))
 }
