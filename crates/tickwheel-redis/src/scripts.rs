@@ -103,11 +103,11 @@ end
 /// Returns how many tasks replaced an existing one (an id given twice in one call counts
 /// twice, as two calls would; the earlier task takes a version, and is replaced at once).
 /// A call costs a handful of variadic commands whatever its size: one `HMGET` of the ids,
-/// one `HSET` of all the values, per bucket touched one `RPUSH` of its ids and one
-/// `HINCRBY`, one `ZADD` of those buckets, and one notification naming every task at or
-/// before the horizon (see `notify`); replacing a stored task adds a `ZREM`, and one
-/// `HINCRBY` per bucket it leaves. Variadic commands go in slices of `CHUNK` elements
-/// (Lua's C stack bounds `unpack`).
+/// one `HSET` of all the values, per bucket touched one `RPUSH` of its ids, one `HMGET` and
+/// one `HSET` of those buckets' counts, one `ZADD` of those buckets, and one notification
+/// naming every task at or before the horizon (see `notify`); replacing a stored task adds
+/// a `ZREM`, and one `HINCRBY` per bucket it leaves. Variadic commands go in slices of
+/// `CHUNK` elements (Lua's C stack bounds `unpack`).
 const SCHEDULE: &str = r#"
 local CHUNK = 2000
 local function call_chunked(cmd, key, args, step)
@@ -190,14 +190,25 @@ for b, c in pairs(left) do
   end
 end
 call_chunked('HSET', KEYS[2], h, 2)
-local index = {}
-for _, b in ipairs(order) do
+-- The buckets' counts: read together, written together.
+local index, fields, counts = {}, {}, {}
+for o, b in ipairs(order) do
   local bs = string.format('%d', b)
   call_chunked('RPUSH', KEYS[1] .. ':' .. bs, by[b], 1)
-  redis.call('HINCRBY', KEYS[4], 'b:' .. bs, #by[b])
-  index[#index + 1] = bs
-  index[#index + 1] = bs
+  index[2 * o - 1], index[2 * o] = bs, bs
+  fields[o] = 'b:' .. bs
 end
+i = 1
+while i <= #fields do
+  local j = math.min(#fields, i + CHUNK - 1)
+  local c = redis.call('HMGET', KEYS[4], unpack(fields, i, j))
+  for m = 1, j - i + 1 do
+    counts[2 * (i + m - 1) - 1] = fields[i + m - 1]
+    counts[2 * (i + m - 1)] = string.format('%d', tonumber(c[m] or '0') + #by[order[i + m - 1]])
+  end
+  i = j + 1
+end
+call_chunked('HSET', KEYS[4], counts, 2)
 call_chunked('ZADD', KEYS[1], index, 2)
 notify(ARGV[2], ARGV[3], note)
 return replaced

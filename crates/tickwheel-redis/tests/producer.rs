@@ -91,6 +91,78 @@ fn bulk_schedule_stores_every_task() {
     assert_eq!(p.schedule_many(std::iter::empty()).unwrap(), 0);
 }
 
+/// One script call larger than the script's slices (of 2000 command arguments): a bucket
+/// with more ids than a slice, more buckets than a slice, ids given twice, delays, and the
+/// same call again replacing every task into other buckets.
+#[test]
+fn a_large_bulk_call_spans_slices_and_buckets() {
+    let s = common::server();
+    let (mut cfg, _time) = common::manual(&s, "large", 1);
+    cfg.batch = 10_000; // one script call
+    let mut p = Producer::connect(&cfg).unwrap();
+    let ids: Vec<String> = (0..6000).map(|i| format!("t{i}")).collect();
+    // t0..t2999 in one bucket; t3000..t5999 over 2500 buckets, the last 500 by delay.
+    let at = |i: usize, shift: u64| -> RunAt {
+        if i < 3000 {
+            RunAt::AtMillis(2_000_000 + shift + i as u64 % 1000)
+        } else if i < 5500 {
+            RunAt::AtMillis(3_000_000 + shift + (i as u64 - 3000) * 1000)
+        } else {
+            RunAt::After(Duration::from_millis(shift + (i as u64 - 5500) * 1000))
+        }
+    };
+    let batch = |shift: u64| {
+        let mut v: Vec<Task<'_>> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| Task {
+                id,
+                run_at: at(i, shift),
+                payload: id.as_bytes(),
+                recurrence: None,
+            })
+            .collect();
+        // t1 again, last: its first task is replaced in the same call.
+        v.push(Task {
+            id: &ids[1],
+            run_at: RunAt::AtMillis(9_000_000 + shift),
+            payload: b"again",
+            recurrence: None,
+        });
+        v
+    };
+    assert_eq!(p.schedule_many(batch(0)).unwrap(), 1, "the second t1");
+    assert_eq!(p.len().unwrap(), 6000);
+    common::check_layout(&s.url(), "large", 1);
+    assert_eq!(
+        p.schedule_many(batch(500_000)).unwrap(),
+        6001,
+        "every stored task, and the second t1"
+    );
+    assert_eq!(p.len().unwrap(), 6000);
+    common::check_layout(&s.url(), "large", 1);
+    for (id, run_at) in [
+        ("t0", 2_500_000),
+        ("t1", 9_500_000),
+        ("t2999", 2_500_999),
+        ("t3000", 3_500_000),
+        ("t5499", 3_500_000 + 2499 * 1000),
+        ("t5500", 1_000_000 + 500_000),
+        ("t5999", 1_000_000 + 500_000 + 499 * 1000),
+    ] {
+        assert!(
+            matches!(p.state(id).unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == run_at),
+            "{id}: {:?}",
+            p.state(id).unwrap()
+        );
+    }
+    for id in &ids {
+        assert!(p.cancel(id).unwrap(), "{id} was pending");
+    }
+    assert!(p.is_empty().unwrap());
+    common::check_layout(&s.url(), "large", 1);
+}
+
 #[test]
 fn wall_clock_run_at_rounds_up_to_the_millisecond() {
     let s = common::server();
