@@ -6,16 +6,9 @@
 
 use std::time::Duration;
 
+use tickwheel_redis::bench::used_memory;
 use tickwheel_redis::server::RedisServer;
 use tickwheel_redis::{Config, Error, Producer, RunAt, Task};
-
-fn used_memory(con: &mut redis::Connection) -> Result<u64, Error> {
-    let info: String = redis::cmd("INFO").arg("memory").query(con)?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| Error::Protocol("INFO memory without used_memory".into()))
-}
 
 fn main() -> Result<(), Error> {
     let tasks: u64 = std::env::args()

@@ -105,7 +105,8 @@ impl Lcg {
     }
 }
 
-fn used_memory(con: &mut redis::Connection) -> Result<u64, Error> {
+/// Redis's `used_memory` (from `INFO memory`), in bytes.
+pub fn used_memory(con: &mut redis::Connection) -> Result<u64, Error> {
     let info: String = redis::cmd("INFO").arg("memory").query(con)?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
