@@ -44,8 +44,14 @@ fn delays(seed: u64, n: usize) -> Vec<Duration> {
         .collect()
 }
 
-/// Wall time from the first producer's start to the last one's end.
-fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u64) -> Duration {
+/// Runs `per_timer` for `ops` timers split over `producers` threads, each with its own
+/// delays; wall time from the first producer's start to the last one's end.
+fn producers(
+    service: &Arc<TimerService>,
+    producers: u64,
+    ops: u64,
+    per_timer: fn(&TimerService, usize, Duration),
+) -> Duration {
     let per = (ops / producers) as usize;
     let barrier = Arc::new(Barrier::new(producers as usize + 1));
     let threads: Vec<_> = (0..producers)
@@ -55,9 +61,8 @@ fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u
             thread::spawn(move || {
                 barrier.wait();
                 let start = Instant::now();
-                for &d in &delays {
-                    let handle = service.schedule(d, || {});
-                    black_box(handle.cancel());
+                for (id, &d) in delays.iter().enumerate() {
+                    per_timer(&service, id, d);
                 }
                 (start, Instant::now())
             })
@@ -65,6 +70,14 @@ fn tickwheel_schedule_cancel(service: &Arc<TimerService>, producers: u64, ops: u
         .collect();
     barrier.wait();
     span(threads.into_iter().map(|t| t.join().unwrap()))
+}
+
+/// Schedules and at once cancels timers (the handle path).
+fn tickwheel_schedule_cancel(service: &Arc<TimerService>, p: u64, ops: u64) -> Duration {
+    producers(service, p, ops, |service, _, d| {
+        let handle = service.schedule(d, || {});
+        black_box(handle.cancel());
+    })
 }
 
 /// From the first producer's start to the last one's end.
@@ -278,28 +291,13 @@ fn detached_producers(c: &mut Criterion) {
     group.finish();
 }
 
-/// Wall time from the first producer's start to the last one's end.
-fn detached(service: &Arc<TimerService>, producers: u64, ops: u64) -> Duration {
-    let per = (ops / producers) as usize;
-    let barrier = Arc::new(Barrier::new(producers as usize + 1));
-    let threads: Vec<_> = (0..producers)
-        .map(|p| {
-            let (service, barrier) = (service.clone(), barrier.clone());
-            let delays = delays(p + 1, per);
-            thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                for (id, &d) in delays.iter().enumerate() {
-                    service.schedule_detached(d, move || {
-                        black_box(id);
-                    });
-                }
-                (start, Instant::now())
-            })
-        })
-        .collect();
-    barrier.wait();
-    span(threads.into_iter().map(|t| t.join().unwrap()))
+/// Schedules timers without a handle (the inbox path).
+fn detached(service: &Arc<TimerService>, p: u64, ops: u64) -> Duration {
+    producers(service, p, ops, |service, id, d| {
+        service.schedule_detached(d, move || {
+            black_box(id);
+        });
+    })
 }
 
 criterion_group!(benches, schedule_cancel, schedule_only, detached_producers);
