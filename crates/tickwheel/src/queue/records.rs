@@ -114,20 +114,27 @@ impl<T> Records<T> {
             + self.free.capacity() * core::mem::size_of::<u32>()
     }
 
-    /// Stores a timer, not yet placed in a slot (its slot is [`NIL`] - 1 until
-    /// [`set_place`](Self::set_place)), and returns its index and key.
+    /// Stores a timer whose item the caller puts at position `pos` of slot `slot` (a slot
+    /// number, never [`VACANT`]), and returns its index and key.
     ///
     /// # Panics
     ///
     /// When `u32::MAX - 1` records are in use at once (over 100 GiB of timers), like `Vec`
     /// panics on capacity overflow.
     #[inline]
-    pub(crate) fn insert(&mut self, deadline: u64, value: T) -> (u32, TimerKey) {
+    pub(crate) fn insert(
+        &mut self,
+        deadline: u64,
+        value: T,
+        slot: u32,
+        pos: u32,
+    ) -> (u32, TimerKey) {
+        debug_assert!(slot != VACANT);
         self.len += 1;
-        let unplaced = Place {
+        let placed = Place {
             generation: 0,
-            slot: NIL - 1,
-            pos: 0,
+            slot,
+            pos,
         };
         if let Some(index) = self.free.pop() {
             if let Some(ahead) = self.free.len().checked_sub(PREFETCH_AHEAD) {
@@ -141,7 +148,7 @@ impl<T> Records<T> {
             *hot = Hot {
                 place: Place {
                     generation,
-                    ..unplaced
+                    ..placed
                 },
                 value: MaybeUninit::new(value),
             };
@@ -156,7 +163,7 @@ impl<T> Records<T> {
         self.hot.push(Hot {
             place: Place {
                 generation,
-                ..unplaced
+                ..placed
             },
             value: MaybeUninit::new(value),
         });
@@ -170,6 +177,14 @@ impl<T> Records<T> {
         let index = key.index();
         let hot = &self.hot.get(index as usize)?.place;
         (hot.generation == key.generation() && hot.slot != VACANT).then_some(index)
+    }
+
+    /// The index and place of the live record `key` names, if it is still live.
+    #[inline]
+    pub(crate) fn find_place(&self, key: TimerKey) -> Option<(u32, Place)> {
+        let index = key.index();
+        let place = self.hot.get(index as usize)?.place;
+        (place.generation == key.generation() && place.slot != VACANT).then_some((index, place))
     }
 
     /// The key of the record at `index`.
@@ -233,6 +248,14 @@ impl<T> Records<T> {
         if hot.place.slot == VACANT {
             return None;
         }
+        Some(self.take(index))
+    }
+
+    /// Frees the record at `index`, which the caller knows to be live, and returns its value.
+    #[inline]
+    pub(crate) fn take(&mut self, index: u32) -> T {
+        let hot = &mut self.hot[index as usize];
+        assert!(hot.place.slot != VACANT, "tickwheel: took a vacant record");
         hot.place.slot = VACANT;
         let reuse = hot.place.generation < MAX_GENERATION;
         // SAFETY: the record was live (checked above), so its value is initialised; it is
@@ -245,7 +268,7 @@ impl<T> Records<T> {
             }
             self.free.push(index);
         }
-        Some(value)
+        value
     }
 
     /// Starts loading the hot records of the timers `items` name, so that the validity
@@ -321,9 +344,7 @@ mod tests {
 
     /// Inserts and places a timer the way the wheel does.
     fn add(records: &mut Records<u32>, value: u32) -> (u32, TimerKey) {
-        let (index, key) = records.insert(u64::from(value), value);
-        records.set_place(index, 0, value);
-        (index, key)
+        records.insert(u64::from(value), value, 0, value)
     }
 
     #[test]
@@ -372,11 +393,8 @@ mod tests {
     fn values_move_out_once_and_the_rest_drop_with_the_records() {
         use alloc::string::{String, ToString};
         let mut records: Records<String> = Records::new();
-        let placed = |records: &mut Records<String>, text: &str| {
-            let (index, key) = records.insert(7, text.to_string());
-            records.set_place(index, 1, 0);
-            (index, key)
-        };
+        let placed =
+            |records: &mut Records<String>, text: &str| records.insert(7, text.to_string(), 1, 0);
         let (a, key_a) = placed(&mut records, "a");
         let (b, key_b) = placed(&mut records, "b");
         placed(&mut records, "c");

@@ -134,7 +134,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::records::Records;
+use super::records::{Place, Records};
 use super::slab::{grow, NIL};
 use super::{TimerKey, TimerQueue};
 
@@ -323,8 +323,15 @@ impl<T> Wheel<T> {
     /// Appends the timer at record `record`, due at `deadline`, to its slot at `level`.
     #[inline]
     fn link_at(&mut self, record: u32, deadline: u64, level: usize) {
-        let slot = ring(index(deadline, level));
-        let number = level * RING + slot;
+        let number = level * RING + ring(index(deadline, level));
+        let pos = self.push_item(number, record);
+        self.records.set_place(record, number as u32, pos as u32);
+    }
+
+    /// Appends an item for record `record` to slot `number` and returns its position; the
+    /// caller records the place.
+    #[inline]
+    fn push_item(&mut self, number: usize, record: u32) -> usize {
         let target = &mut self.slots[number];
         let pos = target.items.len();
         if pos == target.items.capacity() {
@@ -332,8 +339,8 @@ impl<T> Wheel<T> {
         }
         target.items.push(record);
         target.live += 1;
-        self.levels[level].occupied |= 1 << slot;
-        self.records.set_place(record, number as u32, pos as u32);
+        self.levels[number / RING].occupied |= 1 << (number % RING);
+        pos
     }
 
     /// Whether the item `index` at `pos` of slot `number` is the current item of a live
@@ -347,14 +354,12 @@ impl<T> Wheel<T> {
             .is_some_and(|place| place.slot as usize == number && place.pos as usize == pos)
     }
 
-    /// Detaches the timer at `index` from its slot; its item goes stale where it is. A removal
-    /// (`mark`) also overwrites the item with a [`TOMBSTONE`], so that compaction will skip
-    /// it without looking up its record.
+    /// Detaches a timer from its slot, given the `place` its record held (read by the
+    /// caller's key look-up, so the record is not visited twice); its item goes stale where
+    /// it is. A removal (`mark`) also overwrites the item with a [`TOMBSTONE`], so that
+    /// compaction will skip it without looking up its record.
     #[inline]
-    fn unlink(&mut self, index: u32, mark: bool) {
-        let Some(&place) = self.records.place(index) else {
-            return;
-        };
+    fn unlink(&mut self, place: Place, mark: bool) {
         let (slot, pos) = (place.slot, place.pos);
         let target = &mut self.slots[slot as usize];
         if mark {
@@ -407,6 +412,7 @@ impl<T> Wheel<T> {
     }
 
     /// Drops a slot's stale items (and a consumed prefix), keeping the order of the rest.
+    #[inline(never)]
     fn compact(&mut self, number: usize) {
         let start = if number == self.ready_slot() {
             core::mem::take(&mut self.cursor)
@@ -663,24 +669,33 @@ impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let deadline = deadline.max(self.now);
-        let (index, key) = self.records.insert(deadline, value);
-        self.link_at(index, deadline, self.level_of(deadline));
+        let level = self.level_of(deadline);
+        let number = level * RING + ring(index(deadline, level));
+        let pos = self.slots[number].items.len();
+        // The record is placed as it is stored: no second visit to write its place.
+        let (index, key) = self
+            .records
+            .insert(deadline, value, number as u32, pos as u32);
+        self.push_item(number, index);
         key
     }
 
     #[inline]
     fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let index = self.records.find(key)?;
-        self.unlink(index, true);
-        self.records.remove(index)
+        // One look-up: the place read here is the one the unlink needs. The record is freed
+        // first, while it is at hand (its item is a tombstone before any compaction runs).
+        let (index, place) = self.records.find_place(key)?;
+        let value = self.records.take(index);
+        self.unlink(place, true);
+        Some(value)
     }
 
     #[inline]
     fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
-        let Some(index) = self.records.find(key) else {
+        let Some((index, place)) = self.records.find_place(key) else {
             return false;
         };
-        self.unlink(index, false);
+        self.unlink(place, false);
         let deadline = deadline.max(self.now);
         self.records.set_deadline(index, deadline);
         self.link_at(index, deadline, self.level_of(deadline));
