@@ -425,8 +425,10 @@ fn shrink_to_fit_returns_the_memory_of_gone_timers_and_keeps_pending_ones() {
     ] {
         let (clock, service) = manual_with(TimerService::builder().queue(flavor));
         let runs = Arc::new(AtomicUsize::new(0));
-        // Scheduled first, so it has the lowest entry and the burst is the queue's tail.
+        // Scheduled (and queued: `settle` lets the timer thread take the inbox in) first, so
+        // it has the lowest entry and the burst is the queue's tail.
         let survivor = service.schedule(Duration::from_secs(60), counting(&runs));
+        service.settle();
         let burst: Vec<_> = (0..10_000)
             .map(|_| service.schedule(Duration::from_millis(1), counting(&runs)))
             .collect();
@@ -464,6 +466,9 @@ fn after_shrink_to_fit_new_timers_take_low_entries_so_a_later_call_frees_the_tai
     }
     // The last entry stays in use past the burst, pinning the queue's tail.
     service.schedule(Duration::from_millis(2), counting(&runs));
+    // Scheduled timers wait in their shard's inbox until the timer thread queues them: let it,
+    // so that they take their queue entries in schedule order.
+    service.settle();
     clock.advance(Duration::from_millis(1));
     service.settle();
     service.shrink_to_fit();
@@ -476,6 +481,7 @@ fn after_shrink_to_fit_new_timers_take_low_entries_so_a_later_call_frees_the_tai
     for _ in 0..100 {
         service.schedule(Duration::from_secs(60), counting(&runs));
     }
+    service.settle();
     clock.advance(Duration::from_millis(1));
     service.settle();
     assert_eq!(runs.load(Ordering::SeqCst), 10_001);

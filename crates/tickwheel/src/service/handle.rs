@@ -1,17 +1,20 @@
 //! [`TimerHandle`]: cancel, reset, inspect or wait for one scheduled timer.
 //!
-//! A handle is 16 bytes: the shard the timer lives in (an `Arc`, cloned from the scheduling
-//! thread's own shard, so the count is not contended) and the timer's generational
-//! [`TimerKey`]. Every operation locks that one shard; none allocates except `wait`, which
-//! registers a waiter. A stale key (the timer fired, was cancelled or discarded) makes every
-//! operation a harmless no-op, even after the queue reused the timer's storage.
+//! A handle is 24 bytes: the shard the timer lives in (an `Arc`, cloned from the scheduling
+//! thread's own shard, so the count is not contended) and where in it the timer is: the
+//! generational cell of a timer staged through the shard's inbox (every timer
+//! [`schedule`](super::TimerService::schedule) makes), which learns the queue key once the
+//! timer is queued, or the queue key itself for the entries inserted directly (wakers,
+//! notifications, recurring runs). Every operation locks that one shard; none allocates
+//! except `wait`, which registers a waiter. An operation on a timer still in the inbox first
+//! queues the inbox (see `shard.rs`). A stale cell or key (the timer fired, was cancelled or
+//! discarded) makes every operation a harmless no-op, even after the storage was reused.
 
 use std::fmt;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use super::shard::Shard;
-use crate::queue::TimerKey;
+use super::shard::{Shard, Target};
 use crate::sync::Arc;
 
 /// The handle of a timer scheduled on a [`TimerService`](super::TimerService).
@@ -34,8 +37,9 @@ use crate::sync::Arc;
 /// ```
 pub struct TimerHandle {
     pub(crate) shard: Arc<Shard>,
-    /// `None` for a timer that was never queued (the service had shut down).
-    pub(crate) key: Option<TimerKey>,
+    /// Where the timer is; [`Target::None`] for a timer that was never queued (the service
+    /// had shut down).
+    pub(crate) target: Target,
 }
 
 impl TimerHandle {
@@ -44,9 +48,8 @@ impl TimerHandle {
     /// already fired (its callback was handed to a worker, maybe still running), was cancelled
     /// before, or was discarded by shutdown.
     pub fn cancel(&self) -> bool {
-        let Some(key) = self.key else { return false };
         // The payload (the user's closure) is dropped here, after the shard lock is released.
-        self.shard.cancel(key).is_some()
+        self.shard.cancel(self.target).is_some()
     }
 
     /// Moves a pending timer to fire `delay` from now (rounded up to the next tick, like a new
@@ -67,32 +70,27 @@ impl TimerHandle {
 
     /// Moves a pending timer to tick `tick`; the futures layer's reset.
     pub(crate) fn reset_tick(&self, tick: u64) -> bool {
-        match self.key {
-            Some(key) => self.shard.reset(key, tick),
-            None => false,
-        }
+        self.shard.reset(self.target, tick)
     }
 
     /// Makes a pending waker timer ([`ServiceRef::schedule_waker`](super::ServiceRef)) wake
     /// `waker` instead; `false` if it is no longer pending (fired, cancelled or discarded).
     pub(crate) fn update_waker(&self, waker: &Waker) -> bool {
-        self.key
-            .is_some_and(|key| self.shard.update_waker(key, waker))
+        self.shard.update_waker(self.target, waker)
     }
 
     /// When a pending timer fires: the start of its deadline tick (never before the deadline
     /// it was given). `None` if it is no longer pending, or if it never fires
     /// (`Duration::MAX`, or an instant past the service's tick range).
     pub fn deadline(&self) -> Option<Instant> {
-        let tick = self.shard.deadline(self.key?)?;
+        let tick = self.shard.deadline(self.target)?;
         self.shard.core.ticks.instant_of(tick)
     }
 
     /// Whether the timer is still waiting for its deadline (not fired, cancelled or
     /// discarded).
     pub fn is_pending(&self) -> bool {
-        self.key
-            .is_some_and(|key| self.shard.deadline(key).is_some())
+        self.shard.is_pending(self.target)
     }
 
     /// Blocks the calling thread until the timer is no longer pending: it fired (its callback
@@ -103,8 +101,7 @@ impl TimerHandle {
     /// On a [`ManualClock`](crate::time::ManualClock) this returns only once another thread
     /// moves the clock past the deadline (or cancels the timer).
     pub fn wait(&self) {
-        let Some(key) = self.key else { return };
-        if let Some(slot) = self.shard.register_waiter(key) {
+        if let Some(slot) = self.shard.register_waiter(self.target) {
             slot.block();
         }
     }
@@ -113,7 +110,7 @@ impl TimerHandle {
 impl fmt::Debug for TimerHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerHandle")
-            .field("key", &self.key)
+            .field("target", &self.target)
             .finish_non_exhaustive()
     }
 }

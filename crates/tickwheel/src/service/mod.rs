@@ -42,26 +42,31 @@
 //! # Costs of `schedule`
 //!
 //! One clock read (never a cached "now": a stale now would make timers fire early), one
-//! uncontended lock of the caller's shard, an O(1) wheel insert and one uncontended `Arc`
-//! increment for the handle. The closure is stored in the queue entry itself when it captures
-//! at most two words (an `Arc` and an id, a channel sender); only a larger one is boxed. No
-//! syscall unless the new timer becomes the earliest one the timer thread is sleeping
-//! towards. No global lock or counter (unless a cap is configured). `cancel` and `reset` lock
-//! the timer's shard once. Threads on different shards do not contend.
+//! uncontended lock of the caller's shard's *inbox* (a buffer under a lock of its own, which
+//! the timer thread holds only to swap buffers), a 40-byte append to memory that is reused
+//! from batch to batch, a cell for the handle taken from a pool under that same lock, and one
+//! uncontended `Arc` increment for the handle. No queue lock, no queue entry, no syscall
+//! unless the new timer becomes the earliest one the timer thread is sleeping towards (or
+//! every few thousand timers, to have the inbox taken in). The closure is stored in the entry
+//! itself when it captures at most two words (an `Arc` and an id, a channel sender); only a
+//! larger one is boxed. No global lock or counter (unless a cap is configured). Threads on
+//! different shards do not contend.
 //!
-//! [`schedule_detached`](TimerService::schedule_detached) returns no handle, and so costs
-//! less: no queue key is needed, so the timer is appended to its shard's *inbox* (a buffer
-//! under a lock of its own, which the timer thread holds only to swap buffers) and the timer
-//! thread moves it into the queue: at its next wake-up (due timers first, handed to the workers
-//! before the rest is queued), or when the inbox has filled up (a wake-up every few thousand
-//! timers). The calling thread pays the clock read, one uncontended lock and a 32-byte append
-//! to memory that is reused from batch to batch: no `Arc`, no queue entry, no page faults
-//! after the first batches. The queue work moves to the timer thread — unless it falls
-//! behind: a thread that finds some sixteen thousand timers of its shard not yet queued
-//! queues them itself, so the timer thread never faces a backlog that would make it late, and
-//! producers scale with their number as they do with handles. A handle-path schedule from
-//! the same shard first queues the inbox, so one thread's timers keep their schedule order at
-//! equal deadlines whichever way they were scheduled.
+//! The timer thread moves staged timers into the queue: at its next wake-up (due timers
+//! first, handed to the workers before the rest is queued), or when the inbox has filled up.
+//! The queue work is thus off the calling thread — unless the timer thread falls behind: a
+//! thread that finds some sixteen thousand timers of its shard not yet queued queues them
+//! itself, so the timer thread never faces a backlog that would make it late, and producers
+//! scale with their number.
+//!
+//! `cancel`, `reset`, `deadline` and `wait` lock the timer's shard once. On a timer still in
+//! the inbox they first queue the shard's staged timers (the work the timer thread would have
+//! done), so the first such call after a burst costs the burst's queuing; later ones cost an
+//! O(1) queue operation. [`is_pending`](TimerHandle::is_pending) queues nothing.
+//! [`schedule_detached`](TimerService::schedule_detached) skips the handle (no cell, no `Arc`)
+//! for timers nobody will cancel. A direct insert (the futures' wakers, `Deadlines`, recurring
+//! runs) and a reset first queue the inbox, so one thread's timers keep their schedule order
+//! at equal deadlines whichever way they were scheduled.
 //!
 //! Under load, how late a callback starts is bounded by how long one drain holds the timer
 //! thread: a drain takes each shard's lock for at most one chunk of timers at a time, and the
@@ -306,7 +311,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
         self.state
-            .schedule_callback(tick, Callback::new(f), false)
+            .schedule_staged(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -318,15 +323,16 @@ impl TimerService {
     {
         let tick = self.ticks().deadline_tick(deadline);
         self.state
-            .schedule_callback(tick, Callback::new(f), false)
+            .schedule_staged(tick, Callback::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
     /// Runs `f` on a worker after `delay`, like [`schedule`](Self::schedule), but returns no
     /// handle: the timer cannot be cancelled, reset or waited for, and in exchange costs the
-    /// calling thread less. It is appended to an inbox of its thread's shard under a lock
-    /// nothing else holds for long; the timer thread moves it into the queue (see
-    /// [Costs of `schedule`](self#costs-of-schedule)). Every other promise is the same: never
+    /// calling thread a little less (no cell for a handle, no `Arc` increment). Like every
+    /// timer it is appended to an inbox of its thread's shard, which the timer thread moves
+    /// into the queue (see [Costs of `schedule`](self#costs-of-schedule)). Every other promise
+    /// is the same: never
     /// early, once, in deadline order, drained by [`settle`](Self::settle), discarded by
     /// shutdown (and dropped at once after it), counted toward the cap without being refused
     /// and in [`Stats`].
@@ -373,7 +379,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state.schedule_callback(tick, Callback::new(f), true)
+        self.state.schedule_staged(tick, Callback::new(f), true)
     }
 
     fn inert_handle(&self) -> TimerHandle {

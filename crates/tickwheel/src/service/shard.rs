@@ -17,22 +17,46 @@
 //! * `wait()` registers a [`WaitSlot`] in `waiters`, keyed by `TimerKey`; drains and cancels
 //!   look the table up only when it is non-empty, so timers nobody waits for pay nothing.
 //!
-//! # The inbox: timers without a handle
+//! # The inbox: timers staged on their way into the queue
 //!
-//! A detached timer ([`Shard::stage`]) has no handle, so nobody can cancel, reset or wait
-//! for it, and it needs no queue key when it is scheduled. The producer only appends
-//! `(tick, callback)` to the shard's inbox, a `Vec` under a lock of its own that nothing else
-//! holds for more than a swap. The timer thread moves the timers into the queue under the
-//! queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest after the
-//! due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new tick). A
-//! producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that; one
-//! that finds [`BACKLOG`] timers not queued yet (the timer thread is behind) queues its
-//! shard's staged timers itself ([`Shard::help_flush`]), so the timer thread never faces a backlog that
-//! would make it late, and producers scale with their number as they do with handles. So the producer takes no queue lock, clones no `Arc`,
-//! and never writes a queue entry: its writes go to the inbox's buffer, which the timer
-//! thread hands back empty with its capacity (two buffers take turns), so after the first
-//! burst they touch memory that is already mapped and usually cached. Timers out of the
-//! inbox but not queued yet wait in `taken`, in staging order.
+//! A producer does not insert into the queue: it appends `(tick, callback, cell)` to the
+//! shard's inbox, a `Vec` under a lock of its own that nothing else holds for more than a
+//! swap, and needs no queue key for that. The timer thread moves the timers into the queue
+//! under the queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest
+//! after the due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new
+//! tick). A producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that;
+//! one that finds [`BACKLOG`] timers not queued yet (the timer thread is behind) queues its
+//! shard's staged timers itself ([`Shard::help_flush`]), so the timer thread never faces a
+//! backlog that would make it late, and producers scale with their number. So the producer
+//! takes no queue lock and never writes a queue entry: its writes go to the inbox's buffer,
+//! which the timer thread hands back empty with its capacity (two buffers take turns), so
+//! after the first burst they touch memory that is already mapped and usually cached.
+//! Timers out of the inbox but not queued yet wait in `taken`, in staging order.
+//!
+//! # Cells: handles for staged timers
+//!
+//! A timer with a handle ([`Shard::stage_with_cell`]) is staged with a *cell*: a slot in the
+//! shard's [`Cells`] (under the queue lock) that holds a generation and, once the timer is
+//! queued, its queue key. The handle names the cell and the generation it was handed out at
+//! ([`Target::Cell`]).
+//!
+//! * The producer takes a cell from the inbox's `pool` under the inbox lock it holds anyway.
+//!   The pool is refilled from the cells that fires and cancels freed, each time the inbox
+//!   is taken (both locks are held then); only a producer that finds it empty takes the queue
+//!   lock, to reserve [`CELL_REFILL`] cells at once.
+//! * Queuing a staged timer writes its key into its cell, and `of_key[key.index()]` names
+//!   the cell, so that a drain that fires the timer frees the cell (moving its generation
+//!   on) without the handle. A cancel frees it too. A stale handle's generation no longer
+//!   matches: every operation on it is a no-op, even once the cell is reused.
+//! * An operation on a handle whose timer is still staged (in the inbox or in `taken`)
+//!   queues every staged timer of the shard first, under the queue lock it holds: the work
+//!   the timer thread would have done at its next wake-up, in the same order. The timer is
+//!   then an ordinary queued timer, and its fate is decided under the queue lock exactly once,
+//!   as below (the loom models `loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once`
+//!   and `loom_stage_and_reset_vs_drain_runs_once`). `is_pending` answers a staged timer
+//!   without queuing anything.
+//! * A detached timer ([`Shard::stage`]) has no cell ([`NO_CELL`]) and nobody can cancel,
+//!   reset or wait for it.
 //!
 //! * `inbox_earliest` is a lower bound of the earliest staged tick ([`NEVER`] when nothing
 //!   is staged), stored only under the inbox lock. [`Shard::earliest`] is the minimum of it
@@ -44,8 +68,10 @@
 //! * A flush first lowers `earliest` to `inbox_earliest` and only then resets
 //!   `inbox_earliest`, and `earliest()` reads them in the opposite order, so it never misses
 //!   a staged timer (the loom model `loom_a_flush_never_hides_a_staged_timer`).
-//! * Every handle-path insert flushes the inbox first, so one thread's timers keep their
-//!   schedule order at equal deadlines whichever way they were scheduled.
+//! * Every direct insert (wakers, notifications, recurring runs) and every reset flushes the
+//!   inbox first, so one thread's timers keep their schedule order at equal deadlines
+//!   whichever way they were scheduled, and a reset timer fires after every timer scheduled
+//!   at its new tick before the reset.
 //! * `close` takes the inbox as well: staged timers are discarded like queued ones, and a
 //!   stage after it is refused.
 
@@ -94,17 +120,127 @@ pub(crate) struct Job {
     pub(crate) deadline: u64,
 }
 
-/// A detached timer in a shard's inbox (see [`Shard::stage`]).
+/// A timer in a shard's inbox (see [`Shard::stage`]), with its cell if it has a handle.
 pub(crate) struct Staged {
     tick: u64,
     callback: Callback,
+    /// Its cell's index, or [`NO_CELL`] for a detached timer.
+    cell: u32,
 }
 
-/// The inbox of detached timers (see the module docs).
+/// The `cell` of a detached timer: it has no handle.
+const NO_CELL: u32 = u32::MAX;
+
+/// Cells a producer whose pool ran dry reserves at once (under the queue lock).
+const CELL_REFILL: usize = 1024;
+
+/// The inbox of staged timers (see the module docs).
 struct Inbox {
     staged: Vec<Staged>,
+    /// Cells reserved for the producers' handles, each with its current generation.
+    pool: Vec<CellRef>,
     /// Set at shutdown, with the queue's: stages are refused from then on.
     closed: bool,
+}
+
+/// A staged timer's cell, as its handle names it: an index into the shard's cells and the
+/// generation the cell had when it was handed out. The cell's generation moves on when the
+/// timer leaves the queue, so a stale reference finds nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CellRef {
+    index: u32,
+    generation: u32,
+}
+
+/// Where a [`TimerHandle`](super::TimerHandle) finds its timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A timer that was never queued (the service had shut down).
+    None,
+    /// A timer inserted into the queue directly: its queue key.
+    Key(TimerKey),
+    /// A timer staged through the inbox: its cell, which learns the queue key once the timer
+    /// is queued.
+    Cell(CellRef),
+}
+
+/// One cell: the generation it is at and, once its timer is queued, the timer's key.
+#[derive(Clone, Copy)]
+struct Slot {
+    generation: u32,
+    key: Option<TimerKey>,
+}
+
+/// The cells of the timers staged with a handle (see the module docs). Under the queue lock.
+#[derive(Default)]
+struct Cells {
+    slots: Vec<Slot>,
+    /// Cells given back by fires and cancels, at their next generation; moved to the inbox's
+    /// pool when the inbox is taken (both locks are held then), or handed out by a refill.
+    free: Vec<CellRef>,
+    /// `of_key[k.index()]`: the cell of the timer queued at queue index `k.index()`, if one
+    /// was (checked against the cell's key: the index may have been reused since).
+    of_key: Vec<u32>,
+    /// Cells whose timer is in the queue: while there are none, a drain skips the look-up.
+    queued: usize,
+}
+
+impl Cells {
+    /// Records that the timer of `cell` was queued under `key`.
+    #[inline]
+    fn queued(&mut self, cell: u32, key: TimerKey) {
+        let Some(slot) = self.slots.get_mut(cell as usize) else {
+            return;
+        };
+        slot.key = Some(key);
+        self.queued += 1;
+        let at = key.index() as usize;
+        if at >= self.of_key.len() {
+            self.of_key.resize(at + 1, NO_CELL);
+        }
+        self.of_key[at] = cell;
+    }
+
+    /// The timer queued under `key` left the queue (it fired or was cancelled): frees its
+    /// cell, if it has one.
+    #[inline]
+    fn left(&mut self, key: TimerKey) {
+        let Some(&cell) = self.of_key.get(key.index() as usize) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(cell as usize) else {
+            return;
+        };
+        if slot.key == Some(key) {
+            slot.key = None;
+            slot.generation = slot.generation.wrapping_add(1);
+            self.queued -= 1;
+            self.free.push(CellRef {
+                index: cell,
+                generation: slot.generation,
+            });
+        }
+    }
+
+    /// `n` cells to hand out: freed ones first, then new ones. `None` past `u32` cells.
+    fn reserve(&mut self, n: usize, out: &mut Vec<CellRef>) -> Option<()> {
+        let reused = self.free.len().min(n);
+        out.extend(self.free.drain(self.free.len() - reused..));
+        for _ in reused..n {
+            let index = u32::try_from(self.slots.len())
+                .ok()
+                .filter(|&i| i != NO_CELL)?;
+            self.slots.push(Slot {
+                generation: 0,
+                key: None,
+            });
+            out.push(CellRef {
+                index,
+                generation: 0,
+            });
+        }
+        Some(())
+    }
 }
 
 /// The inbox and what the timer thread reads of it without its lock, on cache lines of
@@ -155,6 +291,8 @@ impl WaitSlot {
 
 struct ShardState {
     queue: AnyQueue<Callback>,
+    /// The cells of timers staged with a handle.
+    cells: Cells,
     /// The inbox's other buffer: empty, with the capacity of an earlier batch.
     spare: Vec<Staged>,
     /// Timers out of the inbox but not in the queue yet: not due at the drain that took
@@ -172,6 +310,33 @@ struct ShardState {
     scheduled: u64,
     cancelled: u64,
     high_water: usize,
+}
+
+impl ShardState {
+    /// Queues a staged timer, and tells its cell the key if it has one.
+    #[inline]
+    fn enqueue(
+        &mut self,
+        Staged {
+            tick,
+            callback,
+            cell,
+        }: Staged,
+    ) {
+        let key = self.queue.insert(tick, callback);
+        self.scheduled += 1;
+        if cell != NO_CELL {
+            self.cells.queued(cell, key);
+        }
+    }
+
+    /// A queued timer left the queue (fired or cancelled): frees its cell, if it has one.
+    #[inline]
+    fn left(&mut self, key: TimerKey) {
+        if self.cells.queued > 0 {
+            self.cells.left(key);
+        }
+    }
 }
 
 /// What a shard held when it closed.
@@ -236,6 +401,7 @@ impl Shard {
         Shard {
             state: Mutex::new(ShardState {
                 queue: AnyQueue::new(flavor),
+                cells: Cells::default(),
                 spare: Vec::new(),
                 taken: VecDeque::new(),
                 taken_earliest: NEVER,
@@ -253,6 +419,7 @@ impl Shard {
             inbox: CachePadded(InboxShared {
                 inbox: Mutex::new(Inbox {
                     staged: Vec::new(),
+                    pool: Vec::new(),
                     closed: false,
                 }),
                 earliest: AtomicU64::new(NEVER),
@@ -268,12 +435,54 @@ impl Shard {
     /// it checks for a backlog of [`BACKLOG`], which it then queues itself).
     #[inline]
     pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<usize, Callback> {
+        self.stage_inner::<false>(tick, callback)
+            .map(|(len, _)| len)
+    }
+
+    /// Stages `callback` at `tick` like [`stage`](Self::stage), with a cell for its handle
+    /// (see the module docs). Gives the callback back if the shard is closed (or, in theory,
+    /// out of cells: the caller then inserts it directly).
+    #[inline]
+    pub(crate) fn stage_with_cell(
+        &self,
+        tick: u64,
+        callback: Callback,
+    ) -> Result<(usize, CellRef), Callback> {
+        self.stage_inner::<true>(tick, callback)
+    }
+
+    #[inline]
+    fn stage_inner<const CELL: bool>(
+        &self,
+        tick: u64,
+        callback: Callback,
+    ) -> Result<(usize, CellRef), Callback> {
         let shared = &self.inbox;
         let mut inbox = self.lock_producer_inbox();
-        if inbox.closed {
-            return Err(callback);
-        }
-        inbox.staged.push(Staged { tick, callback });
+        let cell = loop {
+            if inbox.closed {
+                return Err(callback);
+            }
+            if !CELL {
+                break CellRef {
+                    index: NO_CELL,
+                    generation: 0,
+                };
+            }
+            if let Some(cell) = inbox.pool.pop() {
+                break cell;
+            }
+            drop(inbox);
+            if !self.refill_pool() {
+                return Err(callback);
+            }
+            inbox = self.lock_producer_inbox();
+        };
+        inbox.staged.push(Staged {
+            tick,
+            callback,
+            cell: cell.index,
+        });
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
         let lowered = tick < shared.earliest.load(Ordering::Relaxed);
@@ -284,7 +493,27 @@ impl Shard {
         if lowered {
             self.core.lowered_earliest(tick);
         }
-        Ok(len)
+        Ok((len, cell))
+    }
+
+    /// Reserves [`CELL_REFILL`] cells into the inbox's pool, under the queue lock (a producer
+    /// whose pool ran dry: rare once timers fire, whose cells come back at each take of the
+    /// inbox). `false` if the shard is closed or out of cells.
+    #[cold]
+    fn refill_pool(&self) -> bool {
+        let mut st = self.lock_producer();
+        if st.closed {
+            return false;
+        }
+        let mut cells = Vec::with_capacity(CELL_REFILL);
+        if st.cells.reserve(CELL_REFILL, &mut cells).is_none() && cells.is_empty() {
+            return false;
+        }
+        // The queue lock is held, so no flush is waiting for the inbox: a plain lock (the
+        // producer's would wait for `drain_waiting`, which only a flush holding the queue
+        // lock raises).
+        lock(&self.inbox.inbox).pool.append(&mut cells);
+        true
     }
 
     /// How many timers are staged (a snapshot).
@@ -301,52 +530,44 @@ impl Shard {
     /// kept: `taken` is only ever queued from its front, or scanned front to back, and the
     /// inbox is appended behind it.
     fn flush(&self, st: &mut ShardState, now: u64) {
-        let ShardState {
-            queue,
-            spare,
-            taken,
-            taken_earliest,
-            scheduled,
-            high_water,
-            ..
-        } = st;
         // `taken` is scanned only when it holds a due timer, which `taken_earliest` (exact
         // after a scan) tells: a drain scans it once, not once a chunk.
-        if *taken_earliest <= now {
+        if st.taken_earliest <= now {
             let mut later = NEVER;
-            for _ in 0..taken.len() {
-                let Some(Staged { tick, callback }) = taken.pop_front() else {
+            for _ in 0..st.taken.len() {
+                let Some(staged) = st.taken.pop_front() else {
                     break;
                 };
-                if tick <= now {
-                    queue.insert(tick, callback);
-                    *scheduled += 1;
+                if staged.tick <= now {
+                    st.enqueue(staged);
                 } else {
-                    later = later.min(tick);
-                    taken.push_back(Staged { tick, callback });
+                    later = later.min(staged.tick);
+                    st.taken.push_back(staged);
                 }
             }
-            *taken_earliest = later;
+            st.taken_earliest = later;
         }
-        if self.take_inbox(spare) {
-            for Staged { tick, callback } in spare.drain(..) {
-                if tick <= now {
-                    queue.insert(tick, callback);
-                    *scheduled += 1;
+        let mut spare = std::mem::take(&mut st.spare);
+        if self.take_inbox(&mut spare, &mut st.cells.free) {
+            for staged in spare.drain(..) {
+                if staged.tick <= now {
+                    st.enqueue(staged);
                 } else {
-                    *taken_earliest = (*taken_earliest).min(tick);
-                    taken.push_back(Staged { tick, callback });
+                    st.taken_earliest = st.taken_earliest.min(staged.tick);
+                    st.taken.push_back(staged);
                 }
             }
         }
-        *high_water = (*high_water).max(queue.len() + taken.len());
-        self.taken_len.store(taken.len(), Ordering::Relaxed);
+        st.spare = spare;
+        st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
+        self.taken_len.store(st.taken.len(), Ordering::Relaxed);
     }
 
-    /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers; returns
-    /// whether it did. The caller holds the queue lock (`spare` is in its state) and puts
-    /// every timer now in `spare` into the queue or `taken`.
-    fn take_inbox(&self, spare: &mut Vec<Staged>) -> bool {
+    /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers, and gives the
+    /// inbox's pool the `free` cells; returns whether it did. The caller holds the queue lock
+    /// (`spare` and `free` are in its state) and puts every timer now in `spare` into the
+    /// queue or `taken`.
+    fn take_inbox(&self, spare: &mut Vec<Staged>, free: &mut Vec<CellRef>) -> bool {
         if self.staged() == 0 {
             return false;
         }
@@ -358,6 +579,7 @@ impl Shard {
             self.earliest.store(staged_earliest, Ordering::SeqCst);
         }
         std::mem::swap(&mut inbox.staged, spare);
+        inbox.pool.append(free);
         shared.earliest.store(NEVER, Ordering::SeqCst);
         shared.len.store(0, Ordering::Relaxed);
         true
@@ -395,17 +617,21 @@ impl Shard {
     /// Takes the inbox in behind `taken` and queues up to [`FLUSH_CHUNK`] timers from the
     /// front of `taken`. The caller holds the queue lock (`st`).
     fn queue_chunk(&self, st: &mut ShardState) {
-        if self.take_inbox(&mut st.spare) {
-            for staged in st.spare.drain(..) {
+        let mut spare = std::mem::take(&mut st.spare);
+        if self.take_inbox(&mut spare, &mut st.cells.free) {
+            for staged in spare.drain(..) {
                 st.taken_earliest = st.taken_earliest.min(staged.tick);
                 st.taken.push_back(staged);
             }
         }
+        st.spare = spare;
         let n = st.taken.len().min(FLUSH_CHUNK);
-        for Staged { tick, callback } in st.taken.drain(..n) {
-            st.queue.insert(tick, callback);
+        for _ in 0..n {
+            let Some(staged) = st.taken.pop_front() else {
+                break;
+            };
+            st.enqueue(staged);
         }
-        st.scheduled += n as u64;
         st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
         if st.taken.is_empty() {
             st.taken_earliest = NEVER;
@@ -439,15 +665,38 @@ impl Shard {
         Ok(key)
     }
 
+    /// The queue key of `target`'s timer, if it may still be pending; the caller holds the
+    /// queue lock (`st`). A timer staged with a handle and not yet queued is queued first,
+    /// with every timer staged before and after it (the work the timer thread would do at its
+    /// next wake-up), so that it can be cancelled, moved or looked at like any other.
+    fn resolve(&self, st: &mut ShardState, target: Target) -> Option<TimerKey> {
+        match target {
+            Target::None => None,
+            Target::Key(key) => Some(key),
+            Target::Cell(cell) => {
+                let slot = *st.cells.slots.get(cell.index as usize)?;
+                if slot.generation != cell.generation {
+                    return None;
+                }
+                if slot.key.is_none() && !st.closed {
+                    self.flush(st, NEVER);
+                }
+                st.cells.slots[cell.index as usize].key
+            }
+        }
+    }
+
     /// Removes a pending timer. `Some` exactly when it had not been taken out to run.
-    pub(crate) fn cancel(&self, key: TimerKey) -> Option<Callback> {
+    pub(crate) fn cancel(&self, target: Target) -> Option<Callback> {
         let mut st = self.lock_producer();
+        let key = self.resolve(&mut st, target)?;
         // Kept as the `Option` the queue returned, not unwrapped and rewrapped: see
         // `Slab::remove`.
         let removed = st.queue.remove(key);
         let callback = removed.as_ref()?;
         st.cancelled += 1;
         st.inline -= usize::from(callback.is_inline());
+        st.left(key);
         if !st.waiters.is_empty() {
             complete_waiter(&mut st.waiters, key);
         }
@@ -459,8 +708,11 @@ impl Shard {
     /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
     /// The waker is cloned only when it would not wake the same task; the one it replaces is
     /// dropped after the lock is released (an executor's waker `Drop` is user code).
-    pub(crate) fn update_waker(&self, key: TimerKey, waker: &Waker) -> bool {
+    pub(crate) fn update_waker(&self, target: Target, waker: &Waker) -> bool {
         let mut st = self.lock_producer();
+        let Some(key) = self.resolve(&mut st, target) else {
+            return false;
+        };
         let Some(slot) = st.queue.get_mut(key).and_then(Callback::waker_mut) else {
             return false;
         };
@@ -474,8 +726,16 @@ impl Shard {
     }
 
     /// Moves a pending timer to `tick`; `false` if it already fired or was cancelled.
-    pub(crate) fn reset(&self, key: TimerKey, tick: u64) -> bool {
+    pub(crate) fn reset(&self, target: Target, tick: u64) -> bool {
         let mut st = self.lock_producer();
+        let Some(key) = self.resolve(&mut st, target) else {
+            return false;
+        };
+        if self.unqueued() > 0 {
+            // Timers staged before the reset go in first: they fire before it at its new
+            // tick, as they would have had they been queued already.
+            self.flush(&mut st, NEVER);
+        }
         if !st.queue.reset(key, tick) {
             return false;
         }
@@ -552,13 +812,34 @@ impl Shard {
     }
 
     /// The effective deadline tick of a pending timer.
-    pub(crate) fn deadline(&self, key: TimerKey) -> Option<u64> {
-        lock(&self.state).queue.deadline(key)
+    pub(crate) fn deadline(&self, target: Target) -> Option<u64> {
+        let mut st = lock(&self.state);
+        let key = self.resolve(&mut st, target)?;
+        st.queue.deadline(key)
+    }
+
+    /// Whether a timer is still pending. A staged one is, until shutdown, without being
+    /// queued first.
+    pub(crate) fn is_pending(&self, target: Target) -> bool {
+        let mut st = lock(&self.state);
+        if let Target::Cell(cell) = target {
+            let staged = st
+                .cells
+                .slots
+                .get(cell.index as usize)
+                .is_some_and(|slot| slot.generation == cell.generation && slot.key.is_none());
+            if staged {
+                return !st.closed;
+            }
+        }
+        self.resolve(&mut st, target)
+            .is_some_and(|key| st.queue.deadline(key).is_some())
     }
 
     /// Registers a waiter for a pending timer; `None` if it is no longer pending.
-    pub(crate) fn register_waiter(&self, key: TimerKey) -> Option<Arc<WaitSlot>> {
+    pub(crate) fn register_waiter(&self, target: Target) -> Option<Arc<WaitSlot>> {
         let mut st = lock(&self.state);
+        let key = self.resolve(&mut st, target)?;
         st.queue.deadline(key)?;
         let slot = Arc::new(WaitSlot::new());
         st.waiters.push((key, slot.clone()));
@@ -615,6 +896,7 @@ impl Shard {
                 return (n, false);
             };
             n += 1;
+            st.left(key);
             if !st.waiters.is_empty() {
                 complete_waiter(&mut st.waiters, key);
             }
@@ -744,9 +1026,10 @@ mod tests {
     }
 
     /// Inserts a callback at `tick` that counts its runs in `ran`.
-    fn counting(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> TimerKey {
+    fn counting(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> Target {
         shard
             .insert(tick, counter(ran))
+            .map(Target::Key)
             .unwrap_or_else(|_| panic!("shard closed"))
     }
 
@@ -846,10 +1129,11 @@ mod tests {
     }
 
     /// A `Sleep`'s timer: an entry whose callback wakes `count`'s waker.
-    fn waker_entry(shard: &Shard, tick: u64, count: &StdArc<CountWake>) -> TimerKey {
+    fn waker_entry(shard: &Shard, tick: u64, count: &StdArc<CountWake>) -> Target {
         let waker = Waker::from(count.clone());
         shard
             .insert(tick, Callback::waker(waker))
+            .map(Target::Key)
             .unwrap_or_else(|_| panic!("shard closed"))
     }
 
@@ -1022,6 +1306,61 @@ mod tests {
             }
             assert_eq!(ran.load(Ordering::SeqCst), 1);
             assert_eq!(fire(&shard, 100), 0);
+        });
+    }
+
+    /// Stages a callback at `tick` with a cell (as `schedule` does) that counts its runs in
+    /// `ran`; returns its handle's target.
+    fn staged_with_cell(shard: &Shard, tick: u64, ran: &Arc<AtomicUsize>) -> Target {
+        shard
+            .stage_with_cell(tick, counter(ran))
+            .map(|(_, cell)| Target::Cell(cell))
+            .unwrap_or_else(|_| panic!("shard closed"))
+    }
+
+    /// A timer staged with a handle is cancelled while the timer thread drains its tick (and
+    /// so takes it out of the inbox): `true` exactly when its callback never runs.
+    #[test]
+    fn loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let target = staged_with_cell(&shard, 1, &ran);
+            let firer = race(&shard, |shard| fire(shard, 1));
+            let canceller = race(&shard, move |shard| shard.cancel(target).is_some());
+            let cancelled = canceller.join().unwrap();
+            let drained = firer.join().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
+            assert_eq!(drained, usize::from(!cancelled));
+            assert!(shard.cancel(target).is_none(), "a cell is decided once");
+            assert!(!shard.is_pending(target));
+            assert_eq!(fire(&shard, 100), 0);
+        });
+    }
+
+    /// A producer stages a timer with a handle (its pool empty, so it reserves cells under
+    /// the queue lock first) and resets it while the timer thread drains: the timer runs
+    /// once, at tick 1 if the drain had it first and at tick 3 if the reset did.
+    #[test]
+    fn loom_stage_and_reset_vs_drain_runs_once() {
+        model(|| {
+            let shard = shard();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let producer = {
+                let ran = ran.clone();
+                race(&shard, move |shard| {
+                    let target = staged_with_cell(shard, 1, &ran);
+                    shard.reset(target, 3)
+                })
+            };
+            let firer = race(&shard, |shard| fire(shard, 1));
+            let moved = producer.join().unwrap();
+            let first = firer.join().unwrap();
+            assert_eq!(first, usize::from(!moved));
+            assert_eq!(ran.load(Ordering::SeqCst), first);
+            assert_eq!(fire(&shard, 2), 0, "never early");
+            assert_eq!(fire(&shard, 3) + first, 1);
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
         });
     }
 

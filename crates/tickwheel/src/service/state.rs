@@ -24,7 +24,7 @@ use std::time::Instant;
 use super::callback::{Callback, Expire};
 use super::core::Core;
 use super::handle::TimerHandle;
-use super::shard::{Closed, Drained, Shard, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
+use super::shard::{Closed, Drained, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
 use super::worker::{Dispatch, PanicHandler, WorkerStats};
 use super::ScheduleError;
 use crate::sync::{lock, Arc, AtomicBool, Counter, Mutex, Ordering};
@@ -108,7 +108,7 @@ impl ServiceState {
         match shard.insert(tick, callback) {
             Ok(key) => Ok(TimerHandle {
                 shard: shard.clone(),
-                key: Some(key),
+                target: Target::Key(key),
             }),
             Err(callback) => {
                 self.core.release(1);
@@ -126,21 +126,59 @@ impl ServiceState {
         self.core.reserve(false);
         let shard = self.local_shard();
         match shard.stage(tick, callback) {
-            Ok(staged) if staged % FLUSH_CHUNK != 0 => {}
-            Ok(staged) => {
-                if staged == FLUSH_AT {
-                    // The timer thread takes it in (it also does at every wake-up).
-                    self.core.unpark_driver();
-                }
-                if shard.unqueued() >= BACKLOG {
-                    // The timer thread is behind: this thread queues its shard's timers.
-                    shard.help_flush();
-                }
-            }
+            Ok(staged) => self.staged(shard, staged),
             Err(callback) => {
                 self.core.release(1);
                 callback.discard();
             }
+        }
+    }
+
+    /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
+    /// `shard.rs`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
+    /// the callback is discarded and an error returned.
+    #[inline]
+    pub(crate) fn schedule_staged(
+        &self,
+        tick: u64,
+        callback: Callback,
+        enforce_cap: bool,
+    ) -> Result<TimerHandle, ScheduleError> {
+        if !self.core.reserve(enforce_cap) {
+            return Err(ScheduleError::Full);
+        }
+        let shard = self.local_shard();
+        match shard.stage_with_cell(tick, callback) {
+            Ok((staged, cell)) => {
+                self.staged(shard, staged);
+                Ok(TimerHandle {
+                    shard: shard.clone(),
+                    target: Target::Cell(cell),
+                })
+            }
+            Err(callback) => {
+                // Closed (or out of cells): the direct insert refuses it or queues it.
+                self.core.release(1);
+                self.schedule_callback(tick, callback, enforce_cap)
+            }
+        }
+    }
+
+    /// After a stage that left `staged` timers in `shard`'s inbox: every [`FLUSH_AT`] the
+    /// timer thread is asked to take them in; a backlog of [`BACKLOG`] this thread queues
+    /// itself.
+    #[inline]
+    fn staged(&self, shard: &Shard, staged: usize) {
+        if staged % FLUSH_CHUNK != 0 {
+            return;
+        }
+        if staged == FLUSH_AT {
+            // The timer thread takes it in (it also does at every wake-up).
+            self.core.unpark_driver();
+        }
+        if shard.unqueued() >= BACKLOG {
+            // The timer thread is behind: this thread queues its shard's timers.
+            shard.help_flush();
         }
     }
 
@@ -171,7 +209,7 @@ impl ServiceState {
     pub(crate) fn inert_handle(&self) -> TimerHandle {
         TimerHandle {
             shard: self.local_shard().clone(),
-            key: None,
+            target: Target::None,
         }
     }
 
