@@ -131,8 +131,10 @@ pub(crate) struct Staged {
 /// The `cell` of a detached timer: it has no handle.
 const NO_CELL: u32 = u32::MAX;
 
-/// Cells a producer whose pool ran dry reserves at once (under the queue lock).
-const CELL_REFILL: usize = 1024;
+/// Cells a producer whose pool ran dry reserves at once (under the queue lock). In a steady
+/// stream of schedules it does not run dry: each take of the inbox tops the pool up (see
+/// [`Shard::take_inbox`]).
+const CELL_REFILL: usize = 4096;
 
 /// The inbox of staged timers (see the module docs).
 struct Inbox {
@@ -183,6 +185,11 @@ struct Cells {
     of_key: Vec<u32>,
     /// Cells whose timer is in the queue: while there are none, a drain skips the look-up.
     queued: usize,
+    /// The inbox's pool length when last seen (under both locks).
+    pooled: usize,
+    /// How many cells the producers took from the pool between the last two takes of the
+    /// inbox: the pool is topped up to twice that.
+    used: usize,
 }
 
 impl Cells {
@@ -220,6 +227,29 @@ impl Cells {
                 generation: slot.generation,
             });
         }
+    }
+
+    /// Makes sure the pool will have twice the last interval's use after the next take:
+    /// called by the timer thread before it takes the inbox lock, so that the new cells are
+    /// made without holding up the producers.
+    fn top_up(&mut self) {
+        let want = 2 * self.used;
+        let have = self.pooled.saturating_sub(self.used) + self.free.len();
+        if want > have {
+            let mut fresh = Vec::new();
+            // Past `u32` cells a producer finds the pool empty and falls back to a direct
+            // insert.
+            let _ = self.reserve(want - have, &mut fresh);
+            self.free.append(&mut fresh);
+        }
+    }
+
+    /// Hands the `free` cells to the inbox's `pool` (the caller holds both locks), and
+    /// learns how many the producers used since the last time.
+    fn refill(&mut self, pool: &mut Vec<CellRef>) {
+        self.used = self.pooled.saturating_sub(pool.len());
+        pool.append(&mut self.free);
+        self.pooled = pool.len();
     }
 
     /// `n` cells to hand out: freed ones first, then new ones. `None` past `u32` cells.
@@ -512,7 +542,9 @@ impl Shard {
         // The queue lock is held, so no flush is waiting for the inbox: a plain lock (the
         // producer's would wait for `drain_waiting`, which only a flush holding the queue
         // lock raises).
-        lock(&self.inbox.inbox).pool.append(&mut cells);
+        let mut inbox = lock(&self.inbox.inbox);
+        st.cells.free.append(&mut cells);
+        st.cells.refill(&mut inbox.pool);
         true
     }
 
@@ -548,7 +580,7 @@ impl Shard {
             st.taken_earliest = later;
         }
         let mut spare = std::mem::take(&mut st.spare);
-        if self.take_inbox(&mut spare, &mut st.cells.free) {
+        if self.take_inbox(&mut spare, &mut st.cells) {
             for staged in spare.drain(..) {
                 if staged.tick <= now {
                     st.enqueue(staged);
@@ -563,14 +595,16 @@ impl Shard {
         self.taken_len.store(st.taken.len(), Ordering::Relaxed);
     }
 
-    /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers, and gives the
-    /// inbox's pool the `free` cells; returns whether it did. The caller holds the queue lock
-    /// (`spare` and `free` are in its state) and puts every timer now in `spare` into the
-    /// queue or `taken`.
-    fn take_inbox(&self, spare: &mut Vec<Staged>, free: &mut Vec<CellRef>) -> bool {
+    /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers, and tops the
+    /// inbox's pool of cells up (with the freed ones, and new ones when the producers used
+    /// more than that); returns whether it did. The caller holds the queue lock (`spare` and
+    /// `cells` are in its state) and puts every timer now in `spare` into the queue or
+    /// `taken`.
+    fn take_inbox(&self, spare: &mut Vec<Staged>, cells: &mut Cells) -> bool {
         if self.staged() == 0 {
             return false;
         }
+        cells.top_up();
         let shared = &self.inbox;
         let mut inbox = self.lock_drain_inbox();
         // Lower `earliest` before resetting the inbox's: `earliest()` never misses one.
@@ -579,7 +613,7 @@ impl Shard {
             self.earliest.store(staged_earliest, Ordering::SeqCst);
         }
         std::mem::swap(&mut inbox.staged, spare);
-        inbox.pool.append(free);
+        cells.refill(&mut inbox.pool);
         shared.earliest.store(NEVER, Ordering::SeqCst);
         shared.len.store(0, Ordering::Relaxed);
         true
@@ -618,7 +652,7 @@ impl Shard {
     /// front of `taken`. The caller holds the queue lock (`st`).
     fn queue_chunk(&self, st: &mut ShardState) {
         let mut spare = std::mem::take(&mut st.spare);
-        if self.take_inbox(&mut spare, &mut st.cells.free) {
+        if self.take_inbox(&mut spare, &mut st.cells) {
             for staged in spare.drain(..) {
                 st.taken_earliest = st.taken_earliest.min(staged.tick);
                 st.taken.push_back(staged);
