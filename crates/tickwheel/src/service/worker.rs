@@ -3,10 +3,19 @@
 //! # Hand-off
 //!
 //! The timer thread (or a `settle` call) pushes due callbacks in **batches** onto one
-//! mutex-guarded queue and notifies once per batch, not once per callback. A batch is at most
-//! [`MAX_BATCH`] callbacks and the due list is split so that every worker gets a share. Workers
+//! mutex-guarded queue and notifies once per push, not once per callback. A batch is at most
+//! [`MAX_BATCH`] callbacks. A large due list is split so that every worker gets a share; a
+//! small one is not split below [`MIN_SHARE`] callbacks a batch: waking a second worker (a
+//! futex wake, then a context switch in and out, several microseconds on a virtual machine)
+//! costs more than the first worker spends running a few dozen short callbacks, and at a fine
+//! resolution a drain every few ticks would otherwise wake every worker every time. Workers
 //! take batches in push order, so callbacks *start* in the order they were pushed (deadline
 //! order, see the service docs); with one worker they also *run* in that order.
+//!
+//! A push wakes only workers that wait: the queue counts them, and with none waiting (every
+//! worker still busy with earlier batches, which it looks for again before it waits) the
+//! push makes no syscall at all. Likewise a worker that finishes the last callback in flight
+//! notifies `idle` only when a `settle` waits on it.
 //!
 //! # Panics
 //!
@@ -31,12 +40,20 @@ use crate::sync::{lock, wait, Condvar, Counter, Mutex};
 /// The largest batch handed to one worker at once.
 pub(crate) const MAX_BATCH: usize = 256;
 
+/// The smallest share a due list is split into (see the module docs); a shorter list is one
+/// batch.
+pub(crate) const MIN_SHARE: usize = 64;
+
 /// A user-supplied panic handler.
 pub(crate) type PanicHandler = std::sync::Arc<dyn Fn(&(dyn Any + Send)) + Send + Sync>;
 
 struct Queue {
     batches: VecDeque<Vec<Job>>,
     in_flight: usize,
+    /// Workers blocked in `take` (counted from before their wait until after it).
+    waiting: usize,
+    /// Threads blocked in `wait_idle`, counted the same way.
+    idle_waiting: usize,
     stopping: bool,
 }
 
@@ -62,6 +79,8 @@ impl Dispatch {
             queue: Mutex::new(Queue {
                 batches: VecDeque::new(),
                 in_flight: 0,
+                waiting: 0,
+                idle_waiting: 0,
                 stopping: false,
             }),
             work: Condvar::new(),
@@ -75,7 +94,10 @@ impl Dispatch {
         if jobs.is_empty() {
             return;
         }
-        let size = jobs.len().div_ceil(self.workers).clamp(1, MAX_BATCH);
+        let size = jobs
+            .len()
+            .div_ceil(self.workers)
+            .clamp(MIN_SHARE, MAX_BATCH);
         let mut batches = Vec::with_capacity(jobs.len().div_ceil(size));
         let mut rest = jobs.drain(..);
         loop {
@@ -92,11 +114,13 @@ impl Dispatch {
             q.in_flight += batch.len();
             q.batches.push_back(batch);
         }
+        // A worker not waiting looks at the queue before it waits: it needs no wake-up.
+        let wake = q.waiting.min(count);
         drop(q);
-        if count == 1 {
-            self.work.notify_one();
-        } else {
-            self.work.notify_all();
+        match wake {
+            0 => {}
+            1 => self.work.notify_one(),
+            _ => self.work.notify_all(),
         }
     }
 
@@ -104,7 +128,9 @@ impl Dispatch {
     pub(crate) fn wait_idle(&self) {
         let mut q = lock(&self.queue);
         while q.in_flight > 0 {
+            q.idle_waiting += 1;
             q = wait(&self.idle, q);
+            q.idle_waiting -= 1;
         }
     }
 
@@ -124,7 +150,7 @@ impl Dispatch {
         let mut q = lock(&self.queue);
         if finished > 0 {
             q.in_flight -= finished;
-            if q.in_flight == 0 {
+            if q.in_flight == 0 && q.idle_waiting > 0 {
                 self.idle.notify_all();
             }
         }
@@ -135,7 +161,9 @@ impl Dispatch {
             if q.stopping {
                 return None;
             }
+            q.waiting += 1;
             q = wait(&self.work, q);
+            q.waiting -= 1;
         }
     }
 }
@@ -169,5 +197,62 @@ fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHa
         }
         // Dropping a panic payload can itself panic; contain that too.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::callback::Callback;
+
+    fn jobs(n: usize) -> Vec<Job> {
+        (0..n)
+            .map(|i| Job {
+                callback: Callback::new(|| {}),
+                deadline: i as u64,
+            })
+            .collect()
+    }
+
+    /// The batch sizes a push of `n` callbacks makes for `workers` workers, in queue order,
+    /// and whether the deadlines come out in the order they went in.
+    fn split(workers: usize, n: usize) -> Vec<usize> {
+        let dispatch = Dispatch::new(workers);
+        dispatch.push(&mut jobs(n));
+        let q = lock(&dispatch.queue);
+        assert_eq!(q.in_flight, n);
+        let order: Vec<u64> = q.batches.iter().flatten().map(|j| j.deadline).collect();
+        assert_eq!(order, (0..n as u64).collect::<Vec<_>>());
+        q.batches.iter().map(Vec::len).collect()
+    }
+
+    #[test]
+    fn small_drains_are_one_batch_large_ones_a_share_a_worker() {
+        assert_eq!(split(2, 0), Vec::<usize>::new());
+        assert_eq!(split(2, 1), [1]);
+        // Below two shares of `MIN_SHARE`: one batch, one worker woken.
+        assert_eq!(split(2, MIN_SHARE), [MIN_SHARE]);
+        assert_eq!(split(4, 2 * MIN_SHARE - 1), [MIN_SHARE, MIN_SHARE - 1]);
+        // Enough for every worker: a share each.
+        assert_eq!(split(2, 300), [150, 150]);
+        // Never more than `MAX_BATCH` a batch.
+        assert_eq!(split(1, 600), [MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]);
+    }
+
+    #[test]
+    fn a_push_with_no_worker_waiting_needs_no_wake_up_and_nothing_is_lost() {
+        let dispatch = Dispatch::new(1);
+        // No worker waits yet: the push only queues.
+        dispatch.push(&mut jobs(3));
+        assert_eq!(lock(&dispatch.queue).waiting, 0);
+        // A worker that arrives later finds the batch before it would wait.
+        let batch = dispatch.take(0).unwrap();
+        assert_eq!(batch.len(), 3);
+        assert!(!dispatch.is_idle());
+        dispatch.stop();
+        assert!(dispatch.take(batch.len()).is_none());
+        assert!(dispatch.is_idle());
+        let q = lock(&dispatch.queue);
+        assert_eq!((q.waiting, q.idle_waiting), (0, 0));
     }
 }
