@@ -67,6 +67,7 @@ fn check(ops: &[Op]) {
     let mut handles: Vec<(usize, TimerHandle)> = Vec::new();
     let mut seq = 0u64;
     let mut next_id = 0usize;
+    let mut cancelled = 0u64;
     for op in ops {
         let now = service.now();
         let tick_of = |delay: Duration| ticks.delay_tick(now, delay);
@@ -98,6 +99,7 @@ fn check(ops: &[Op]) {
                 let (id, handle) = &handles[i % handles.len()];
                 let expected = place.remove(id).map(|at| model.remove(&at));
                 assert_eq!(handle.cancel(), expected.is_some(), "cancel {id}");
+                cancelled += u64::from(expected.is_some());
             }
             Op::Reset(i, ms) if !handles.is_empty() => {
                 let (id, handle) = &handles[i % handles.len()];
@@ -148,6 +150,8 @@ fn check(ops: &[Op]) {
     }
     let stats = service.stats();
     assert_eq!(stats.pending, model.len());
+    assert_eq!(stats.scheduled, next_id as u64);
+    assert_eq!(stats.cancelled, cancelled);
     service.shutdown();
     // Shutdown discards what is pending: every handle is then stale.
     assert!(handles.iter().all(|(_, h)| !h.is_pending() && !h.cancel()));

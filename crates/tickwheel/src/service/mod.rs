@@ -59,10 +59,12 @@
 //! itself, so the timer thread never faces a backlog that would make it late, and producers
 //! scale with their number.
 //!
-//! `cancel`, `reset`, `deadline` and `wait` lock the timer's shard once. On a timer still in
-//! the inbox they first queue the shard's staged timers (the work the timer thread would have
-//! done), so the first such call after a burst costs the burst's queuing; later ones cost an
-//! O(1) queue operation. [`is_pending`](TimerHandle::is_pending) queues nothing.
+//! `cancel` of a timer among the last few dozen its thread staged (a timeout cancelled soon
+//! after it was scheduled) takes it out of the inbox, under the inbox lock: it is never
+//! queued. Otherwise `cancel`, `reset`, `deadline`, `is_pending` and `wait` lock the timer's
+//! shard once; on a timer still staged they first queue the shard's staged timers (the work
+//! the timer thread would have done), so the first such call after a burst costs the
+//! burst's queuing, and later ones an O(1) queue operation.
 //! [`schedule_detached`](TimerService::schedule_detached) skips the handle (no cell, no `Arc`)
 //! for timers nobody will cancel. A direct insert (the futures' wakers, `Deadlines`, recurring
 //! runs) and a reset first queue the inbox, so one thread's timers keep their schedule order

@@ -36,30 +36,39 @@
 //! # Cells: handles for staged timers
 //!
 //! A timer with a handle ([`Shard::stage_with_cell`]) is staged with a *cell*: a slot in the
-//! shard's [`Cells`] (under the queue lock) that holds a generation and, once the timer is
-//! queued, its queue key. The handle names the cell and the generation it was handed out at
-//! ([`Target::Cell`]).
+//! shard's [`Cells`] (under the queue lock) that learns the timer's queue key when it is
+//! queued. The handle names the cell and the generation it was handed out at
+//! ([`Target::Cell`]); the staged entry carries both too.
 //!
 //! * The producer takes a cell from the inbox's `pool` under the inbox lock it holds anyway.
 //!   The pool is refilled from the cells that fires and cancels freed, each time the inbox
-//!   is taken (both locks are held then); only a producer that finds it empty takes the queue
-//!   lock, to reserve [`CELL_REFILL`] cells at once.
-//! * Queuing a staged timer writes its key into its cell, and `of_key[key.index()]` names
-//!   the cell, so that a drain that fires the timer frees the cell (moving its generation
-//!   on) without the handle. A cancel frees it too. A stale handle's generation no longer
-//!   matches: every operation on it is a no-op, even once the cell is reused.
-//! * An operation on a handle whose timer is still staged (in the inbox or in `taken`)
-//!   queues every staged timer of the shard first, under the queue lock it holds: the work
-//!   the timer thread would have done at its next wake-up, in the same order. The timer is
-//!   then an ordinary queued timer, and its fate is decided under the queue lock exactly once,
-//!   as below (the loom models `loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once`
-//!   and `loom_stage_and_reset_vs_drain_runs_once`). `is_pending` answers a staged timer
-//!   without queuing anything.
+//!   is taken (both locks are held then), with new cells for twice what the producers used
+//!   since the last take; only a producer that finds it empty takes the queue lock, to
+//!   reserve [`CELL_REFILL`] cells at once.
+//! * Queuing a staged timer writes its key and generation into its cell, and
+//!   `of_key[key.index()]` names the cell, so that a drain that fires the timer frees the
+//!   cell (its next generation goes to the pool) without the handle. A cancel frees it too.
+//!   A stale handle's generation no longer matches: every operation on it is a no-op, even
+//!   once the cell is reused.
+//! * A cancel first looks for its timer among the inbox's [`CANCEL_SCAN`] latest entries,
+//!   under the inbox lock only ([`Shard::cancel_staged`]): a timer found there cannot be
+//!   taken by anyone else meanwhile, so removing it decides its fate, and its cell goes back
+//!   to the pool at its next generation. A timeout cancelled soon after it was scheduled is
+//!   thus never queued at all.
+//! * Any other operation on a handle whose timer may still be staged (in the inbox or in
+//!   `taken`) queues every staged timer of the shard first, under the queue lock it holds:
+//!   the work the timer thread would have done at its next wake-up, in the same order. The
+//!   timer is then an ordinary queued timer (or found gone), and its fate is decided under
+//!   the queue lock exactly once, as below (the loom models
+//!   `loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once` and
+//!   `loom_stage_and_reset_vs_drain_runs_once`).
 //! * A detached timer ([`Shard::stage`]) has no cell ([`NO_CELL`]) and nobody can cancel,
 //!   reset or wait for it.
 //!
 //! * `inbox_earliest` is a lower bound of the earliest staged tick ([`NEVER`] when nothing
-//!   is staged), stored only under the inbox lock. [`Shard::earliest`] is the minimum of it
+//!   was staged since the last take; a cancel in the inbox leaves it, and a drain that finds
+//!   it due takes the inbox even when it is empty, which resets it), stored only under the
+//!   inbox lock. [`Shard::earliest`] is the minimum of it
 //!   and `earliest`, so the timer thread's sleep and wake-up protocol (see `core.rs`) covers
 //!   staged timers as it covers queued ones: a stage that lowers `inbox_earliest` stores it
 //!   and then checks the timer thread's sleep target, as an insert does. `taken` is covered
@@ -126,10 +135,16 @@ pub(crate) struct Staged {
     callback: Callback,
     /// Its cell's index, or [`NO_CELL`] for a detached timer.
     cell: u32,
+    /// The generation its handle names the cell by (0 for a detached timer).
+    generation: u32,
 }
 
 /// The `cell` of a detached timer: it has no handle.
 const NO_CELL: u32 = u32::MAX;
+
+/// How many of the inbox's latest timers a cancel looks through for its timer before it
+/// queues the inbox instead (see [`Shard::cancel_staged`]).
+const CANCEL_SCAN: usize = 64;
 
 /// Cells a producer whose pool ran dry reserves at once (under the queue lock). In a steady
 /// stream of schedules it does not run dry: each take of the inbox tops the pool up (see
@@ -141,6 +156,8 @@ struct Inbox {
     staged: Vec<Staged>,
     /// Cells reserved for the producers' handles, each with its current generation.
     pool: Vec<CellRef>,
+    /// How many timers were cancelled while in the inbox, for `Stats`.
+    cancelled: u64,
     /// Set at shutdown, with the queue's: stages are refused from then on.
     closed: bool,
 }
@@ -166,7 +183,9 @@ pub(crate) enum Target {
     Cell(CellRef),
 }
 
-/// One cell: the generation it is at and, once its timer is queued, the timer's key.
+/// One cell: while its timer is queued, the timer's key and the generation its handle names
+/// the cell by. Otherwise `key` is `None` (the timer is staged, or gone) and `generation` is
+/// stale: the next generation of a free cell travels with it, in the pool and in `Staged`.
 #[derive(Clone, Copy)]
 struct Slot {
     generation: u32,
@@ -193,13 +212,14 @@ struct Cells {
 }
 
 impl Cells {
-    /// Records that the timer of `cell` was queued under `key`.
+    /// Records that the timer of `cell` (at `generation`) was queued under `key`.
     #[inline]
-    fn queued(&mut self, cell: u32, key: TimerKey) {
+    fn queued(&mut self, cell: u32, generation: u32, key: TimerKey) {
         let Some(slot) = self.slots.get_mut(cell as usize) else {
             return;
         };
         slot.key = Some(key);
+        slot.generation = generation;
         self.queued += 1;
         let at = key.index() as usize;
         if at >= self.of_key.len() {
@@ -351,12 +371,13 @@ impl ShardState {
             tick,
             callback,
             cell,
+            generation,
         }: Staged,
     ) {
         let key = self.queue.insert(tick, callback);
         self.scheduled += 1;
         if cell != NO_CELL {
-            self.cells.queued(cell, key);
+            self.cells.queued(cell, generation, key);
         }
     }
 
@@ -450,6 +471,7 @@ impl Shard {
                 inbox: Mutex::new(Inbox {
                     staged: Vec::new(),
                     pool: Vec::new(),
+                    cancelled: 0,
                     closed: false,
                 }),
                 earliest: AtomicU64::new(NEVER),
@@ -512,6 +534,7 @@ impl Shard {
             tick,
             callback,
             cell: cell.index,
+            generation: cell.generation,
         });
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
@@ -602,6 +625,13 @@ impl Shard {
     /// `taken`.
     fn take_inbox(&self, spare: &mut Vec<Staged>, cells: &mut Cells) -> bool {
         if self.staged() == 0 {
+            if self.inbox.earliest.load(Ordering::Relaxed) != NEVER {
+                // Emptied by cancels (see `cancel_staged`): its earliest tick is stale.
+                let inbox = lock(&self.inbox.inbox);
+                if inbox.staged.is_empty() {
+                    self.inbox.earliest.store(NEVER, Ordering::SeqCst);
+                }
+            }
             return false;
         }
         cells.top_up();
@@ -708,20 +738,27 @@ impl Shard {
             Target::None => None,
             Target::Key(key) => Some(key),
             Target::Cell(cell) => {
+                let queued = |st: &ShardState| {
+                    let slot = st.cells.slots.get(cell.index as usize)?;
+                    slot.key.filter(|_| slot.generation == cell.generation)
+                };
                 let slot = *st.cells.slots.get(cell.index as usize)?;
-                if slot.generation != cell.generation {
-                    return None;
-                }
                 if slot.key.is_none() && !st.closed {
+                    // Staged (or gone): queue what is staged, then look again.
                     self.flush(st, NEVER);
                 }
-                st.cells.slots[cell.index as usize].key
+                queued(st)
             }
         }
     }
 
     /// Removes a pending timer. `Some` exactly when it had not been taken out to run.
     pub(crate) fn cancel(&self, target: Target) -> Option<Callback> {
+        if let Target::Cell(cell) = target {
+            if let Some(callback) = self.cancel_staged(cell) {
+                return Some(callback);
+            }
+        }
         let mut st = self.lock_producer();
         let key = self.resolve(&mut st, target)?;
         // Kept as the `Option` the queue returned, not unwrapped and rewrapped: see
@@ -737,6 +774,39 @@ impl Shard {
         drop(st);
         self.core.release(1);
         removed
+    }
+
+    /// Cancels the timer of `cell` if it is among the inbox's [`CANCEL_SCAN`] latest timers:
+    /// a timer cancelled soon after it was scheduled (a timeout whose request completed) is
+    /// then never queued at all. In the inbox, under the inbox lock, nothing else can take it,
+    /// so finding it there decides its fate. The cell goes straight back to the pool at its
+    /// next generation (its slot, never written for this timer, stays as it was). `None` if it
+    /// is not there (queued, taken, further back, fired, cancelled): the caller then goes
+    /// through the queue.
+    fn cancel_staged(&self, cell: CellRef) -> Option<Callback> {
+        let mut inbox = self.lock_producer_inbox();
+        let from = inbox.staged.len().saturating_sub(CANCEL_SCAN);
+        let at = from
+            + inbox.staged[from..]
+                .iter()
+                .rposition(|s| s.cell == cell.index && s.generation == cell.generation)?;
+        let Staged { callback, .. } = if at + 1 == inbox.staged.len() {
+            inbox.staged.pop()?
+        } else {
+            inbox.staged.remove(at)
+        };
+        // The inbox's earliest tick stays: a lower bound still, which the next take resets
+        // (even of an empty inbox, see `take_inbox`). Not resetting it here keeps a
+        // schedule-then-cancel loop from storing it twice a timer.
+        self.inbox.len.store(inbox.staged.len(), Ordering::Relaxed);
+        inbox.pool.push(CellRef {
+            index: cell.index,
+            generation: cell.generation.wrapping_add(1),
+        });
+        inbox.cancelled += 1;
+        drop(inbox);
+        self.core.release(1);
+        Some(callback)
     }
 
     /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
@@ -852,20 +922,9 @@ impl Shard {
         st.queue.deadline(key)
     }
 
-    /// Whether a timer is still pending. A staged one is, until shutdown, without being
-    /// queued first.
+    /// Whether a timer is still pending (a staged one is queued first, see `resolve`).
     pub(crate) fn is_pending(&self, target: Target) -> bool {
         let mut st = lock(&self.state);
-        if let Target::Cell(cell) = target {
-            let staged = st
-                .cells
-                .slots
-                .get(cell.index as usize)
-                .is_some_and(|slot| slot.generation == cell.generation && slot.key.is_none());
-            if staged {
-                return !st.closed;
-            }
-        }
         self.resolve(&mut st, target)
             .is_some_and(|key| st.queue.deadline(key).is_some())
     }
@@ -917,7 +976,7 @@ impl Shard {
     fn drain_chunk(&self, now: u64, out: &mut Drained) -> (usize, bool) {
         let mut st = self.lock_drain();
         let st = &mut *st;
-        if self.unqueued() > 0 {
+        if self.unqueued() > 0 || self.inbox.earliest.load(Ordering::Relaxed) <= now {
             self.flush(st, now);
         }
         let mut n = 0;
@@ -1002,13 +1061,18 @@ impl Shard {
         let st = lock(&self.state);
         // Staged timers are pending and scheduled already; they are counted as they enter
         // the queue.
-        let staged = st.taken.len() + lock(&self.inbox.inbox).staged.len();
+        // Those cancelled in the inbox were scheduled and cancelled without being queued.
+        let (inbox, cancelled_staged) = {
+            let inbox = lock(&self.inbox.inbox);
+            (inbox.staged.len(), inbox.cancelled)
+        };
+        let staged = st.taken.len() + inbox;
         ShardCounts {
             pending: st.queue.len() + staged,
             capacity: st.queue.capacity(),
             high_water: st.high_water.max(st.queue.len() + staged),
-            scheduled: st.scheduled + staged as u64,
-            cancelled: st.cancelled,
+            scheduled: st.scheduled + staged as u64 + cancelled_staged,
+            cancelled: st.cancelled + cancelled_staged,
         }
     }
 }
@@ -1370,6 +1434,42 @@ mod tests {
             assert!(!shard.is_pending(target));
             assert_eq!(fire(&shard, 100), 0);
         });
+    }
+
+    /// A timer cancelled while still in the inbox is never queued, and leaves no trace the
+    /// timer thread would wake for; its handle is stale at once.
+    #[test]
+    fn a_cancel_in_the_inbox_leaves_nothing_behind() {
+        let shard = shard();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let target = staged_with_cell(&shard, 3, &ran);
+        assert!(shard.cancel(target).is_some());
+        assert_eq!(shard.staged(), 0);
+        // Its tick stays a lower bound until a drain finds nothing there (once, not forever).
+        assert_eq!(shard.earliest(), 3);
+        assert_eq!(fire(&shard, 3), 0);
+        assert_eq!(
+            shard.earliest(),
+            NEVER,
+            "the timer thread would spin on tick 3"
+        );
+        assert!(!shard.is_pending(target));
+        assert!(shard.cancel(target).is_none());
+        assert!(shard.deadline(target).is_none());
+        let counts = shard.counts();
+        assert_eq!(
+            (counts.pending, counts.scheduled, counts.cancelled),
+            (0, 1, 1)
+        );
+        // The cell is back in the pool: the next timer reuses it, the old handle stays stale.
+        let again = staged_with_cell(&shard, 3, &ran);
+        assert!(
+            matches!((again, target), (Target::Cell(a), Target::Cell(t)) if a.index == t.index)
+        );
+        shard.flush_staged(|| false);
+        assert!(shard.is_pending(again) && !shard.is_pending(target));
+        assert_eq!(fire(&shard, 3), 1);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     /// A producer stages a timer with a handle (its pool empty, so it reserves cells under
