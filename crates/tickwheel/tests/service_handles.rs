@@ -59,7 +59,7 @@ fn check(ops: &[Op]) {
         .worker_threads(1)
         .build()
         .unwrap();
-    let ticks = service.ticks().clone();
+    let ticks = *service.ticks();
     let ran = Arc::new(Mutex::new(Vec::<usize>::new()));
     // Pending timers: (tick, seq) -> id; and each id's current place.
     let mut model: BTreeMap<(u64, u64), usize> = BTreeMap::new();
