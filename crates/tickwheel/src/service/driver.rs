@@ -5,42 +5,55 @@
 //! that belong to the timer thread, then sleeps until the earliest tick over all shards —
 //! `park_timeout` to that tick's start instant on a real clock (the last stretch possibly
 //! spun, see [`sleeper`](super::sleeper)), `park` with no timeout on a virtual one (the
-//! clock's listener unparks it on every move). It is unparked early only by an insert that
-//! lowers a shard's earliest tick below its sleep target (see [`core`](super::core)), by a
+//! clock's listener unparks it on every move). On a real clock it wakes about once per
+//! [`wake_interval`](super::Builder::wake_interval) at most: a tick that starts sooner after
+//! its last wake-up waits for the interval's end and runs together with the ticks that
+//! started meanwhile (the pacing in [`sleeper`](super::sleeper)). It is unparked early only
+//! by an insert that lowers a shard's earliest tick below its sleep target (see [`core`](super::core)), by a
 //! virtual clock moving, and by shutdown. Nothing pending means `park()` forever: an idle
 //! service uses no CPU.
 
 use std::thread;
-use std::time::Duration;
+use std::time::Instant;
 
 use super::core::AWAKE;
-use super::sleeper::{Plan, Sleeper};
+use super::sleeper::{Plan, SleepPolicy, Sleeper};
 use super::state::ServiceState;
 
 /// The timer thread's loop; returns at shutdown.
-pub(crate) fn run(state: &ServiceState, busy_wait: Duration) {
+pub(crate) fn run(state: &ServiceState, policy: SleepPolicy) {
     state.core.set_driver(thread::current());
     precise_sleeps();
-    let mut sleeper = Sleeper::new(busy_wait);
+    let mut sleeper = Sleeper::new(policy.busy_wait);
+    let clock = &state.core.clock;
+    let paced = !state.virtual_clock && !policy.wake_interval.is_zero();
     while !state.is_stopping() {
-        let now = state.core.now_tick();
+        let woke = clock.now();
+        let now = state.core.ticks.now_tick(woke);
         state.drain_due(now);
         let next = state.earliest();
-        if next <= now {
+        let paced_until = paced.then(|| sleeper.paced_until(woke, policy.wake_interval));
+        if next <= now && paced_until.is_none_or(|until| clock.now() >= until) {
             continue;
         }
         state.core.set_sleeping_until(next);
         // Re-read after publishing the target: an insert that missed it is seen here.
         if state.earliest() >= next && !state.is_stopping() {
-            sleep_towards(state, next, &mut sleeper);
+            sleep_towards(state, next, paced_until, &mut sleeper);
         }
         state.core.set_sleeping_until(AWAKE);
     }
 }
 
-/// Sleeps until `tick` starts, or until unparked; with a [`Plan::SleepThenSpin`] the last
-/// stretch is spun.
-fn sleep_towards(state: &ServiceState, tick: u64, sleeper: &mut Sleeper) {
+/// Sleeps until `tick` starts and, if given, `paced_until` has passed, or until unparked;
+/// with a [`Plan::SleepThenSpin`] towards a tick's start the last stretch is spun (never
+/// towards the end of a pacing interval: it is no deadline).
+fn sleep_towards(
+    state: &ServiceState,
+    tick: u64,
+    paced_until: Option<Instant>,
+    sleeper: &mut Sleeper,
+) {
     if state.virtual_clock {
         return thread::park();
     }
@@ -49,6 +62,13 @@ fn sleep_towards(state: &ServiceState, tick: u64, sleeper: &mut Sleeper) {
     };
     let clock = &state.core.clock;
     let now = clock.now();
+    if let Some(until) = paced_until.filter(|&until| until > at) {
+        if until > now {
+            thread::park_timeout(until - now);
+            sleeper.observe(until, clock.now());
+        }
+        return;
+    }
     if at <= now {
         return;
     }
