@@ -125,7 +125,7 @@ impl Builder {
     }
 
     /// About the shortest time between two timed wake-ups of the timer thread (default
-    /// 25 µs; `Duration::ZERO` wakes at the start of every tick that has timers due).
+    /// `Duration::ZERO`: a wake-up at the start of every tick that has timers due).
     ///
     /// Every timed wake-up costs CPU of its own (12-20 µs on a virtual machine, however short
     /// the sleep). When the next due tick starts sooner than this after the timer thread's
@@ -134,8 +134,22 @@ impl Builder {
     /// interval later than with a wake-up per tick. At resolutions of the interval or coarser
     /// (the default 1 ms) it changes nothing but for a timer scheduled already due, which may
     /// wait for the end of the current interval. A longer interval saves more wake-ups at a
-    /// fine resolution and costs as much more lateness. With a virtual clock it has no
-    /// effect.
+    /// fine resolution and costs as much more lateness: on a 2-core virtual machine, with a
+    /// timer per microsecond at 10 µs resolution, 50 µs takes about a quarter off the
+    /// service's CPU and adds some 25-30 µs to the median lateness. With a virtual clock it
+    /// has no effect.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tickwheel::service::TimerService;
+    ///
+    /// let service = TimerService::builder()
+    ///     .resolution(Duration::from_micros(10))
+    ///     .wake_interval(Duration::from_micros(50))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(service);
+    /// ```
     pub fn wake_interval(mut self, interval: Duration) -> Self {
         self.busy_wait.wake_interval = interval;
         self

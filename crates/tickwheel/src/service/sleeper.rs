@@ -19,10 +19,10 @@
 //! ends a sleep costs the woken thread some 12-20 µs of CPU, whether it slept 10 µs or 1 ms
 //! (a thread woken by another one, as a worker is, costs a few µs). At a resolution of a few
 //! microseconds with timers due at every tick, a wake-up at every tick's start spends most of
-//! a core on wake-ups alone. So the timer thread wakes about once per
-//! [`wake_interval`](super::Builder::wake_interval) at most (default
-//! [`DEFAULT_WAKE_INTERVAL`]): when the next due tick starts sooner than that after its last
-//! wake-up, it sleeps until the interval is over and then runs every tick that has started
+//! a core on wake-ups alone. A service can have the timer thread wake about once per
+//! [`wake_interval`](super::Builder::wake_interval) at most (by default it wakes at every
+//! tick with timers due: [`DEFAULT_WAKE_INTERVAL`] is zero): when the next due tick starts
+//! sooner than that after its last wake-up, it sleeps until the interval is over and then runs every tick that has started
 //! meanwhile with one drain and one hand-off. It aims at the interval's end early by its
 //! average lateness, so that the wake-up comes about one interval after the last, not one
 //! interval and a lateness. The end of an interval is no deadline: it is never spun to.
@@ -30,16 +30,19 @@
 //! Timers are never early by this — a tick still runs only once it has started — and at most
 //! about one interval later than with a wake-up per tick. At resolutions at or above the
 //! interval nothing changes: due ticks are further apart than the interval anyway (only a
-//! timer scheduled already due may wait for the end of the current interval). The default
-//! is short: it keeps the lateness of a 10 µs resolution within a few microseconds of a
-//! wake-up per tick and saves the wake-ups of ticks closer together than that. A longer
-//! interval trades lateness for CPU: one of 50 µs about halves the wake-ups of a timer per
-//! 10 µs tick, at some 20-30 µs more median lateness.
+//! timer scheduled already due may wait for the end of the current interval). It trades
+//! lateness for CPU, and the trade is only worth it where timed wake-ups are dear: on a
+//! 2-core virtual machine, with a timer per microsecond at 10 µs resolution, an interval of
+//! 50 µs takes about a quarter off the service's CPU and off the timer thread's timed
+//! wake-ups, and adds some 25-30 µs to the median lateness; one of 25 µs saves some 5% for
+//! 4-5 µs. The worker hand-off keeps its own latency (a worker whose core went idle wakes
+//! 10-20 µs after it is notified), so the default does not pace: a fine resolution is
+//! chosen for precision.
 
 use std::time::{Duration, Instant};
 
 /// The default [`wake_interval`](super::Builder::wake_interval).
-pub(crate) const DEFAULT_WAKE_INTERVAL: Duration = Duration::from_micros(25);
+pub(crate) const DEFAULT_WAKE_INTERVAL: Duration = Duration::ZERO;
 
 /// How the timer thread sleeps: the builder's [`busy_wait`](super::Builder::busy_wait) and
 /// [`wake_interval`](super::Builder::wake_interval).
