@@ -204,6 +204,7 @@ fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHa
 mod tests {
     use super::*;
     use crate::service::callback::Callback;
+    use crate::sync::{model, spawn, Arc};
 
     fn jobs(n: usize) -> Vec<Job> {
         (0..n)
@@ -254,5 +255,38 @@ mod tests {
         assert!(dispatch.is_idle());
         let q = lock(&dispatch.queue);
         assert_eq!((q.waiting, q.idle_waiting), (0, 0));
+    }
+
+    /// A push races a worker on its way into its wait, and a `settle`-like waiter races the
+    /// worker finishing the callback: with wake-ups made only for counted waiters, no
+    /// interleaving may lose one (loom reports a deadlock if a thread is left waiting).
+    #[test]
+    fn loom_counted_waiters_never_miss_a_push_or_the_idle_moment() {
+        model(|| {
+            let dispatch = Arc::new(Dispatch::new(1));
+            let worker = {
+                let dispatch = dispatch.clone();
+                spawn(move || {
+                    let batch = dispatch.take(0).expect("a batch before the stop");
+                    let n = batch.len();
+                    drop(batch);
+                    // Reports the batch finished, then waits until the stop.
+                    assert!(dispatch.take(n).is_none());
+                    n
+                })
+            };
+            // The timer thread's part and then `settle`'s: push, wait until idle, stop.
+            let settler = {
+                let dispatch = dispatch.clone();
+                spawn(move || {
+                    dispatch.push(&mut jobs(1));
+                    dispatch.wait_idle();
+                    dispatch.stop();
+                })
+            };
+            settler.join().unwrap();
+            assert_eq!(worker.join().unwrap(), 1);
+            assert!(dispatch.is_idle());
+        });
     }
 }
