@@ -158,6 +158,9 @@ struct Inbox {
     pool: Vec<CellRef>,
     /// How many timers were cancelled while in the inbox, for `Stats`.
     cancelled: u64,
+    /// The most timers pending at once, as seen by a cancel in the inbox (see
+    /// [`Shard::note_peak`]).
+    high_water: usize,
     /// Set at shutdown, with the queue's: stages are refused from then on.
     closed: bool,
 }
@@ -445,6 +448,9 @@ pub(crate) struct Shard {
     inbox: CachePadded<InboxShared>,
     /// `taken`'s length (stored under the queue lock).
     taken_len: AtomicUsize,
+    /// The queue's and `taken`'s length together (stored under the queue lock), for the
+    /// high-water mark a cancel in the inbox takes.
+    queued_len: AtomicUsize,
 }
 
 impl Shard {
@@ -472,12 +478,14 @@ impl Shard {
                     staged: Vec::new(),
                     pool: Vec::new(),
                     cancelled: 0,
+                    high_water: 0,
                     closed: false,
                 }),
                 earliest: AtomicU64::new(NEVER),
                 len: AtomicUsize::new(0),
             }),
             taken_len: AtomicUsize::new(0),
+            queued_len: AtomicUsize::new(0),
         }
     }
 
@@ -614,8 +622,23 @@ impl Shard {
             }
         }
         st.spare = spare;
-        st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
+        self.note_peak(st);
+        self.note_len(st);
+    }
+
+    /// Takes the current pending count into the high-water mark: called before timers leave
+    /// (and after they arrive), so the mark is exact with one producer. Pending are the queued,
+    /// the taken and the staged timers.
+    fn note_peak(&self, st: &mut ShardState) {
+        let pending = st.queue.len() + st.taken.len() + self.staged();
+        st.high_water = st.high_water.max(pending);
+    }
+
+    /// Publishes `taken`'s length and the queued count (for `unqueued` and `cancel_staged`).
+    fn note_len(&self, st: &ShardState) {
         self.taken_len.store(st.taken.len(), Ordering::Relaxed);
+        self.queued_len
+            .store(st.queue.len() + st.taken.len(), Ordering::Relaxed);
     }
 
     /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers, and tops the
@@ -696,11 +719,11 @@ impl Shard {
             };
             st.enqueue(staged);
         }
-        st.high_water = st.high_water.max(st.queue.len() + st.taken.len());
+        self.note_peak(st);
         if st.taken.is_empty() {
             st.taken_earliest = NEVER;
         }
-        self.taken_len.store(st.taken.len(), Ordering::Relaxed);
+        self.note_len(st);
     }
 
     /// Queues `callback` at `tick`; gives it back if the shard is closed.
@@ -717,7 +740,8 @@ impl Shard {
         st.inline += usize::from(callback.is_inline());
         let key = st.queue.insert(tick, callback);
         st.scheduled += 1;
-        st.high_water = st.high_water.max(st.queue.len());
+        self.note_peak(&mut st);
+        self.note_len(&st);
         let lowered = tick < self.earliest.load(Ordering::Relaxed);
         if lowered {
             self.earliest.store(tick, Ordering::SeqCst);
@@ -761,10 +785,12 @@ impl Shard {
         }
         let mut st = self.lock_producer();
         let key = self.resolve(&mut st, target)?;
+        self.note_peak(&mut st);
         // Kept as the `Option` the queue returned, not unwrapped and rewrapped: see
         // `Slab::remove`.
         let removed = st.queue.remove(key);
         let callback = removed.as_ref()?;
+        self.note_len(&st);
         st.cancelled += 1;
         st.inline -= usize::from(callback.is_inline());
         st.left(key);
@@ -790,6 +816,8 @@ impl Shard {
             + inbox.staged[from..]
                 .iter()
                 .rposition(|s| s.cell == cell.index && s.generation == cell.generation)?;
+        let pending = inbox.staged.len() + self.queued_len.load(Ordering::Relaxed);
+        inbox.high_water = inbox.high_water.max(pending);
         let Staged { callback, .. } = if at + 1 == inbox.staged.len() {
             inbox.staged.pop()?
         } else {
@@ -978,6 +1006,8 @@ impl Shard {
         let st = &mut *st;
         if self.unqueued() > 0 || self.inbox.earliest.load(Ordering::Relaxed) <= now {
             self.flush(st, now);
+        } else {
+            self.note_peak(st);
         }
         let mut n = 0;
         while n < DRAIN_CHUNK {
@@ -986,6 +1016,7 @@ impl Shard {
                 // Taken timers are all later than `now` (see `flush`).
                 let next = next.min(st.taken_earliest);
                 self.earliest.store(next, Ordering::SeqCst);
+                self.note_len(st);
                 return (n, false);
             };
             n += 1;
@@ -1004,6 +1035,7 @@ impl Shard {
                 out.jobs.push(job);
             }
         }
+        self.note_len(st);
         (n, true)
     }
 
@@ -1011,6 +1043,7 @@ impl Shard {
     /// for shutdown. Waiters are released. The caller drops what it gets outside the lock.
     pub(crate) fn close(&self) -> Closed {
         let mut st = lock(&self.state);
+        self.note_peak(&mut st);
         st.closed = true;
         let staged = {
             let mut inbox = lock(&self.inbox.inbox);
@@ -1021,6 +1054,7 @@ impl Shard {
             staged.append(&mut inbox.staged);
             st.taken_earliest = NEVER;
             self.taken_len.store(0, Ordering::Relaxed);
+            self.queued_len.store(0, Ordering::Relaxed);
             staged
         };
         let count = st.queue.len();
@@ -1062,15 +1096,15 @@ impl Shard {
         // Staged timers are pending and scheduled already; they are counted as they enter
         // the queue.
         // Those cancelled in the inbox were scheduled and cancelled without being queued.
-        let (inbox, cancelled_staged) = {
+        let (inbox, cancelled_staged, inbox_high_water) = {
             let inbox = lock(&self.inbox.inbox);
-            (inbox.staged.len(), inbox.cancelled)
+            (inbox.staged.len(), inbox.cancelled, inbox.high_water)
         };
         let staged = st.taken.len() + inbox;
         ShardCounts {
             pending: st.queue.len() + staged,
             capacity: st.queue.capacity(),
-            high_water: st.high_water.max(st.queue.len() + staged),
+            high_water: (st.high_water.max(inbox_high_water)).max(st.queue.len() + staged),
             scheduled: st.scheduled + staged as u64 + cancelled_staged,
             cancelled: st.cancelled + cancelled_staged,
         }
@@ -1470,6 +1504,24 @@ mod tests {
         assert!(shard.is_pending(again) && !shard.is_pending(target));
         assert_eq!(fire(&shard, 3), 1);
         assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+
+    /// The high-water mark counts staged timers too, even those cancelled in the inbox
+    /// before the timer thread ever saw them.
+    #[test]
+    fn the_high_water_mark_sees_timers_cancelled_in_the_inbox() {
+        let shard = shard();
+        let ran = Arc::new(AtomicUsize::new(0));
+        for _ in 0..3 {
+            staged_with_cell(&shard, 5, &ran);
+        }
+        shard.flush_staged(|| false);
+        let late: Vec<Target> = (0..2).map(|_| staged_with_cell(&shard, 5, &ran)).collect();
+        for target in late {
+            assert!(shard.cancel(target).is_some());
+        }
+        let counts = shard.counts();
+        assert_eq!((counts.pending, counts.high_water), (3, 5));
     }
 
     /// A producer stages a timer with a handle (its pool empty, so it reserves cells under
