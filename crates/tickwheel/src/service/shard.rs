@@ -45,11 +45,12 @@
 //!   is taken (both locks are held then), with new cells for twice what the producers used
 //!   since the last take; only a producer that finds it empty takes the queue lock, to
 //!   reserve [`CELL_REFILL`] cells at once.
-//! * Queuing a staged timer writes its key and generation into its cell, and
-//!   `of_key[key.index()]` names the cell, so that a drain that fires the timer frees the
-//!   cell (its next generation goes to the pool) without the handle. A cancel frees it too.
-//!   A stale handle's generation no longer matches: every operation on it is a no-op, even
-//!   once the cell is reused.
+//! * Queuing a staged timer writes its key and generation into its cell's slot, and the
+//!   queue's [`Entry`] carries the cell, so that a drain that fires the timer frees the cell
+//!   (its next generation goes to the pool) without touching the slot; a cancel frees it
+//!   too. A handle whose generation matches its slot's gets the slot's key, which the queue
+//!   knows to be stale once the timer is gone; once the cell is reused and queued again the
+//!   generations no longer match. Either way every operation on a stale handle is a no-op.
 //! * A cancel first looks for its timer among the inbox's [`CANCEL_SCAN`] latest entries,
 //!   under the inbox lock only ([`Shard::cancel_staged`]): a timer found there cannot be
 //!   taken by anyone else meanwhile, so removing it decides its fate, and its cell goes back
@@ -129,14 +130,24 @@ pub(crate) struct Job {
     pub(crate) deadline: u64,
 }
 
+/// What the queue holds for a timer: its callback and, if it has a handle through a cell,
+/// the cell (index [`NO_CELL`] otherwise), so that the timer's leaving the queue frees the
+/// cell without looking it up.
+pub(crate) struct Entry {
+    callback: Callback,
+    cell: CellRef,
+}
+
+/// The `cell` of an entry without one.
+const NO_CELL_REF: CellRef = CellRef {
+    index: NO_CELL,
+    generation: 0,
+};
+
 /// A timer in a shard's inbox (see [`Shard::stage`]), with its cell if it has a handle.
 pub(crate) struct Staged {
     tick: u64,
-    callback: Callback,
-    /// Its cell's index, or [`NO_CELL`] for a detached timer.
-    cell: u32,
-    /// The generation its handle names the cell by (0 for a detached timer).
-    generation: u32,
+    entry: Entry,
 }
 
 /// The `cell` of a detached timer: it has no handle.
@@ -186,9 +197,11 @@ pub(crate) enum Target {
     Cell(CellRef),
 }
 
-/// One cell: while its timer is queued, the timer's key and the generation its handle names
-/// the cell by. Otherwise `key` is `None` (the timer is staged, or gone) and `generation` is
-/// stale: the next generation of a free cell travels with it, in the pool and in `Staged`.
+/// One cell: the key of the last timer queued with it and that timer's generation. Written
+/// only when a timer is queued: a handle whose generation matches has its timer's key (stale
+/// once the timer fired or was cancelled, which the queue knows); one whose generation does
+/// not match has a timer that is still staged, or gone. The next generation of a free cell
+/// travels with it, in the pool, in `Staged` and in the queue's `Entry`.
 #[derive(Clone, Copy)]
 struct Slot {
     generation: u32,
@@ -202,11 +215,6 @@ struct Cells {
     /// Cells given back by fires and cancels, at their next generation; moved to the inbox's
     /// pool when the inbox is taken (both locks are held then), or handed out by a refill.
     free: Vec<CellRef>,
-    /// `of_key[k.index()]`: the cell of the timer queued at queue index `k.index()`, if one
-    /// was (checked against the cell's key: the index may have been reused since).
-    of_key: Vec<u32>,
-    /// Cells whose timer is in the queue: while there are none, a drain skips the look-up.
-    queued: usize,
     /// The inbox's pool length when last seen (under both locks).
     pooled: usize,
     /// How many cells the producers took from the pool between the last two takes of the
@@ -215,39 +223,26 @@ struct Cells {
 }
 
 impl Cells {
-    /// Records that the timer of `cell` (at `generation`) was queued under `key`.
+    /// Records that the timer of `cell` was queued under `key`.
     #[inline]
-    fn queued(&mut self, cell: u32, generation: u32, key: TimerKey) {
-        let Some(slot) = self.slots.get_mut(cell as usize) else {
-            return;
-        };
-        slot.key = Some(key);
-        slot.generation = generation;
-        self.queued += 1;
-        let at = key.index() as usize;
-        if at >= self.of_key.len() {
-            self.of_key.resize(at + 1, NO_CELL);
+    fn queued(&mut self, cell: CellRef, key: TimerKey) {
+        if let Some(slot) = self.slots.get_mut(cell.index as usize) {
+            *slot = Slot {
+                generation: cell.generation,
+                key: Some(key),
+            };
         }
-        self.of_key[at] = cell;
     }
 
-    /// The timer queued under `key` left the queue (it fired or was cancelled): frees its
-    /// cell, if it has one.
+    /// The timer of `cell` left the queue (it fired or was cancelled): the cell is free, at
+    /// its next generation. Its slot is not touched (a cache miss the drain need not pay): the
+    /// key it holds is stale now.
     #[inline]
-    fn left(&mut self, key: TimerKey) {
-        let Some(&cell) = self.of_key.get(key.index() as usize) else {
-            return;
-        };
-        let Some(slot) = self.slots.get_mut(cell as usize) else {
-            return;
-        };
-        if slot.key == Some(key) {
-            slot.key = None;
-            slot.generation = slot.generation.wrapping_add(1);
-            self.queued -= 1;
+    fn left(&mut self, cell: CellRef) {
+        if cell.index != NO_CELL {
             self.free.push(CellRef {
-                index: cell,
-                generation: slot.generation,
+                index: cell.index,
+                generation: cell.generation.wrapping_add(1),
             });
         }
     }
@@ -343,7 +338,7 @@ impl WaitSlot {
 }
 
 struct ShardState {
-    queue: AnyQueue<Callback>,
+    queue: AnyQueue<Entry>,
     /// The cells of timers staged with a handle.
     cells: Cells,
     /// The inbox's other buffer: empty, with the capacity of an earlier batch.
@@ -368,27 +363,12 @@ struct ShardState {
 impl ShardState {
     /// Queues a staged timer, and tells its cell the key if it has one.
     #[inline]
-    fn enqueue(
-        &mut self,
-        Staged {
-            tick,
-            callback,
-            cell,
-            generation,
-        }: Staged,
-    ) {
-        let key = self.queue.insert(tick, callback);
+    fn enqueue(&mut self, Staged { tick, entry }: Staged) {
+        let cell = entry.cell;
+        let key = self.queue.insert(tick, entry);
         self.scheduled += 1;
-        if cell != NO_CELL {
-            self.cells.queued(cell, generation, key);
-        }
-    }
-
-    /// A queued timer left the queue (fired or cancelled): frees its cell, if it has one.
-    #[inline]
-    fn left(&mut self, key: TimerKey) {
-        if self.cells.queued > 0 {
-            self.cells.left(key);
+        if cell.index != NO_CELL {
+            self.cells.queued(cell, key);
         }
     }
 }
@@ -397,7 +377,7 @@ impl ShardState {
 pub(crate) enum Closed {
     /// The whole queue of worker callbacks (dropping it drops them) and how many it held,
     /// with the staged timers (worker callbacks too).
-    Queue(AnyQueue<Callback>, usize, Vec<Staged>),
+    Queue(AnyQueue<Entry>, usize, Vec<Staged>),
     /// Every callback, when some need telling (inline ones: see [`Callback::discard`]).
     Callbacks(Vec<Callback>),
 }
@@ -417,7 +397,7 @@ impl Closed {
         match self {
             Closed::Queue(queue, _, staged) => {
                 drop(queue);
-                staged.into_iter().for_each(|s| s.callback.discard());
+                staged.into_iter().for_each(|s| s.entry.callback.discard());
             }
             Closed::Callbacks(all) => all.into_iter().for_each(Callback::discard),
         }
@@ -524,10 +504,7 @@ impl Shard {
                 return Err(callback);
             }
             if !CELL {
-                break CellRef {
-                    index: NO_CELL,
-                    generation: 0,
-                };
+                break NO_CELL_REF;
             }
             if let Some(cell) = inbox.pool.pop() {
                 break cell;
@@ -540,9 +517,7 @@ impl Shard {
         };
         inbox.staged.push(Staged {
             tick,
-            callback,
-            cell: cell.index,
-            generation: cell.generation,
+            entry: Entry { callback, cell },
         });
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
@@ -738,7 +713,13 @@ impl Shard {
             self.flush(&mut st, NEVER);
         }
         st.inline += usize::from(callback.is_inline());
-        let key = st.queue.insert(tick, callback);
+        let key = st.queue.insert(
+            tick,
+            Entry {
+                callback,
+                cell: NO_CELL_REF,
+            },
+        );
         st.scheduled += 1;
         self.note_peak(&mut st);
         self.note_len(&st);
@@ -762,12 +743,16 @@ impl Shard {
             Target::None => None,
             Target::Key(key) => Some(key),
             Target::Cell(cell) => {
+                // The key of the timer queued with this cell at this generation: stale if it
+                // has left the queue since (the queue knows).
                 let queued = |st: &ShardState| {
                     let slot = st.cells.slots.get(cell.index as usize)?;
                     slot.key.filter(|_| slot.generation == cell.generation)
                 };
-                let slot = *st.cells.slots.get(cell.index as usize)?;
-                if slot.key.is_none() && !st.closed {
+                if let Some(key) = queued(st) {
+                    return Some(key);
+                }
+                if !st.closed {
                     // Staged (or gone): queue what is staged, then look again.
                     self.flush(st, NEVER);
                 }
@@ -789,17 +774,18 @@ impl Shard {
         // Kept as the `Option` the queue returned, not unwrapped and rewrapped: see
         // `Slab::remove`.
         let removed = st.queue.remove(key);
-        let callback = removed.as_ref()?;
+        let entry = removed.as_ref()?;
+        let (inline, cell) = (entry.callback.is_inline(), entry.cell);
         self.note_len(&st);
         st.cancelled += 1;
-        st.inline -= usize::from(callback.is_inline());
-        st.left(key);
+        st.inline -= usize::from(inline);
+        st.cells.left(cell);
         if !st.waiters.is_empty() {
             complete_waiter(&mut st.waiters, key);
         }
         drop(st);
         self.core.release(1);
-        removed
+        removed.map(|entry| entry.callback)
     }
 
     /// Cancels the timer of `cell` if it is among the inbox's [`CANCEL_SCAN`] latest timers:
@@ -815,10 +801,10 @@ impl Shard {
         let at = from
             + inbox.staged[from..]
                 .iter()
-                .rposition(|s| s.cell == cell.index && s.generation == cell.generation)?;
+                .rposition(|s| s.entry.cell == cell)?;
         let pending = inbox.staged.len() + self.queued_len.load(Ordering::Relaxed);
         inbox.high_water = inbox.high_water.max(pending);
-        let Staged { callback, .. } = if at + 1 == inbox.staged.len() {
+        let Staged { entry, .. } = if at + 1 == inbox.staged.len() {
             inbox.staged.pop()?
         } else {
             inbox.staged.remove(at)
@@ -834,7 +820,7 @@ impl Shard {
         inbox.cancelled += 1;
         drop(inbox);
         self.core.release(1);
-        Some(callback)
+        Some(entry.callback)
     }
 
     /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
@@ -845,7 +831,11 @@ impl Shard {
         let Some(key) = self.resolve(&mut st, target) else {
             return false;
         };
-        let Some(slot) = st.queue.get_mut(key).and_then(Callback::waker_mut) else {
+        let Some(slot) = st
+            .queue
+            .get_mut(key)
+            .and_then(|entry| entry.callback.waker_mut())
+        else {
             return false;
         };
         if slot.will_wake(waker) {
@@ -1011,7 +1001,7 @@ impl Shard {
         }
         let mut n = 0;
         while n < DRAIN_CHUNK {
-            let Some((key, callback)) = st.queue.poll_expired(now) else {
+            let Some((key, Entry { callback, cell })) = st.queue.poll_expired(now) else {
                 let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
                 // Taken timers are all later than `now` (see `flush`).
                 let next = next.min(st.taken_earliest);
@@ -1020,7 +1010,7 @@ impl Shard {
                 return (n, false);
             };
             n += 1;
-            st.left(key);
+            st.cells.left(cell);
             if !st.waiters.is_empty() {
                 complete_waiter(&mut st.waiters, key);
             }
@@ -1064,10 +1054,10 @@ impl Shard {
             Closed::Queue(std::mem::replace(&mut st.queue, fresh), count, staged)
         } else {
             let mut all = Vec::with_capacity(count);
-            while let Some((_, callback)) = st.queue.poll_expired(NEVER) {
-                all.push(callback);
+            while let Some((_, entry)) = st.queue.poll_expired(NEVER) {
+                all.push(entry.callback);
             }
-            all.extend(staged.into_iter().map(|s| s.callback));
+            all.extend(staged.into_iter().map(|s| s.entry.callback));
             st.inline = 0;
             Closed::Callbacks(all)
         };
