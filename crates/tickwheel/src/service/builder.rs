@@ -37,7 +37,7 @@ pub struct Builder {
     pub(crate) name: String,
     /// How the timer thread sleeps: [`busy_wait`](Builder::busy_wait) and
     /// [`wake_interval`](Builder::wake_interval), handed to the timer thread as one value.
-    pub(crate) busy_wait: SleepPolicy,
+    pub(crate) sleep_policy: SleepPolicy,
 }
 
 impl Default for Builder {
@@ -51,7 +51,7 @@ impl Default for Builder {
             cap: None,
             on_panic: None,
             name: "tickwheel".into(),
-            busy_wait: SleepPolicy::default(),
+            sleep_policy: SleepPolicy::default(),
         }
     }
 }
@@ -120,7 +120,7 @@ impl Builder {
     /// every tick does not turn the timer thread into a busy loop. With a virtual clock it
     /// never spins.
     pub fn busy_wait(mut self, max: Duration) -> Self {
-        self.busy_wait.busy_wait = max;
+        self.sleep_policy.busy_wait = max;
         self
     }
 
@@ -151,7 +151,7 @@ impl Builder {
     /// # drop(service);
     /// ```
     pub fn wake_interval(mut self, interval: Duration) -> Self {
-        self.busy_wait.wake_interval = interval;
+        self.sleep_policy.wake_interval = interval;
         self
     }
 
@@ -195,8 +195,8 @@ impl fmt::Debug for Builder {
             .field("workers", &self.workers)
             .field("shards", &self.shards)
             .field("cap", &self.cap)
-            .field("busy_wait", &self.busy_wait.busy_wait)
-            .field("wake_interval", &self.busy_wait.wake_interval)
+            .field("busy_wait", &self.sleep_policy.busy_wait)
+            .field("wake_interval", &self.sleep_policy.wake_interval)
             .finish_non_exhaustive()
     }
 }

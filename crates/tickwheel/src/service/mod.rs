@@ -251,9 +251,9 @@ impl TimerService {
             threads: StdMutex::new(Vec::with_capacity(workers + 1)),
             _listener: virtual_clock.then_some(listener),
         };
-        let busy_wait = b.busy_wait;
+        let sleep_policy = b.sleep_policy;
         service.spawn(format!("{}-timer", b.name), move |s| {
-            driver::run(s, busy_wait)
+            driver::run(s, sleep_policy)
         })?;
         for i in 0..workers {
             service.spawn(format!("{}-worker-{i}", b.name), move |s| {
