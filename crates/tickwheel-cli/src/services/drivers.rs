@@ -66,12 +66,13 @@ impl RealTimeTimer for TickwheelService {
 }
 
 /// tickwheel's `TimerService` as a program that needs its timers' handles uses it: each task
-/// is scheduled with `schedule_at(deadline, f)`, which queues the timer in its shard at once
-/// and returns a [`TimerHandle`] that can cancel, reset or wait for it; the handle is kept
-/// (pushed into a vector preallocated for every task, as a server would keep it in the
-/// request's state) until the run ends. Dropping a handle would not cancel its timer, so
-/// keeping it changes no firing: the difference to [`TickwheelService`] is the cost of the
-/// handle path and the 16 bytes a task the handles take, both counted.
+/// is scheduled with `schedule_at(deadline, f)`, which stages the timer in its shard's inbox
+/// with a cell and returns a [`TimerHandle`] that can cancel, reset or wait for it; the
+/// handle is kept (pushed into a vector preallocated for every task, as a server would keep
+/// it in the request's state) until the run ends. Dropping a handle would not cancel its
+/// timer, so keeping it changes no firing: the difference to [`TickwheelService`] is the
+/// cost of the handle path (the cell, the handle's reference count) and the 24 bytes a task
+/// the handles take, both counted.
 pub struct TickwheelServiceHandles {
     service: TimerService,
     log: OnceLock<&'static Log>,
