@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tickwheel::service::{TimerHandle, TimerService};
-use tickwheel::time::ManualClock;
+use tickwheel::service::TimerHandle;
+
+mod virtual_time;
+use virtual_time::{advance, manual};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -53,12 +55,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Runs `ops` against a service and the model; panics at the first difference.
 fn check(ops: &[Op]) {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(1)
-        .build()
-        .unwrap();
+    let (clock, service) = manual();
     let ticks = *service.ticks();
     let ran = Arc::new(Mutex::new(Vec::<usize>::new()));
     // Pending timers: (tick, seq) -> id; and each id's current place.
@@ -127,8 +124,7 @@ fn check(ops: &[Op]) {
                 assert_eq!(handle.deadline(), expected, "deadline {id}");
             }
             Op::Advance(ms) => {
-                clock.advance(Duration::from_millis(ms));
-                service.settle();
+                advance(&clock, &service, Duration::from_millis(ms));
                 let now_tick = ticks.now_tick(service.now());
                 let mut due = Vec::new();
                 while let Some(entry) = model.first_entry() {
@@ -170,18 +166,12 @@ proptest! {
 /// must stay stale, whatever the cell's timer now is.
 #[test]
 fn a_reused_cell_does_not_revive_an_old_handle() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(1)
-        .build()
-        .unwrap();
+    let (clock, service) = manual();
     let old: Vec<TimerHandle> = (0..3_000)
         .map(|_| service.schedule(Duration::from_millis(1), || {}))
         .collect();
     assert!(old[0].cancel(), "cancelled while still in the inbox");
-    clock.advance(Duration::from_millis(1));
-    service.settle();
+    advance(&clock, &service, Duration::from_millis(1));
     // The cells of the first round are free now; a second round takes them again.
     let new: Vec<TimerHandle> = (0..3_000)
         .map(|_| service.schedule(Duration::from_secs(5), || {}))

@@ -92,10 +92,36 @@ impl ServiceState {
 
     // ---- Queuing ----
 
-    /// Queues `callback` at `tick` in the calling thread's shard. At the cap (when
-    /// `enforce_cap`) or after shutdown the callback is discarded and an error returned.
+    /// Queues `callback` at `tick` in the calling thread's shard, directly (the futures'
+    /// wakers, `Deadlines`, recurring runs). At the cap (when `enforce_cap`) or after shutdown
+    /// the callback is discarded and an error returned.
     #[inline]
     pub(crate) fn schedule_callback(
+        &self,
+        tick: u64,
+        callback: Callback,
+        enforce_cap: bool,
+    ) -> Result<TimerHandle, ScheduleError> {
+        self.schedule_with::<false>(tick, callback, enforce_cap)
+    }
+
+    /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
+    /// `shard.rs`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
+    /// the callback is discarded and an error returned.
+    #[inline]
+    pub(crate) fn schedule_staged(
+        &self,
+        tick: u64,
+        callback: Callback,
+        enforce_cap: bool,
+    ) -> Result<TimerHandle, ScheduleError> {
+        self.schedule_with::<true>(tick, callback, enforce_cap)
+    }
+
+    /// [`schedule_staged`](Self::schedule_staged) with `STAGED`, otherwise
+    /// [`schedule_callback`](Self::schedule_callback).
+    #[inline]
+    fn schedule_with<const STAGED: bool>(
         &self,
         tick: u64,
         callback: Callback,
@@ -105,13 +131,25 @@ impl ServiceState {
             return Err(ScheduleError::Full);
         }
         let shard = self.local_shard();
-        match shard.insert(tick, callback) {
-            Ok(key) => Ok(TimerHandle {
+        let placed = if STAGED {
+            shard.stage_with_cell(tick, callback).map(|(staged, cell)| {
+                self.staged(shard, staged);
+                Target::Cell(cell)
+            })
+        } else {
+            shard.insert(tick, callback).map(Target::Key)
+        };
+        match placed {
+            Ok(target) => Ok(TimerHandle {
                 shard: shard.clone(),
-                target: Target::Key(key),
+                target,
             }),
             Err(callback) => {
                 self.core.release(1);
+                if STAGED {
+                    // Closed (or out of cells): the direct insert refuses it or queues it.
+                    return self.schedule_with::<false>(tick, callback, enforce_cap);
+                }
                 callback.discard();
                 Err(ScheduleError::ShutDown)
             }
@@ -130,36 +168,6 @@ impl ServiceState {
             Err(callback) => {
                 self.core.release(1);
                 callback.discard();
-            }
-        }
-    }
-
-    /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
-    /// `shard.rs`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
-    /// the callback is discarded and an error returned.
-    #[inline]
-    pub(crate) fn schedule_staged(
-        &self,
-        tick: u64,
-        callback: Callback,
-        enforce_cap: bool,
-    ) -> Result<TimerHandle, ScheduleError> {
-        if !self.core.reserve(enforce_cap) {
-            return Err(ScheduleError::Full);
-        }
-        let shard = self.local_shard();
-        match shard.stage_with_cell(tick, callback) {
-            Ok((staged, cell)) => {
-                self.staged(shard, staged);
-                Ok(TimerHandle {
-                    shard: shard.clone(),
-                    target: Target::Cell(cell),
-                })
-            }
-            Err(callback) => {
-                // Closed (or out of cells): the direct insert refuses it or queues it.
-                self.core.release(1);
-                self.schedule_callback(tick, callback, enforce_cap)
             }
         }
     }
