@@ -24,7 +24,7 @@ fn service(tick: Duration) -> Result<TimerService, String> {
 }
 
 /// The run's log as a `&'static Log`: one reference leaked on the first call (a W4 run is
-/// one process, so it is one log of 8 bytes a task, freed with the process).
+/// one process, so it is one log of 16 bytes a task, freed with the process).
 fn leaked(cell: &OnceLock<&'static Log>, log: &Arc<Log>) -> &'static Log {
     cell.get_or_init(|| Box::leak(Box::new(Arc::clone(log))))
 }
@@ -234,7 +234,7 @@ impl RealTimeTimer for DelayQueueChannel {
 
 /// What the heap thread shares with the producers: the heap of `(deadline, task id)` under
 /// one mutex, the condvar the thread sleeps on, and the callback state, which is W4's
-/// [`Log`]: one preallocated slot per task id, set once on the first schedule.
+/// [`Log`], preallocated, set once on the first schedule.
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
