@@ -292,13 +292,16 @@ impl Cells {
 }
 
 /// The inbox and what the timer thread reads of it without its lock, on cache lines of
-/// their own: producers write them on every stage.
+/// their own: producers write the lock and `len` on every stage.
 struct InboxShared {
     inbox: Mutex<Inbox>,
-    /// Lower bound of the earliest staged tick, [`NEVER`] when nothing is staged.
-    earliest: AtomicU64,
     /// How many timers are staged (stored under the inbox lock).
     len: AtomicUsize,
+    /// Lower bound of the earliest staged tick, [`NEVER`] when nothing is staged. On a line
+    /// of its own: the timer thread reads it in every pass of its loop (and in its spin
+    /// before a tick), producers read it on every stage but seldom write it. Beside the lock
+    /// and `len`, every stage would have to take the line back from the spinning reader.
+    earliest: CachePadded<AtomicU64>,
 }
 
 /// Where a drain puts what it took out of a shard.
@@ -461,7 +464,7 @@ impl Shard {
                     high_water: 0,
                     closed: false,
                 }),
-                earliest: AtomicU64::new(NEVER),
+                earliest: CachePadded(AtomicU64::new(NEVER)),
                 len: AtomicUsize::new(0),
             }),
             taken_len: AtomicUsize::new(0),
