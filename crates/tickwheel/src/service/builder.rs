@@ -137,7 +137,8 @@ impl Builder {
     /// fine resolution and costs as much more lateness: on a 2-core virtual machine, with a
     /// timer per microsecond at 10 µs resolution, 50 µs takes about a quarter off the
     /// service's CPU and adds some 25-30 µs to the median lateness. With a virtual clock it
-    /// has no effect.
+    /// has no effect. An interval longer than a second (the coarsest resolution) is taken as
+    /// a second.
     ///
     /// ```
     /// use std::time::Duration;
@@ -151,7 +152,7 @@ impl Builder {
     /// # drop(service);
     /// ```
     pub fn wake_interval(mut self, interval: Duration) -> Self {
-        self.sleep_policy.wake_interval = interval;
+        self.sleep_policy.wake_interval = interval.min(MAX_RESOLUTION);
         self
     }
 
@@ -198,5 +199,20 @@ impl fmt::Debug for Builder {
             .field("busy_wait", &self.sleep_policy.busy_wait)
             .field("wake_interval", &self.sleep_policy.wake_interval)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Duration::MAX` must not reach the timer thread, where `now + interval` would
+    /// overflow an `Instant`.
+    #[test]
+    fn a_huge_wake_interval_is_capped_at_a_second() {
+        let b = Builder::default().wake_interval(Duration::MAX);
+        assert_eq!(b.sleep_policy.wake_interval, MAX_RESOLUTION);
+        let b = Builder::default().wake_interval(Duration::from_micros(50));
+        assert_eq!(b.sleep_policy.wake_interval, Duration::from_micros(50));
     }
 }

@@ -108,7 +108,9 @@ impl Sleeper {
     /// the module docs): the interval's end, aimed early by the average lateness so that the
     /// next wake-up comes about one interval after `woke`, not one interval and a lateness.
     pub(crate) fn paced_until(&self, woke: Instant, interval: Duration) -> Instant {
-        woke + interval.saturating_sub(self.average())
+        // The builder caps the interval at a second; saturate anyway rather than panic.
+        woke.checked_add(interval.saturating_sub(self.average()))
+            .unwrap_or(woke)
     }
 
     /// How early to wake before a target: twice the average lateness, at most the limit.
@@ -147,6 +149,13 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
     const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn a_pacing_interval_past_the_instant_range_saturates() {
+        let now = Instant::now();
+        assert_eq!(Sleeper::new(MS).paced_until(now, Duration::MAX), now);
+        assert_eq!(Sleeper::new(MS).paced_until(now, 50 * US), now + 50 * US);
+    }
 
     fn learnt(limit: Duration, late: Duration, samples: usize) -> Sleeper {
         let mut sleeper = Sleeper::new(limit);
