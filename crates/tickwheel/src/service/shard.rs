@@ -1178,22 +1178,28 @@ mod tests {
         spawn(move || f(&shard))
     }
 
-    #[test]
-    fn loom_cancel_vs_fire_decides_exactly_once() {
-        model(|| {
+    /// A timer made by `make` at tick 1 is cancelled while a drain fires tick 1: `cancel` is
+    /// `true` exactly when the callback never ran and never will, and only once.
+    fn cancel_vs_fire(make: fn(&Shard, u64, &Arc<AtomicUsize>) -> Target) {
+        model(move || {
             let shard = shard();
             let ran = Arc::new(AtomicUsize::new(0));
-            let key = counting(&shard, 1, &ran);
+            let target = make(&shard, 1, &ran);
             let firer = race(&shard, |shard| fire(shard, 1));
-            let canceller = race(&shard, move |shard| shard.cancel(key).is_some());
+            let canceller = race(&shard, move |shard| shard.cancel(target).is_some());
             let cancelled = canceller.join().unwrap();
             let drained = firer.join().unwrap();
-            // true exactly when the callback never ran and never will.
             assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
             assert_eq!(drained, usize::from(!cancelled));
-            assert!(shard.cancel(key).is_none(), "a key is decided once");
+            assert!(shard.cancel(target).is_none(), "a timer is decided once");
+            assert!(!shard.is_pending(target));
             assert_eq!(fire(&shard, 100), 0);
         });
+    }
+
+    #[test]
+    fn loom_cancel_vs_fire_decides_exactly_once() {
+        cancel_vs_fire(counting);
     }
 
     #[test]
@@ -1447,20 +1453,7 @@ mod tests {
     /// so takes it out of the inbox): `true` exactly when its callback never runs.
     #[test]
     fn loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once() {
-        model(|| {
-            let shard = shard();
-            let ran = Arc::new(AtomicUsize::new(0));
-            let target = staged_with_cell(&shard, 1, &ran);
-            let firer = race(&shard, |shard| fire(shard, 1));
-            let canceller = race(&shard, move |shard| shard.cancel(target).is_some());
-            let cancelled = canceller.join().unwrap();
-            let drained = firer.join().unwrap();
-            assert_eq!(ran.load(Ordering::SeqCst), usize::from(!cancelled));
-            assert_eq!(drained, usize::from(!cancelled));
-            assert!(shard.cancel(target).is_none(), "a cell is decided once");
-            assert!(!shard.is_pending(target));
-            assert_eq!(fire(&shard, 100), 0);
-        });
+        cancel_vs_fire(staged_with_cell);
     }
 
     /// A timer cancelled while still in the inbox is never queued, and leaves no trace the
