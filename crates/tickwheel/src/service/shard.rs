@@ -254,11 +254,7 @@ impl Cells {
         let want = 2 * self.used;
         let have = self.pooled.saturating_sub(self.used) + self.free.len();
         if want > have {
-            let mut fresh = Vec::new();
-            // Past `u32` cells a producer finds the pool empty and falls back to a direct
-            // insert.
-            let _ = self.reserve(want - have, &mut fresh);
-            self.free.append(&mut fresh);
+            self.grow(want - have);
         }
     }
 
@@ -270,24 +266,25 @@ impl Cells {
         self.pooled = pool.len();
     }
 
-    /// `n` cells to hand out: freed ones first, then new ones. `None` past `u32` cells.
-    fn reserve(&mut self, n: usize, out: &mut Vec<CellRef>) -> Option<()> {
-        let reused = self.free.len().min(n);
-        out.extend(self.free.drain(self.free.len() - reused..));
-        for _ in reused..n {
-            let index = u32::try_from(self.slots.len())
+    /// Makes up to `n` new cells, free at generation 0. Past `u32` cells it makes none: a
+    /// producer then finds the pool empty and falls back to a direct insert.
+    fn grow(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(index) = u32::try_from(self.slots.len())
                 .ok()
-                .filter(|&i| i != NO_CELL)?;
+                .filter(|&i| i != NO_CELL)
+            else {
+                return;
+            };
             self.slots.push(Slot {
                 generation: 0,
                 key: None,
             });
-            out.push(CellRef {
+            self.free.push(CellRef {
                 index,
                 generation: 0,
             });
         }
-        Some(())
     }
 }
 
@@ -544,15 +541,15 @@ impl Shard {
         if st.closed {
             return false;
         }
-        let mut cells = Vec::with_capacity(CELL_REFILL);
-        if st.cells.reserve(CELL_REFILL, &mut cells).is_none() && cells.is_empty() {
+        let short = CELL_REFILL.saturating_sub(st.cells.free.len());
+        st.cells.grow(short);
+        if st.cells.free.is_empty() {
             return false;
         }
         // The queue lock is held, so no flush is waiting for the inbox: a plain lock (the
         // producer's would wait for `drain_waiting`, which only a flush holding the queue
         // lock raises).
         let mut inbox = lock(&self.inbox.inbox);
-        st.cells.free.append(&mut cells);
         st.cells.refill(&mut inbox.pool);
         true
     }
