@@ -38,8 +38,8 @@ pub struct Settings {
     pub w4_n: usize,
     /// W4 largest delay, ms.
     pub w4_max_delay_ms: u64,
-    /// W4 resolution of the tickwheel entrants (peers keep their own).
-    pub w4_tick: std::time::Duration,
+    /// How W4's tickwheel entrants are built (peers keep their own settings).
+    pub w4: services::TickwheelSetup,
     /// W6 settings.
     pub durable: DurableSettings,
     /// The command line, for the record.
@@ -210,9 +210,17 @@ fn caveats(s: &Settings) -> Vec<String> {
     {
         notes.push(
             "tickwheel-service schedules with TimerService::schedule_detached_at (no handle); \
-             tickwheel-service-handle with schedule_at, keeping every handle until the run ends"
+             tickwheel-service-handle with schedule_at, keeping every handle until the run ends; \
+             tickwheel-service-here is tickwheel-service with worker_threads(0): the timer \
+             thread runs the callbacks"
                 .to_owned(),
         );
+        if !s.w4.wake_interval.is_zero() {
+            notes.push(format!(
+                "tickwheel W4 entrants: wake_interval {:?}",
+                s.w4.wake_interval
+            ));
+        }
     }
     if w4 {
         notes.push(
@@ -320,7 +328,7 @@ fn run_group(seed: u64, g: &Group, bar: &ProgressBar) -> Result<Vec<QueueSample>
 
 fn run_services(s: &Settings, report: &mut Report) -> Result<(), String> {
     for entrant in s.service_entrants() {
-        let sample = services::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms, s.w4_tick)?;
+        let sample = services::run_isolated(entrant, s.seed, s.w4_n, s.w4_max_delay_ms, s.w4)?;
         report.services.push(sample);
     }
     Ok(())

@@ -4,7 +4,7 @@
 
 use crate::machine::Machine;
 use crate::report::pretty_n;
-use crate::services::{self, report::ServiceSample, ServiceEntrant};
+use crate::services::{self, report::ServiceSample, ServiceEntrant, TickwheelSetup};
 use indicatif::{ProgressBar, ProgressStyle};
 use tickwheel_lab::workloads;
 
@@ -19,8 +19,8 @@ pub struct DemoSettings {
     pub seed: u64,
     /// The real-time timer to use.
     pub entrant: ServiceEntrant,
-    /// The resolution of a tickwheel entrant (others keep their own).
-    pub tick: std::time::Duration,
+    /// How a tickwheel entrant is built (others keep their own settings).
+    pub setup: TickwheelSetup,
 }
 
 /// Runs the demo.
@@ -43,7 +43,7 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
         bar.set_style(style.progress_chars("=> "));
     }
     let sample =
-        services::run(s.entrant, &delays, s.tick, Some(&bar)).inspect_err(|_| bar.abandon())?;
+        services::run(s.entrant, &delays, s.setup, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish();
     print_summary(&sample);
     Ok(())
@@ -61,7 +61,7 @@ pub fn worker(s: &DemoSettings) -> Result<(), String> {
     }
     bar.set_message(format!("W4 {}", s.entrant));
     let sample =
-        services::run(s.entrant, &delays, s.tick, Some(&bar)).inspect_err(|_| bar.abandon())?;
+        services::run(s.entrant, &delays, s.setup, Some(&bar)).inspect_err(|_| bar.abandon())?;
     bar.finish_and_clear();
     say!("{}", sample.to_json());
     Ok(())

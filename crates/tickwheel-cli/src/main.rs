@@ -49,7 +49,7 @@ mod workload;
 
 use clap::{Parser, Subcommand};
 use entrant::Entrant;
-use services::ServiceEntrant;
+use services::{ServiceEntrant, TickwheelSetup};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -114,6 +114,10 @@ struct BenchArgs {
     /// Resolution of the tickwheel entrants in W4, in µs (peers keep their own).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     w4_tick_us: u64,
+    /// `wake_interval` of the tickwheel entrants in W4, in µs (0: a wake-up at every tick
+    /// with timers due, the default).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    w4_wake_us: u64,
     /// Also run W6, durable tasks on Redis (same as adding w6 to --workloads).
     #[arg(long)]
     durable: bool,
@@ -149,6 +153,9 @@ struct DemoArgs {
     /// Resolution of the tickwheel service, in µs (other entrants keep their own).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     tick_us: u64,
+    /// `wake_interval` of the tickwheel service, in µs (0: the default).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    wake_us: u64,
 }
 
 /// The largest timer count accepted: ids are `u32`, and memory must stay sane.
@@ -201,25 +208,26 @@ fn parse_service(text: &str) -> Result<ServiceEntrant, String> {
     }
 }
 
+fn demo_settings(args: DemoArgs) -> demo::DemoSettings {
+    demo::DemoSettings {
+        n: args.n,
+        max_delay_ms: args.max_delay_ms,
+        seed: args.seed,
+        entrant: args.entrant,
+        setup: TickwheelSetup {
+            tick: Duration::from_micros(args.tick_us),
+            wake_interval: Duration::from_micros(args.wake_us),
+        },
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let result = match cli.command {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),
-        Command::Demo(args) => demo::run(&demo::DemoSettings {
-            n: args.n,
-            max_delay_ms: args.max_delay_ms,
-            seed: args.seed,
-            entrant: args.entrant,
-            tick: Duration::from_micros(args.tick_us),
-        }),
-        Command::ServiceWorker(args) => demo::worker(&demo::DemoSettings {
-            n: args.n,
-            max_delay_ms: args.max_delay_ms,
-            seed: args.seed,
-            entrant: args.entrant,
-            tick: Duration::from_micros(args.tick_us),
-        }),
+        Command::Demo(args) => demo::run(&demo_settings(args)),
+        Command::ServiceWorker(args) => demo::worker(&demo_settings(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -259,7 +267,10 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
         out: args.out,
         w4_n: if args.full { 6_000_000 } else { args.w4_n },
         w4_max_delay_ms: args.w4_max_delay_ms,
-        w4_tick: Duration::from_micros(args.w4_tick_us),
+        w4: TickwheelSetup {
+            tick: Duration::from_micros(args.w4_tick_us),
+            wake_interval: Duration::from_micros(args.w4_wake_us),
+        },
         durable: durable::DurableSettings {
             redis_url: args.redis,
             n: args.durable_n,

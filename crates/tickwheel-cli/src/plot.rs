@@ -32,6 +32,7 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
     match entrant {
         ServiceEntrant::TimerService => queue_color(QueueEntrant::Wheel),
         ServiceEntrant::TimerServiceHandles => queue_color(QueueEntrant::HashedWheel),
+        ServiceEntrant::TimerServiceHere => queue_color(QueueEntrant::Heap),
         ServiceEntrant::TokioSleep => queue_color(QueueEntrant::BinaryHeap),
         ServiceEntrant::DelayQueueChannel => queue_color(QueueEntrant::DelayQueue),
         ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),

@@ -36,9 +36,10 @@ const QUEUES: [&str; 8] = [
     "tokio-delayqueue",
     "hhwt",
 ];
-const SERVICES: [&str; 5] = [
+const SERVICES: [&str; 6] = [
     "tickwheel-service",
     "tickwheel-service-handle",
+    "tickwheel-service-here",
     "tokio-sleep",
     "delayqueue-channel",
     "binaryheap-thread",
@@ -65,6 +66,8 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "20",
         "--w4-tick-us",
         "10",
+        "--w4-wake-us",
+        "40",
         "--out",
         out.to_str().unwrap(),
     ];
@@ -120,6 +123,11 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
             }
         }
     }
+    assert!(
+        json["notes"].to_string().contains("wake_interval 40µs"),
+        "notes: {}",
+        json["notes"]
+    );
     let w4 = json["services"].as_array().unwrap();
     for entrant in SERVICES {
         let r = w4.iter().find(|r| r["entrant"] == entrant);
@@ -179,6 +187,7 @@ fn bad_arguments_get_a_clear_message_and_nonzero_exit() {
         "not in 0..=60000",
     );
     assert_rejected(&["bench", "--w4-tick-us", "0"], "--w4-tick-us");
+    assert_rejected(&["bench", "--w4-wake-us", "2000000"], "--w4-wake-us");
     assert_rejected(&["frobnicate"], "unrecognized subcommand");
     assert_rejected(
         &["demo", "--entrant", "btreemap", "--n", "10"],

@@ -1,6 +1,7 @@
 //! The handles of timers staged through a shard's inbox (every timer `schedule` makes),
 //! checked against a `BTreeMap` reference model operation by operation, on a `ManualClock`
-//! with one worker, so callbacks run in the order they were handed out.
+//! with one worker, so callbacks run in the order they were handed out, and with none (the
+//! draining thread runs them, in the same order).
 //!
 //! The model keeps each pending timer under `(deadline tick, seq)`: `schedule` and
 //! `schedule_detached` take a new seq, and so does a reset (a reset timer fires after the
@@ -19,7 +20,7 @@ use proptest::prelude::*;
 use tickwheel::service::TimerHandle;
 
 mod virtual_time;
-use virtual_time::{advance, manual};
+use virtual_time::{advance, manual, manual_with_workers};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -53,9 +54,10 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Runs `ops` against a service and the model; panics at the first difference.
-fn check(ops: &[Op]) {
-    let (clock, service) = manual();
+/// Runs `ops` against a service with `workers` workers and the model; panics at the first
+/// difference.
+fn check(ops: &[Op], workers: usize) {
+    let (clock, service) = manual_with_workers(workers);
     let ticks = *service.ticks();
     let ran = Arc::new(Mutex::new(Vec::<usize>::new()));
     // Pending timers: (tick, seq) -> id; and each id's current place.
@@ -158,7 +160,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
     #[test]
     fn staged_handles_match_the_model(ops in proptest::collection::vec(op(), 1..300)) {
-        check(&ops);
+        check(&ops, 1);
+    }
+
+    #[test]
+    fn staged_handles_match_the_model_with_no_workers(
+        ops in proptest::collection::vec(op(), 1..300)
+    ) {
+        check(&ops, 0);
     }
 }
 

@@ -2,7 +2,7 @@
 //! and with handles), tokio `sleep` tasks, tokio-util's `DelayQueue` fed through a channel, and a
 //! `BinaryHeap`-plus-thread baseline.
 
-use super::{Log, RealTimeTimer};
+use super::{Log, RealTimeTimer, TickwheelSetup};
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -14,13 +14,18 @@ use tickwheel::{TimerHandle, TimerService};
 use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 
-/// A `TimerService` with its defaults (a worker a core, sharded wheels) but for the
-/// resolution, `tick`.
-fn service(tick: Duration) -> Result<TimerService, String> {
-    TimerService::builder()
-        .resolution(tick)
-        .build()
-        .map_err(|e| format!("TimerService: {e}"))
+/// A `TimerService` with its defaults (a worker a core, sharded wheels) but for `setup`
+/// and the worker count if `workers` is given.
+fn service(setup: TickwheelSetup, workers: Option<usize>) -> Result<TimerService, String> {
+    let builder = TimerService::builder()
+        .resolution(setup.tick)
+        .wake_interval(setup.wake_interval);
+    match workers {
+        Some(n) => builder.worker_threads(n),
+        None => builder,
+    }
+    .build()
+    .map_err(|e| format!("TimerService: {e}"))
 }
 
 /// The run's log as a `&'static Log`: one reference leaked on the first call (a W4 run is
@@ -36,17 +41,18 @@ fn leaked(cell: &OnceLock<&'static Log>, log: &Arc<Log>) -> &'static Log {
 /// backlog builds up) queues it later.
 ///
 /// Lean like the peers (no reference count per task): the callback captures the task id and
-/// a `&'static Log` (see [`leaked`]).
+/// a `&'static Log` (see [`leaked`]). With `worker_threads(0)` (`tickwheel-service-here`)
+/// the timer thread runs the callbacks itself, as the heap thread does.
 pub struct TickwheelService {
     service: TimerService,
     log: OnceLock<&'static Log>,
 }
 
 impl TickwheelService {
-    /// Starts a service at resolution `tick`.
-    pub fn new(tick: Duration) -> Result<TickwheelService, String> {
+    /// Starts a service as `setup` says, with `workers` workers (default: a core each).
+    pub fn new(setup: TickwheelSetup, workers: Option<usize>) -> Result<TickwheelService, String> {
         Ok(TickwheelService {
-            service: service(tick)?,
+            service: service(setup, workers)?,
             log: OnceLock::new(),
         })
     }
@@ -80,10 +86,10 @@ pub struct TickwheelServiceHandles {
 }
 
 impl TickwheelServiceHandles {
-    /// Starts a service at resolution `tick`, with room for `n` handles.
-    pub fn new(tick: Duration, n: usize) -> Result<TickwheelServiceHandles, String> {
+    /// Starts a service as `setup` says, with room for `n` handles.
+    pub fn new(setup: TickwheelSetup, n: usize) -> Result<TickwheelServiceHandles, String> {
         Ok(TickwheelServiceHandles {
-            service: service(tick)?,
+            service: service(setup, None)?,
             log: OnceLock::new(),
             handles: RefCell::new(Vec::with_capacity(n)),
         })

@@ -6,26 +6,27 @@
 //! progress bar on the inherited stderr and prints one JSON sample on stdout.
 
 use super::report::{Lateness, ServiceSample};
-use super::ServiceEntrant;
+use super::{ServiceEntrant, TickwheelSetup};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Runs W4 for `entrant` in a child process and returns its sample; `tick` is the
-/// resolution of the tickwheel entrants.
+/// Runs W4 for `entrant` in a child process and returns its sample; `setup` is how the
+/// tickwheel entrants are built.
 pub fn run_isolated(
     entrant: ServiceEntrant,
     seed: u64,
     n: usize,
     max_delay_ms: u64,
-    tick: Duration,
+    setup: TickwheelSetup,
 ) -> Result<ServiceSample, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let output = Command::new(exe)
         .args(["service-worker", "--entrant", entrant.name()])
         .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
         .args(["--max-delay-ms", &max_delay_ms.to_string()])
-        .args(["--tick-us", &tick.as_micros().to_string()])
+        .args(["--tick-us", &setup.tick.as_micros().to_string()])
+        .args(["--wake-us", &setup.wake_interval.as_micros().to_string()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

@@ -49,6 +49,9 @@ pub enum ServiceEntrant {
     /// tickwheel's `TimerService` with callbacks, scheduled with `schedule_at`; every handle
     /// is kept until the run ends.
     TimerServiceHandles,
+    /// tickwheel's `TimerService` with no workers (`worker_threads(0)`): the timer thread
+    /// runs the callbacks itself; scheduled with `schedule_detached_at`.
+    TimerServiceHere,
     /// tokio `sleep` tasks on a multi-thread runtime.
     TokioSleep,
     /// tokio-util's `DelayQueue` in one task, fed through an unbounded channel.
@@ -59,9 +62,10 @@ pub enum ServiceEntrant {
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 5] = [
+    pub const ALL: [ServiceEntrant; 6] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
+        ServiceEntrant::TimerServiceHere,
         ServiceEntrant::TokioSleep,
         ServiceEntrant::DelayQueueChannel,
         ServiceEntrant::HeapThread,
@@ -72,6 +76,7 @@ impl ServiceEntrant {
         match self {
             ServiceEntrant::TimerService => "tickwheel-service",
             ServiceEntrant::TimerServiceHandles => "tickwheel-service-handle",
+            ServiceEntrant::TimerServiceHere => "tickwheel-service-here",
             ServiceEntrant::TokioSleep => "tokio-sleep",
             ServiceEntrant::DelayQueueChannel => "delayqueue-channel",
             ServiceEntrant::HeapThread => "binaryheap-thread",
@@ -82,7 +87,9 @@ impl ServiceEntrant {
     pub fn is_tickwheel(self) -> bool {
         matches!(
             self,
-            ServiceEntrant::TimerService | ServiceEntrant::TimerServiceHandles
+            ServiceEntrant::TimerService
+                | ServiceEntrant::TimerServiceHandles
+                | ServiceEntrant::TimerServiceHere
         )
     }
 }
@@ -250,17 +257,29 @@ pub trait RealTimeTimer {
     fn shutdown(self: Box<Self>);
 }
 
-/// Starts the timer of a service entrant for `n` tasks; `tick` is the resolution of the
-/// tickwheel entrants (peers keep their own).
+/// How the tickwheel entrants' services are built (peers keep their own settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TickwheelSetup {
+    /// The resolution.
+    pub tick: Duration,
+    /// `Builder::wake_interval` (zero: the default, a wake-up at every tick with timers).
+    pub wake_interval: Duration,
+}
+
+/// Starts the timer of a service entrant for `n` tasks; `setup` is how the tickwheel
+/// entrants are built.
 pub fn start(
     entrant: ServiceEntrant,
     n: usize,
-    tick: Duration,
+    setup: TickwheelSetup,
 ) -> Result<Box<dyn RealTimeTimer>, String> {
     Ok(match entrant {
-        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new(tick)?),
+        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new(setup, None)?),
+        ServiceEntrant::TimerServiceHere => {
+            Box::new(drivers::TickwheelService::new(setup, Some(0))?)
+        }
         ServiceEntrant::TimerServiceHandles => {
-            Box::new(drivers::TickwheelServiceHandles::new(tick, n)?)
+            Box::new(drivers::TickwheelServiceHandles::new(setup, n)?)
         }
         ServiceEntrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
         ServiceEntrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
@@ -268,16 +287,16 @@ pub fn start(
     })
 }
 
-/// Runs W4 with `delays` (ms) on `entrant`, the tickwheel entrants at resolution `tick`;
+/// Runs W4 with `delays` (ms) on `entrant`, the tickwheel entrants built as `setup` says;
 /// `progress` shows tasks fired.
 pub fn run(
     entrant: ServiceEntrant,
     delays: &[u64],
-    tick: Duration,
+    setup: TickwheelSetup,
     progress: Option<&ProgressBar>,
 ) -> Result<ServiceSample, String> {
     let n = delays.len();
-    let driver = start(entrant, n, tick)?;
+    let driver = start(entrant, n, setup)?;
     let log = Arc::new(Log::new(n));
     let mut deadlines = vec![0u64; n];
     // Touch the pages now, so the RSS baseline below already holds them.
@@ -316,7 +335,7 @@ pub fn run(
     sample.schedule_cpu = schedule_cpu;
     sample.cpu = cpu;
     sample.peak_rss = peak_rss;
-    sample.tick = entrant.is_tickwheel().then_some(tick);
+    sample.tick = entrant.is_tickwheel().then_some(setup.tick);
     Ok(sample)
 }
 
@@ -503,7 +522,11 @@ mod tests {
     fn peers_run_a_tiny_w4_exactly_once_never_early() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
         for entrant in ServiceEntrant::ALL {
-            let sample = run(entrant, &delays, Duration::from_millis(1), None).unwrap();
+            let setup = TickwheelSetup {
+                tick: Duration::from_millis(1),
+                wake_interval: Duration::ZERO,
+            };
+            let sample = run(entrant, &delays, setup, None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.histogram.iter().map(|(_, c)| c).sum::<usize>(), 200);
             let tick = entrant.is_tickwheel().then_some(Duration::from_millis(1));
@@ -515,7 +538,11 @@ mod tests {
     fn tickwheel_entrants_run_a_tiny_w4_at_10_us() {
         let delays: Vec<u64> = (0..200).map(|i| i % 7).collect();
         for entrant in ServiceEntrant::ALL.into_iter().filter(|e| e.is_tickwheel()) {
-            let sample = run(entrant, &delays, Duration::from_micros(10), None).unwrap();
+            let setup = TickwheelSetup {
+                tick: Duration::from_micros(10),
+                wake_interval: Duration::from_micros(40),
+            };
+            let sample = run(entrant, &delays, setup, None).unwrap();
             assert_eq!(sample.n, 200);
             assert_eq!(sample.tick, Some(Duration::from_micros(10)));
         }

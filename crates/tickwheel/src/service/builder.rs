@@ -78,8 +78,16 @@ impl Builder {
         self
     }
 
-    /// Threads that run callbacks (default: available cores). `build` fails with
-    /// `InvalidInput` for 0.
+    /// Threads that run callbacks (default: available cores).
+    ///
+    /// `0` runs every callback on the thread that takes it out of the queue: the timer thread
+    /// (or a thread inside [`settle`](TimerService::settle)), in deadline order, one at a time
+    /// on each such thread. This is the design of a timer thread that runs its own tasks (a
+    /// `BinaryHeap` thread, Netty's `HashedWheelTimer`): no hand-off, so the least CPU and
+    /// lateness for short callbacks, especially at a fine resolution. The price: a slow
+    /// callback makes every timer after it late, and a callback that blocks (on a
+    /// [`TimerHandle::wait`](super::TimerHandle::wait), a lock held elsewhere, I/O) stops
+    /// the service's clock until it returns. A panic is still caught and counted.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
@@ -166,17 +174,15 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a resolution outside 1 µs..=1 s or zero workers or shards; the OS
+    /// `InvalidInput` for a resolution outside 1 µs..=1 s or zero shards; the OS
     /// error if a thread cannot be spawned (threads already started are stopped again).
     pub fn build(self) -> io::Result<TimerService> {
         let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
         if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&self.resolution) {
             return Err(invalid("tickwheel: resolution must be within 1 µs..=1 s"));
         }
-        if self.workers == Some(0) || self.shards == Some(0) {
-            return Err(invalid(
-                "tickwheel: worker_threads and shards must be at least 1",
-            ));
+        if self.shards == Some(0) {
+            return Err(invalid("tickwheel: shards must be at least 1"));
         }
         TimerService::start(self)
     }

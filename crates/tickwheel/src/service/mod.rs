@@ -477,7 +477,9 @@ impl TimerService {
             let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
             (!threads.is_empty()).then(|| threads.remove(0))
         };
-        if let Some(driver) = driver {
+        // Not from the timer thread itself (a callback of a service with no workers): it
+        // exits when that callback returns and its drain is done.
+        if let Some(driver) = driver.filter(|d| d.thread().id() != thread::current().id()) {
             let _ = driver.join();
         }
         let pending = self.state.close();
@@ -567,7 +569,14 @@ impl fmt::Debug for TimerService {
         f.debug_struct("TimerService")
             .field("resolution", &self.resolution())
             .field("shards", &self.state.shards.len())
-            .field("workers", &self.state.worker_stats.len())
+            .field(
+                "workers",
+                &if self.state.run_here {
+                    0
+                } else {
+                    self.state.worker_stats.len()
+                },
+            )
             .finish_non_exhaustive()
     }
 }

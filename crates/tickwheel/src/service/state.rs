@@ -24,8 +24,8 @@ use std::time::Instant;
 use super::callback::{Callback, Expire};
 use super::core::Core;
 use super::handle::TimerHandle;
-use super::shard::{Closed, Drained, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
-use super::worker::{Dispatch, PanicHandler, WorkerStats};
+use super::shard::{Closed, Drained, Job, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
+use super::worker::{self, Dispatch, PanicHandler, WorkerStats};
 use super::ScheduleError;
 use crate::sync::{lock, Arc, AtomicBool, Counter, Mutex, Ordering};
 use crate::time::Ticks;
@@ -40,6 +40,19 @@ thread_local! {
     static WORKER_OF: Cell<usize> = const { Cell::new(0) };
 }
 
+/// What the drain lock guards.
+#[derive(Default)]
+struct DrainBuffers {
+    /// What one shard's drain puts out.
+    drained: Drained,
+    /// With no workers: every due entry of this drain, to be run by the draining thread
+    /// once the lock is released.
+    ready: Vec<Job>,
+    /// `ready` mixes timer-thread entries with callbacks, each kind in deadline order: it
+    /// needs a merge.
+    merge: bool,
+}
+
 /// The state of one service: its shards, the hand-off to its workers, its counters.
 pub(crate) struct ServiceState {
     pub(crate) core: Arc<Core>,
@@ -47,7 +60,10 @@ pub(crate) struct ServiceState {
     pub(crate) shards: Box<[Arc<Shard>]>,
     pub(crate) dispatch: Dispatch,
     /// Serialises drains; holds the buffers they collect due timers in.
-    drain: Mutex<Drained>,
+    drain: Mutex<DrainBuffers>,
+    /// No workers: the thread that drains runs the callbacks (see [`Self::drain_due`]).
+    pub(crate) run_here: bool,
+    /// One a worker; with no workers, one for the threads that drain.
     pub(crate) worker_stats: Box<[WorkerStats]>,
     pub(crate) on_panic: Option<PanicHandler>,
     /// Entries run on the timer thread itself (wakers, notifications).
@@ -70,8 +86,11 @@ impl ServiceState {
             core,
             shards,
             dispatch: Dispatch::new(workers),
-            drain: Mutex::new(Drained::default()),
-            worker_stats: (0..workers).map(|_| WorkerStats::default()).collect(),
+            drain: Mutex::new(DrainBuffers::default()),
+            run_here: workers == 0,
+            worker_stats: (0..workers.max(1))
+                .map(|_| WorkerStats::default())
+                .collect(),
             on_panic,
             notified: Counter::new(),
             discarded: Counter::new(),
@@ -238,9 +257,28 @@ impl ServiceState {
     /// the workers as soon as it is out of the queue, so the first callbacks of a tick start
     /// while the rest are still being drained. Otherwise the shards' runs are merged first.
     /// Then every shard's staged timers that were not due are queued (see `shard.rs`).
+    ///
+    /// With no workers the calling thread runs every due entry itself, in deadline order,
+    /// after releasing the drain lock (so a callback may call `settle` or `shutdown`), then
+    /// takes the lock again to queue the staged timers.
     pub(crate) fn drain_due(&self, now: u64) -> usize {
-        let mut drained = lock(&self.drain);
-        let n = self.drain_locked(now, &mut drained);
+        let mut buffers = lock(&self.drain);
+        let n = self.drain_locked(now, &mut buffers);
+        if self.run_here && !buffers.ready.is_empty() {
+            let mut ready = std::mem::take(&mut buffers.ready);
+            if std::mem::take(&mut buffers.merge) {
+                ready.sort_by_key(|job| job.deadline);
+            }
+            // In flight before the lock is released: `settled` sees them one way or the other.
+            self.dispatch.begin(ready.len());
+            drop(buffers);
+            self.run_ready(&mut ready);
+            buffers = lock(&self.drain);
+            if buffers.ready.capacity() == 0 {
+                // The buffer goes back for the next drain (another may have made its own).
+                buffers.ready = ready;
+            }
+        }
         // The detached timers not due yet: queued after the due ones were handed on, by this
         // thread rather than a producer.
         for shard in self.shards.iter() {
@@ -249,10 +287,15 @@ impl ServiceState {
         n
     }
 
-    fn drain_locked(&self, now: u64, drained: &mut Drained) -> usize {
+    fn drain_locked(&self, now: u64, buffers: &mut DrainBuffers) -> usize {
+        let DrainBuffers {
+            drained,
+            ready,
+            merge,
+        } = buffers;
         let mut due = self.shards.iter().filter(|shard| shard.earliest() <= now);
         if let (Some(shard), None) = (due.next(), due.next()) {
-            return shard.drain(now, drained, |chunk| self.hand_off(chunk));
+            return shard.drain(now, drained, |chunk| self.hand_off(chunk, ready, merge));
         }
         let mut n = 0;
         for shard in self.shards.iter() {
@@ -266,8 +309,31 @@ impl ServiceState {
         // Each shard's run is sorted; a stable sort merges the runs.
         drained.jobs.sort_by_key(|job| job.deadline);
         drained.inline.sort_by_key(|job| job.deadline);
-        self.hand_off(drained);
+        self.hand_off(drained, ready, merge);
         n
+    }
+
+    /// Runs, on the calling thread, the entries a drain took for it (a service with no
+    /// workers), in order; they were counted in flight by the drain.
+    fn run_ready(&self, ready: &mut Vec<Job>) {
+        let n = ready.len();
+        let stats = &self.worker_stats[0];
+        let mut notified = 0;
+        // As on a worker: `settle` from one of these callbacks must not wait for itself.
+        let me = self as *const ServiceState as usize;
+        let was = WORKER_OF.with(|w| w.replace(me));
+        for job in ready.drain(..) {
+            if job.callback.is_inline() {
+                notified += 1;
+                let _ = catch_unwind(AssertUnwindSafe(|| job.callback.call()));
+            } else {
+                worker::run_job(job, &self.core, stats, self.on_panic.as_ref());
+            }
+        }
+        WORKER_OF.with(|w| w.set(was));
+        self.notified.add(notified);
+        stats.fired.add((n as u64) - notified);
+        self.dispatch.finish(n);
     }
 
     /// Whether nothing is due at `now` and no callback is queued or running: `settle`'s test
@@ -281,8 +347,16 @@ impl ServiceState {
         self.earliest() > now && self.dispatch.is_idle()
     }
 
-    /// Runs the notifications and gives the callbacks of `drained` to the workers, in order.
-    fn hand_off(&self, drained: &mut Drained) {
+    /// Runs the notifications and gives the callbacks of `drained` to the workers, in order;
+    /// with no workers, moves both to `ready` (see [`Self::drain_due`]), noting in `merge`
+    /// that the two kinds must be merged.
+    fn hand_off(&self, drained: &mut Drained, ready: &mut Vec<Job>, merge: &mut bool) {
+        if self.run_here {
+            *merge |= !drained.inline.is_empty();
+            ready.append(&mut drained.inline);
+            ready.append(&mut drained.jobs);
+            return;
+        }
         let inline = drained.inline.len();
         for job in drained.inline.drain(..) {
             // A waker or an `expire` must not panic; should one anyway, the timer thread
@@ -403,6 +477,43 @@ mod tests {
             assert!(!checker.join().unwrap());
             assert_eq!(drainer.join().unwrap(), 1);
             assert!(!state.settled(1));
+        });
+    }
+
+    /// The same race with no workers: the draining thread runs the callback itself, after
+    /// releasing the drain lock. `settled` may say yes only once the callback has finished.
+    #[test]
+    fn loom_settled_waits_for_a_callback_the_drainer_runs_itself() {
+        model(|| {
+            let clock = ManualClock::new();
+            let ticks = Ticks::new(clock.now(), Duration::from_millis(1));
+            let core = Arc::new(Core::new(StdArc::new(clock), ticks, None));
+            let shard = Arc::new(Shard::new(core.clone(), QueueFlavor::Wheel));
+            let ran = Arc::new(AtomicBool::new(false));
+            let flag = ran.clone();
+            let callback = Callback::new(move || flag.store(true, Ordering::Release));
+            if shard.insert(1, callback).is_err() {
+                panic!("shard closed");
+            }
+            let state = Arc::new(ServiceState::new(core, Box::new([shard]), 0, None, true));
+            let drainer = {
+                let state = state.clone();
+                spawn(move || state.drain_due(1))
+            };
+            let checker = {
+                let (state, ran) = (state.clone(), ran.clone());
+                spawn(move || {
+                    if state.settled(1) {
+                        assert!(
+                            ran.load(Ordering::Acquire),
+                            "settled before the callback ran"
+                        );
+                    }
+                })
+            };
+            checker.join().unwrap();
+            assert_eq!(drainer.join().unwrap(), 1);
+            assert!(state.settled(1));
         });
     }
 }

@@ -124,6 +124,30 @@ impl Dispatch {
         }
     }
 
+    /// Counts `n` callbacks as in flight that the calling thread will run itself (a service
+    /// with no workers); [`finish`](Self::finish) ends them. Called under the drain lock, so
+    /// `settle` never sees them neither queued nor in flight.
+    pub(crate) fn begin(&self, n: usize) {
+        lock(&self.queue).in_flight += n;
+    }
+
+    /// Ends `n` callbacks counted by [`begin`](Self::begin).
+    pub(crate) fn finish(&self, n: usize) {
+        let mut q = lock(&self.queue);
+        self.finished(&mut q, n);
+    }
+
+    /// Takes `n` finished callbacks off `in_flight`, telling a waiting `settle` when none is
+    /// left.
+    fn finished(&self, q: &mut Queue, n: usize) {
+        if n > 0 {
+            q.in_flight -= n;
+            if q.in_flight == 0 && q.idle_waiting > 0 {
+                self.idle.notify_all();
+            }
+        }
+    }
+
     /// Blocks until every pushed callback has finished.
     pub(crate) fn wait_idle(&self) {
         let mut q = lock(&self.queue);
@@ -148,12 +172,7 @@ impl Dispatch {
     /// The next batch, or `None` once stopping and empty.
     fn take(&self, finished: usize) -> Option<Vec<Job>> {
         let mut q = lock(&self.queue);
-        if finished > 0 {
-            q.in_flight -= finished;
-            if q.in_flight == 0 && q.idle_waiting > 0 {
-                self.idle.notify_all();
-            }
-        }
+        self.finished(&mut q, finished);
         loop {
             if let Some(batch) = q.batches.pop_front() {
                 return Some(batch);
@@ -185,7 +204,7 @@ pub(crate) fn run(
     }
 }
 
-fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHandler>) {
+pub(crate) fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHandler>) {
     if let Some(late_ns) = core.ticks.nanos_after(job.deadline, core.clock.now()) {
         stats.lateness.record(late_ns);
     }
