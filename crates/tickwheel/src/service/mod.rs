@@ -30,6 +30,9 @@
 //!   hands them to the workers in batches.
 //! * **Workers** (`worker.rs`) run callbacks under `catch_unwind`: a slow or
 //!   panicking callback never delays the timer thread; panics are counted in [`Stats`].
+//!   With no workers ([`Builder::worker_threads`]`(0)`) the thread that drains runs the
+//!   callbacks itself once it has released the drain lock, in deadline order together with
+//!   the timer-thread entries; a slow callback then delays every timer after it.
 //! * `core.rs` (`Core`: the clock, ticks, waking the timer thread, the cap), `callback.rs`
 //!   (`Callback`: a closure stored inline when small), `sleeper.rs` (how the timer thread
 //!   sleeps to a tick's start), `handle.rs`, `builder.rs`, `flavor.rs`, `stats.rs`.
