@@ -205,6 +205,17 @@ fn caveats(s: &Settings) -> Vec<String> {
     }
     if w4
         && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::BucketFloor))
+    {
+        notes.push(
+            "bucket-floor is not a timer but the least work W4 can be done with (1 ms buckets \
+             in one vector each, no cancel, no order within a millisecond): a floor for this \
+             machine, not a peer"
+                .to_owned(),
+        );
+    }
+    if w4
+        && s.entrants
             .iter()
             .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
     {

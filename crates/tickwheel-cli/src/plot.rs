@@ -36,6 +36,7 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
         ServiceEntrant::TokioSleep => queue_color(QueueEntrant::BinaryHeap),
         ServiceEntrant::DelayQueueChannel => queue_color(QueueEntrant::DelayQueue),
         ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),
+        ServiceEntrant::BucketFloor => queue_color(QueueEntrant::Hhwt),
     }
 }
 

@@ -36,13 +36,14 @@ const QUEUES: [&str; 8] = [
     "tokio-delayqueue",
     "hhwt",
 ];
-const SERVICES: [&str; 6] = [
+const SERVICES: [&str; 7] = [
     "tickwheel-service",
     "tickwheel-service-handle",
     "tickwheel-service-here",
     "tokio-sleep",
     "delayqueue-channel",
     "binaryheap-thread",
+    "bucket-floor",
 ];
 
 fn read_json(path: &Path) -> Value {

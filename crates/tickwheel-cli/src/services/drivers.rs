@@ -356,3 +356,101 @@ impl RealTimeTimer for HeapThread {
         }
     }
 }
+
+/// What the bucket floor's producer and thread share: the staged (bucket, task id) pairs,
+/// the run's log, the stop flag.
+struct FloorShared {
+    base: Instant,
+    staged: Mutex<Vec<(u32, u32)>>,
+    log: OnceLock<Arc<Log>>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// A floor, not a timer: the least work W4 can be done with, to tell what a design costs from
+/// what this machine costs. A schedule appends (1 ms bucket, task id) to one vector under a
+/// mutex; one thread swaps that vector out, files each task in a vector per millisecond,
+/// runs every bucket whose millisecond has started, and sleeps to the next millisecond. No
+/// cancel, no handle, no order within a millisecond, one producer's worth of locking, memory
+/// for every millisecond up to the last deadline.
+pub struct BucketFloor {
+    shared: Arc<FloorShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BucketFloor {
+    /// Starts the thread.
+    pub fn new() -> Result<BucketFloor, String> {
+        let shared = Arc::new(FloorShared {
+            base: Instant::now(),
+            staged: Mutex::new(Vec::new()),
+            log: OnceLock::new(),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("bucket-floor".into())
+            .spawn(move || floor_thread(&worker))
+            .map_err(|e| format!("cannot start the bucket floor's thread: {e}"))?;
+        Ok(BucketFloor {
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn floor_thread(shared: &FloorShared) {
+    const MS: Duration = Duration::from_millis(1);
+    let mut buckets: Vec<Vec<u32>> = Vec::new();
+    let mut swap: Vec<(u32, u32)> = Vec::new();
+    let mut next = 0usize;
+    loop {
+        std::mem::swap(
+            &mut *shared.staged.lock().unwrap_or_else(PoisonError::into_inner),
+            &mut swap,
+        );
+        for (bucket, id) in swap.drain(..) {
+            let bucket = (bucket as usize).max(next);
+            if buckets.len() <= bucket {
+                buckets.resize_with(bucket + 1, Vec::new);
+            }
+            buckets[bucket].push(id);
+        }
+        let now_ms = (shared.base.elapsed().as_nanos() / MS.as_nanos()) as usize;
+        if let Some(log) = shared.log.get() {
+            while next <= now_ms && next < buckets.len() {
+                std::mem::take(&mut buckets[next])
+                    .into_iter()
+                    .for_each(|id| log.fire(id));
+                next += 1;
+            }
+        }
+        next = next.max(now_ms.min(buckets.len()));
+        if shared.stop.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let wake = shared.base + MS * (now_ms as u32 + 1);
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+impl RealTimeTimer for BucketFloor {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
+        self.shared.log.get_or_init(|| Arc::clone(log));
+        let after = deadline.saturating_duration_since(self.shared.base);
+        let bucket = after.as_nanos().div_ceil(1_000_000) as u32;
+        self.shared
+            .staged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((bucket, id));
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -58,17 +58,21 @@ pub enum ServiceEntrant {
     DelayQueueChannel,
     /// A `BinaryHeap` behind a mutex plus one timer thread.
     HeapThread,
+    /// A floor, not a timer: 1 ms buckets filled and run by one thread (see
+    /// [`drivers::BucketFloor`]).
+    BucketFloor,
 }
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 6] = [
+    pub const ALL: [ServiceEntrant; 7] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TimerServiceHere,
         ServiceEntrant::TokioSleep,
         ServiceEntrant::DelayQueueChannel,
         ServiceEntrant::HeapThread,
+        ServiceEntrant::BucketFloor,
     ];
 
     /// The name used on the command line, in tables and in files.
@@ -80,6 +84,7 @@ impl ServiceEntrant {
             ServiceEntrant::TokioSleep => "tokio-sleep",
             ServiceEntrant::DelayQueueChannel => "delayqueue-channel",
             ServiceEntrant::HeapThread => "binaryheap-thread",
+            ServiceEntrant::BucketFloor => "bucket-floor",
         }
     }
 
@@ -284,6 +289,7 @@ pub fn start(
         ServiceEntrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
         ServiceEntrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
         ServiceEntrant::HeapThread => Box::new(drivers::HeapThread::new()?),
+        ServiceEntrant::BucketFloor => Box::new(drivers::BucketFloor::new()?),
     })
 }
 

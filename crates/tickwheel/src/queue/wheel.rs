@@ -39,12 +39,16 @@
 //! # Pacing
 //!
 //! Every `poll_expired` that returns `None` (it has caught up with `t`) does a bounded step
-//! of absorption on each level: about `1/min(64, ticks left)` of what remains of the slot
-//! for every tick since the level's last step (a driver that polled late takes in the steps
-//! it missed), plus a floor of [`MIN_STEP`] items, so a slot is moved over up to 64 polls and
-//! finished before it is due. [`next_expiration`](TimerQueue::next_expiration) asks for those polls: it
-//! answers the earlier of the earliest slot and the tick the next absorption step is due
-//! (never later than the earliest deadline, as the contract requires). A driver that polls
+//! of absorption on each level: the share of what remains of the slot that the ticks since
+//! the level's last step make of the ticks left to finish it (a driver that polled late
+//! takes in the steps it missed), plus a floor of [`MIN_STEP`] items. The ticks left end
+//! one slot of the level before the parent slot starts, so the level below can take in its
+//! first child ahead of time too. [`next_expiration`](TimerQueue::next_expiration) asks for
+//! a step at least 64 times over that window, and more often for a large slot, about every
+//! `STEP_ITEMS` items: a level-2 slot of millions of timers at a fine resolution is moved
+//! a thousand items at a time over a whole rotation. It answers the earlier of the earliest
+//! slot and the tick the next absorption step is due (never later than the earliest
+//! deadline, as the contract requires). A driver that polls
 //! late, or jumps far ahead, gets the remaining work done at once in `poll_expired`: the
 //! classic cascade, as a fallback.
 //!
@@ -162,8 +166,11 @@ pub const MIN_STEP: usize = 256;
 /// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
 const TOUCH: usize = 16;
-/// Polls an absorption is spread over, at most.
+/// Steps an absorption is spread over, at least when it has the time (see [`Wheel::pace`]).
 const STEPS: u64 = SLOTS as u64;
+/// About the most items one absorption step moves when the time before the slot is due
+/// allows more steps: a step this size takes tens of microseconds.
+const STEP_ITEMS: usize = 1024;
 
 /// One slot: items in insertion order, some of them stale.
 #[derive(Default)]
@@ -492,6 +499,24 @@ impl<T> Wheel<T> {
         self.next_parent_start(level).saturating_sub(self.now)
     }
 
+    /// How `level`'s absorption in progress is paced, as `(window, gap)`: the ticks left to
+    /// finish it (at least 1), and the ticks between two steps.
+    ///
+    /// The window ends one slot of `level` before the parent slot starts, so that the level
+    /// below can start taking in that slot's first child ahead of time too. It is spread
+    /// over at least [`STEPS`] steps and, when the window is long enough, over as many as
+    /// make steps of about [`STEP_ITEMS`] items: a slot of millions of timers a whole
+    /// rotation ahead (an upper level at a fine resolution) is moved a small step at a time
+    /// over that rotation, not in 64 steps of tens of thousands of items each.
+    fn pace(&self, level: usize, remaining: usize) -> (u64, u64) {
+        let margin = if level == 0 { 0 } else { 1 << shift(level) };
+        let window = self.ticks_left(level).saturating_sub(margin).max(1);
+        let steps = (remaining.div_ceil(STEP_ITEMS) as u64)
+            .max(STEPS)
+            .min(window);
+        (window, (window / steps).max(1))
+    }
+
     /// Whether `level` may start absorbing its next parent slot: the clock has left the bank
     /// it will reuse, and the level above holds that slot whole.
     #[inline]
@@ -588,18 +613,18 @@ impl<T> Wheel<T> {
                 continue;
             };
             let remaining = self.slots[number].items.len() - cursor;
-            let steps = self.ticks_left(level).clamp(1, STEPS);
-            // A driver that polled late (several ticks since the last step) gets the steps it
-            // missed too, so that the slot is still done by its start instead of all at once
-            // then (the fallback in `finish_absorbing`).
-            let missed = self
+            let (window, _) = self.pace(level, remaining);
+            // The share of the ticks since the last step (several when the driver polled
+            // late: it gets the steps it missed too, so that the slot is still done in time
+            // instead of all at once at its start, the fallback in `finish_absorbing`).
+            let elapsed = self
                 .now
                 .saturating_sub(self.levels[level].stepped)
-                .clamp(1, steps);
+                .clamp(1, window);
             self.levels[level].stepped = self.now;
             let share = remaining
-                .saturating_mul(missed as usize)
-                .div_ceil(steps as usize);
+                .saturating_mul(elapsed as usize)
+                .div_ceil(window as usize);
             self.absorb(level, share + MIN_STEP);
         }
         // A level may start only now that the one above it moved on in this same pass.
@@ -743,8 +768,8 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     /// The earliest of: the first occupied slot's start (exact at level 0), and the tick the
-    /// next step of absorption is due — when a level is absorbing, a 64th of the time left
-    /// before the slot is due; otherwise when the level below may start on a level's first
+    /// next step of absorption is due — when a level is absorbing, the gap of
+    /// `pace`; otherwise when the level below may start on a level's first
     /// slot.
     fn next_expiration(&self) -> Option<u64> {
         if self.is_empty() {
@@ -756,9 +781,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
                 continue;
             };
             let below = level - 1;
-            let step = if self.levels[below].absorbing.is_some() {
-                self.now
-                    .saturating_add((self.ticks_left(below) / STEPS).max(1))
+            let step = if let (Some(number), Some(cursor)) =
+                (self.source(below), self.levels[below].absorbing)
+            {
+                let remaining = self.slots[number].items.len() - cursor;
+                self.now.saturating_add(self.pace(below, remaining).1)
             } else {
                 start(first - 1, level).max(self.now.saturating_add(1))
             };
@@ -972,6 +999,55 @@ mod tests {
         let ids: Vec<u64> = expected.into_iter().map(|(_, id)| id).collect();
         assert_eq!(fired, ids);
         assert!(wheel.is_empty());
+    }
+
+    /// An upper-level slot is paced over the rotation before it is due, in steps of about
+    /// `STEP_ITEMS`, also for a driver that polls only when `next_expiration` asks: a level-2
+    /// slot of 100 000 timers (4096 ticks, as at a fine resolution) is not moved in 64
+    /// steps of a 64th each, nor all at once at the first step.
+    #[test]
+    fn an_upper_slot_is_paced_over_its_rotation_in_small_steps() {
+        const N: u64 = 100_000;
+        let mut wheel = Wheel::new();
+        assert!(wheel.poll_expired(0).is_none());
+        // Ticks 8192.. are level 2's slot 2, past level 1's two rotations.
+        let expected: Vec<u64> = (0..N).map(|id| 8192 + id * 4093 % 4096).collect();
+        for (id, &deadline) in expected.iter().enumerate() {
+            let key = wheel.insert(deadline, id as u64);
+            assert_eq!(level_of_key(&wheel, key), 2);
+        }
+        let (mut largest_step, mut polls_absorbing) = (0, 0);
+        let mut fired = Vec::new();
+        while let Some(at) = wheel.next_expiration() {
+            let before = wheel.levels[1].absorbing;
+            let len = wheel
+                .source(1)
+                .map_or(0, |number| wheel.slots[number].items.len());
+            fired.extend(wheel.drain_expired(at).map(|(_, id)| (at, id)));
+            // The items this poll moved: up to the new cursor, or to the end of the slot.
+            let step = match (before, wheel.levels[1].absorbing) {
+                (before, Some(after)) => after - before.unwrap_or(0),
+                (Some(before), None) => len - before,
+                (None, None) => 0,
+            };
+            largest_step = largest_step.max(step);
+            polls_absorbing += usize::from(step > 0);
+        }
+        assert!(
+            largest_step <= 2 * STEP_ITEMS + MIN_STEP,
+            "a step moved {largest_step}"
+        );
+        assert!(polls_absorbing >= 64, "{polls_absorbing} steps");
+        let mut order: Vec<(u64, u64)> = expected
+            .iter()
+            .enumerate()
+            .map(|(id, &d)| (d, id as u64))
+            .collect();
+        order.sort();
+        assert_eq!(
+            fired, order,
+            "every timer fires once, at its deadline, in order"
+        );
     }
 
     #[test]
