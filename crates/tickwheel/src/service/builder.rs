@@ -85,9 +85,10 @@ impl Builder {
     /// on each such thread. This is the design of a timer thread that runs its own tasks (a
     /// `BinaryHeap` thread, Netty's `HashedWheelTimer`): no hand-off, so the least CPU and
     /// lateness for short callbacks, especially at a fine resolution. The price: a slow
-    /// callback makes every timer after it late, and a callback that blocks (on a
-    /// [`TimerHandle::wait`](super::TimerHandle::wait), a lock held elsewhere, I/O) stops
-    /// the service's clock until it returns. A panic is still caught and counted.
+    /// callback makes every timer after it late, and a callback that blocks (on a lock held
+    /// elsewhere, on I/O) stops the service's clock until it returns. So a callback must
+    /// not [`wait`](super::TimerHandle::wait) for another of this service's timers: nothing
+    /// would be left to fire it. A panic is still caught and counted.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
