@@ -450,6 +450,25 @@ mod tests {
     use crate::sync::{model, spawn};
     use crate::time::{ManualClock, Ticks};
 
+    /// A one-shard service on a virtual clock with `workers` workers (none started) and
+    /// `callback` queued at tick 1.
+    fn one_timer_due_at_tick_1(callback: Callback, workers: usize) -> Arc<ServiceState> {
+        let clock = ManualClock::new();
+        let ticks = Ticks::new(clock.now(), Duration::from_millis(1));
+        let core = Arc::new(Core::new(StdArc::new(clock), ticks, None));
+        let shard = Arc::new(Shard::new(core.clone(), QueueFlavor::Wheel));
+        if shard.insert(1, callback).is_err() {
+            panic!("shard closed");
+        }
+        Arc::new(ServiceState::new(
+            core,
+            Box::new([shard]),
+            workers,
+            None,
+            true,
+        ))
+    }
+
     /// A timer due at tick 1 is drained by one thread (the timer thread's part) while another
     /// asks `settled` (`settle`'s part). No worker runs, so once handed over the callback stays
     /// in flight: in no interleaving may `settled` see the timer neither queued nor in flight.
@@ -458,14 +477,7 @@ mod tests {
     #[test]
     fn loom_settled_never_misses_a_drain_in_progress() {
         model(|| {
-            let clock = ManualClock::new();
-            let ticks = Ticks::new(clock.now(), Duration::from_millis(1));
-            let core = Arc::new(Core::new(StdArc::new(clock), ticks, None));
-            let shard = Arc::new(Shard::new(core.clone(), QueueFlavor::Wheel));
-            if shard.insert(1, Callback::new(|| {})).is_err() {
-                panic!("shard closed");
-            }
-            let state = Arc::new(ServiceState::new(core, Box::new([shard]), 1, None, true));
+            let state = one_timer_due_at_tick_1(Callback::new(|| {}), 1);
             let drainer = {
                 let state = state.clone();
                 spawn(move || state.drain_due(1))
@@ -485,17 +497,10 @@ mod tests {
     #[test]
     fn loom_settled_waits_for_a_callback_the_drainer_runs_itself() {
         model(|| {
-            let clock = ManualClock::new();
-            let ticks = Ticks::new(clock.now(), Duration::from_millis(1));
-            let core = Arc::new(Core::new(StdArc::new(clock), ticks, None));
-            let shard = Arc::new(Shard::new(core.clone(), QueueFlavor::Wheel));
             let ran = Arc::new(AtomicBool::new(false));
             let flag = ran.clone();
             let callback = Callback::new(move || flag.store(true, Ordering::Release));
-            if shard.insert(1, callback).is_err() {
-                panic!("shard closed");
-            }
-            let state = Arc::new(ServiceState::new(core, Box::new([shard]), 0, None, true));
+            let state = one_timer_due_at_tick_1(callback, 0);
             let drainer = {
                 let state = state.clone();
                 spawn(move || state.drain_due(1))
