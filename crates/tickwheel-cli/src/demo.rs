@@ -35,6 +35,14 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
         machine.cores,
         machine.profile
     );
+    if s.entrant.is_tickwheel() {
+        let wake = if s.setup.wake_interval.is_zero() {
+            String::new()
+        } else {
+            format!(", wake_interval {:?}", s.setup.wake_interval)
+        };
+        say!("resolution {:?}{wake}", s.setup.tick);
+    }
     let delays = workloads::w4(s.seed, s.n, s.max_delay_ms);
     let bar = ProgressBar::new(s.n as u64);
     if let Ok(style) = ProgressStyle::with_template(
