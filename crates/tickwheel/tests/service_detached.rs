@@ -221,6 +221,49 @@ fn shutdown_discards_staged_timers_and_later_ones_are_dropped_at_once() {
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
+/// Queued detached timers live in two places: the shard's calendar (due within 2048 ticks of
+/// the last drained one) and the queue (later). Both fire at their ticks, count as pending,
+/// and are discarded (dropped, never run) at shutdown.
+#[test]
+fn near_and_far_detached_timers_fire_in_order_and_are_discarded_at_shutdown() {
+    let (clock, service) = manual(1);
+    let (order, dropped) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    for ms in [10_000u64, 5, 3_000, 1_500, 1_000, 1_500] {
+        let (order, guard) = (order.clone(), DropCount(dropped.clone()));
+        service.schedule_detached(Duration::from_millis(ms), move || {
+            let _guard = guard;
+            order.lock().unwrap().push(ms);
+        });
+    }
+    service.settle(); // queues them: nothing is due yet
+    assert_eq!(service.stats().pending, 6);
+    clock.advance(Duration::from_millis(1_000));
+    service.settle();
+    assert_eq!(*order.lock().unwrap(), [5, 1_000]);
+    clock.advance(Duration::from_millis(500));
+    service.settle();
+    assert_eq!(*order.lock().unwrap(), [5, 1_000, 1_500, 1_500]);
+    // Scheduled now, due at 1500 + 1600 ms: in the calendar's reach this time.
+    let o = order.clone();
+    service.schedule_detached(Duration::from_millis(1_600), move || {
+        o.lock().unwrap().push(3_100)
+    });
+    service.settle();
+    assert_eq!(service.stats().pending, 3);
+    service.shutdown();
+    let stats = service.stats();
+    assert_eq!((stats.discarded, stats.pending, stats.fired), (3, 0, 4));
+    assert_eq!(order.lock().unwrap().len(), 4, "a discarded timer ran");
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        6,
+        "every closure was dropped"
+    );
+}
+
 #[test]
 fn staged_timers_count_toward_the_cap_without_being_refused() {
     let clock = ManualClock::new();

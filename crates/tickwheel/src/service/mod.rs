@@ -57,6 +57,9 @@
 //!
 //! The timer thread moves staged timers into the queue: at its next wake-up (due timers
 //! first, handed to the workers before the rest is queued), or when the inbox has filled up.
+//! A detached timer due within 2048 ticks goes to the shard's calendar instead, a vector per
+//! tick that holds it in place (no key, no record to move down: `calendar.rs`); drains merge
+//! the two by (tick, sequence number), so the order is the same.
 //! The queue work is thus off the calling thread — unless the timer thread falls behind: a
 //! thread that finds some sixteen thousand timers of its shard not yet queued queues them
 //! itself, so the timer thread never faces a backlog that would make it late, and producers
@@ -124,6 +127,7 @@
 //! caught and ignored.
 
 mod builder;
+mod calendar;
 mod callback;
 mod core;
 mod driver;

@@ -66,6 +66,17 @@
 //! * A detached timer ([`Shard::stage`]) has no cell ([`NO_CELL`]) and nobody can cancel,
 //!   reset or wait for it.
 //!
+//! # The calendar: detached timers of the near future
+//!
+//! Since nothing can look a detached timer up, queuing one due less than
+//! [`TICKS`](super::calendar::TICKS) ticks after the last drained tick files it in the shard's
+//! [`Calendar`] instead of the queue: appended to the vector of its tick, with no record, key
+//! or level to move down (see `calendar.rs`). Every timer queued, in the queue or the
+//! calendar, takes the shard's next sequence number ([`Entry::seq`]; a reset takes a new one),
+//! and a drain merges the two by (tick, sequence number): the firing order is exactly the
+//! queue's alone. The queue's next due timer is held (`held`) while calendar timers before it
+//! go out; a drain runs until neither has a timer due, so nothing stays held after it.
+//!
 //! * `inbox_earliest` is a lower bound of the earliest staged tick ([`NEVER`] when nothing
 //!   was staged since the last take; a cancel in the inbox leaves it, and a drain that finds
 //!   it due takes the inbox even when it is empty, which resets it), stored only under the
@@ -89,6 +100,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
 
+use super::calendar::Calendar;
 use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
 use crate::queue::TimerKey;
@@ -136,6 +148,9 @@ pub(crate) struct Job {
 pub(crate) struct Entry {
     callback: Callback,
     cell: CellRef,
+    /// The shard's sequence number when it was queued or last reset: a drain merges the
+    /// queue with the calendar by (tick, sequence number).
+    seq: u64,
 }
 
 /// The `cell` of an entry without one.
@@ -358,18 +373,50 @@ struct ShardState {
     scheduled: u64,
     cancelled: u64,
     high_water: usize,
+    /// Detached timers of the near future, beside the queue (see `calendar.rs`).
+    cal: Calendar,
+    /// The next sequence number (see [`Entry::seq`]).
+    seq: u64,
+    /// A timer a drain took out of the queue but has not handed on yet, with its tick: a
+    /// calendar timer due before it goes first.
+    held: Option<(u64, TimerKey, Entry)>,
+    /// The `now` of the last poll of the queue that found nothing due: the queue is not
+    /// polled again at that `now` (each such poll also moves timers down a level).
+    idle_at: Option<u64>,
 }
 
 impl ShardState {
-    /// Queues a staged timer, and tells its cell the key if it has one.
+    /// Queues a staged timer: a detached one in the calendar when it is near, anything else
+    /// in the queue (telling its cell the key if it has one).
     #[inline]
-    fn enqueue(&mut self, Staged { tick, entry }: Staged) {
+    fn enqueue(&mut self, Staged { tick, mut entry }: Staged) {
+        let seq = self.next_seq();
+        self.scheduled += 1;
+        if entry.cell.index == NO_CELL && !entry.callback.is_inline() {
+            match self.cal.file(tick, seq, entry.callback, self.queue.now()) {
+                Ok(()) => return,
+                Err(callback) => entry.callback = callback,
+            }
+        }
+        entry.seq = seq;
+        self.idle_at = None;
         let cell = entry.cell;
         let key = self.queue.insert(tick, entry);
-        self.scheduled += 1;
         if cell.index != NO_CELL {
             self.cells.queued(cell, key);
         }
+    }
+
+    #[inline]
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Pending timers in the queue and the calendar.
+    #[inline]
+    fn queued(&self) -> usize {
+        self.queue.len() + self.cal.len()
     }
 }
 
@@ -449,6 +496,10 @@ impl Shard {
                 scheduled: 0,
                 cancelled: 0,
                 high_water: 0,
+                cal: Calendar::default(),
+                seq: 0,
+                held: None,
+                idle_at: None,
             }),
             earliest: AtomicU64::new(NEVER),
             drain_waiting: AtomicBool::new(false),
@@ -517,7 +568,11 @@ impl Shard {
         };
         inbox.staged.push(Staged {
             tick,
-            entry: Entry { callback, cell },
+            entry: Entry {
+                callback,
+                cell,
+                seq: 0,
+            },
         });
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
@@ -605,7 +660,7 @@ impl Shard {
     /// (and after they arrive), so the mark is exact with one producer. Pending are the queued,
     /// the taken and the staged timers.
     fn note_peak(&self, st: &mut ShardState) {
-        let pending = st.queue.len() + st.taken.len() + self.staged();
+        let pending = st.queued() + st.taken.len() + self.staged();
         st.high_water = st.high_water.max(pending);
     }
 
@@ -613,7 +668,7 @@ impl Shard {
     fn note_len(&self, st: &ShardState) {
         self.taken_len.store(st.taken.len(), Ordering::Relaxed);
         self.queued_len
-            .store(st.queue.len() + st.taken.len(), Ordering::Relaxed);
+            .store(st.queued() + st.taken.len(), Ordering::Relaxed);
     }
 
     /// Swaps the inbox's buffer with `spare` (empty) if the inbox holds timers, and tops the
@@ -713,11 +768,14 @@ impl Shard {
             self.flush(&mut st, NEVER);
         }
         st.inline += usize::from(callback.is_inline());
+        let seq = st.next_seq();
+        st.idle_at = None;
         let key = st.queue.insert(
             tick,
             Entry {
                 callback,
                 cell: NO_CELL_REF,
+                seq,
             },
         );
         st.scheduled += 1;
@@ -861,6 +919,12 @@ impl Shard {
         if !st.queue.reset(key, tick) {
             return false;
         }
+        // Behind every timer already at its new tick, the calendar's too.
+        let seq = st.next_seq();
+        st.idle_at = None;
+        if let Some(entry) = st.queue.get_mut(key) {
+            entry.seq = seq;
+        }
         let lowered = tick < self.earliest.load(Ordering::Relaxed);
         if lowered {
             self.earliest.store(tick, Ordering::SeqCst);
@@ -1001,23 +1065,47 @@ impl Shard {
         }
         let mut n = 0;
         while n < DRAIN_CHUNK {
-            let Some((key, Entry { callback, cell })) = st.queue.poll_expired(now) else {
-                let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
-                // Taken timers are all later than `now` (see `flush`).
-                let next = next.min(st.taken_earliest);
-                self.earliest.store(next, Ordering::SeqCst);
-                self.note_len(st);
-                return (n, false);
+            // The queue's next due timer and the calendar's, merged by (tick, sequence).
+            if st.held.is_none() && st.idle_at != Some(now) {
+                match st.queue.poll_expired(now) {
+                    Some((key, entry)) => st.held = Some((st.queue.now(), key, entry)),
+                    None => st.idle_at = Some(now),
+                }
+            }
+            let queue_first = st.held.as_ref().map(|(tick, _, entry)| (*tick, entry.seq));
+            // `Some(tick)`: the calendar's first timer goes next; `None`: the queue's.
+            let calendar = match (queue_first, st.cal.peek(now)) {
+                (Some(first), Some(other)) => (other < first).then_some(other.0),
+                (Some(_), None) => None,
+                (None, Some((tick, _))) => Some(tick),
+                (None, None) => {
+                    let next = st.queue.next_expiration().map_or(NEVER, |t| t.max(now + 1));
+                    // Taken timers are all later than `now` (see `flush`), and so are the
+                    // calendar's.
+                    let next = next
+                        .min(st.taken_earliest)
+                        .min(st.cal.first_tick().unwrap_or(NEVER));
+                    self.earliest.store(next, Ordering::SeqCst);
+                    self.note_len(st);
+                    return (n, false);
+                }
+            };
+            let job = if let Some(deadline) = calendar {
+                let Some(callback) = st.cal.take() else {
+                    break;
+                };
+                Job { deadline, callback }
+            } else {
+                let Some((deadline, key, Entry { callback, cell, .. })) = st.held.take() else {
+                    break;
+                };
+                st.cells.left(cell);
+                if !st.waiters.is_empty() {
+                    complete_waiter(&mut st.waiters, key);
+                }
+                Job { deadline, callback }
             };
             n += 1;
-            st.cells.left(cell);
-            if !st.waiters.is_empty() {
-                complete_waiter(&mut st.waiters, key);
-            }
-            let job = Job {
-                deadline: st.queue.now(),
-                callback,
-            };
             if job.callback.is_inline() {
                 st.inline -= 1;
                 out.inline.push(job);
@@ -1042,6 +1130,25 @@ impl Shard {
             self.inbox.len.store(0, Ordering::Relaxed);
             let mut staged: Vec<Staged> = st.taken.drain(..).collect();
             staged.append(&mut inbox.staged);
+            // A drain never leaves a timer held (it runs until nothing is due); the calendar's
+            // timers are discarded with the staged ones.
+            let held = st
+                .held
+                .take()
+                .map(|(tick, _, entry)| Staged { tick, entry });
+            let calendar = st
+                .cal
+                .take_all()
+                .into_iter()
+                .map(|(tick, seq, callback)| Staged {
+                    tick,
+                    entry: Entry {
+                        callback,
+                        cell: NO_CELL_REF,
+                        seq,
+                    },
+                });
+            staged.extend(held.into_iter().chain(calendar));
             st.taken_earliest = NEVER;
             self.taken_len.store(0, Ordering::Relaxed);
             self.queued_len.store(0, Ordering::Relaxed);
@@ -1076,6 +1183,7 @@ impl Shard {
     pub(crate) fn shrink_to_fit(&self) {
         let mut st = lock(&self.state);
         st.queue.shrink_to_fit();
+        st.cal.shrink_to_fit();
         st.waiters.shrink_to_fit();
         st.spare = Vec::new();
         st.taken.shrink_to_fit();
@@ -1092,9 +1200,9 @@ impl Shard {
         };
         let staged = st.taken.len() + inbox;
         ShardCounts {
-            pending: st.queue.len() + staged,
+            pending: st.queued() + staged,
             capacity: st.queue.capacity(),
-            high_water: (st.high_water.max(inbox_high_water)).max(st.queue.len() + staged),
+            high_water: (st.high_water.max(inbox_high_water)).max(st.queued() + staged),
             scheduled: st.scheduled + staged as u64 + cancelled_staged,
             cancelled: st.cancelled + cancelled_staged,
         }
