@@ -147,8 +147,10 @@ struct DemoArgs {
     /// Seed of the delay generator.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Which real-time timer runs the demo.
-    #[arg(long, value_parser = parse_service, default_value = "tickwheel-service")]
+    /// Which real-time timer runs the demo. The default is tickwheel's service with no
+    /// workers: the demo's callbacks only record a timestamp, so they run on the timer
+    /// thread (`tickwheel-service` runs them on a worker pool).
+    #[arg(long, value_parser = parse_service, default_value = "tickwheel-service-here")]
     entrant: ServiceEntrant,
     /// Resolution of the tickwheel service, in µs (other entrants keep their own).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

@@ -238,22 +238,26 @@ fn nothing_to_run_is_an_error_not_an_empty_report() {
 #[test]
 fn demo_runs_a_small_batch_on_the_service_and_on_a_peer() {
     let small = ["demo", "--n", "500", "--max-delay-ms", "10"];
-    let here = [
+    // The default entrant is the no-worker service; the pool's is checked here.
+    let pool = [
         "--entrant",
-        "tickwheel-service-here",
+        "tickwheel-service",
         "--tick-us",
         "10",
         "--wake-us",
         "40",
     ];
-    for extra in [&[][..], &["--entrant", "binaryheap-thread"][..], &here[..]] {
+    for extra in [&[][..], &["--entrant", "binaryheap-thread"][..], &pool[..]] {
         let stdout = tickwheel_ok(&[&small[..], extra].concat(), &format!("demo {extra:?}"));
         assert!(stdout.contains("every task ran exactly once, none early"));
         assert!(stdout.contains("lateness: p50"));
         assert!(stdout.contains("lateness histogram:"));
         // The service's set-up is printed for tickwheel entrants only.
         match extra.len() {
-            0 => assert!(stdout.contains("resolution 1ms\n"), "{stdout}"),
+            0 => assert!(
+                stdout.contains("on tickwheel-service-here") && stdout.contains("resolution 1ms\n"),
+                "{stdout}"
+            ),
             2 => assert!(!stdout.contains("resolution"), "{stdout}"),
             _ => assert!(
                 stdout.contains("resolution 10µs, wake_interval 40µs\n"),
