@@ -31,6 +31,9 @@ pub(crate) struct Calendar {
     /// Every tick below `base` has been drained.
     base: u64,
     len: usize,
+    /// The earliest tick held, when known: a drain asks once per timer it takes out of the
+    /// queue, so the occupancy scan runs only after a tick's vector empties.
+    first: Option<u64>,
 }
 
 impl Default for Calendar {
@@ -40,6 +43,7 @@ impl Default for Calendar {
             occupied: vec![0; TICKS / 64],
             base: 0,
             len: 0,
+            first: None,
         }
     }
 }
@@ -77,6 +81,9 @@ impl Calendar {
         let i = index(tick);
         self.buckets[i].push_back((seq, callback));
         self.occupied[i / 64] |= 1 << (i % 64);
+        if self.len == 0 || self.first.is_some_and(|first| tick < first) {
+            self.first = Some(tick);
+        }
         self.len += 1;
         Ok(())
     }
@@ -102,15 +109,25 @@ impl Calendar {
         self.len -= 1;
         if self.buckets[i].is_empty() {
             self.occupied[i / 64] &= !(1 << (i % 64));
+            self.first = None;
         }
         Some(callback)
     }
 
     /// The tick of the earliest timer held, if any.
-    pub(crate) fn first_tick(&self) -> Option<u64> {
+    #[inline]
+    pub(crate) fn first_tick(&mut self) -> Option<u64> {
         if self.len == 0 {
             return None;
         }
+        if self.first.is_none() {
+            self.first = self.scan();
+        }
+        self.first
+    }
+
+    /// The earliest occupied tick from `base` on, by the occupancy bits.
+    fn scan(&self) -> Option<u64> {
         // The occupancy bits from `base` on, wrapping around once.
         let start = index(self.base);
         let words = TICKS / 64;
@@ -141,6 +158,7 @@ impl Calendar {
             all.extend(self.buckets[i].drain(..).map(|(seq, c)| (tick, seq, c)));
             self.len -= all.len() - before;
             self.occupied[i / 64] &= !(1 << (i % 64));
+            self.first = None;
         }
         all
     }
