@@ -136,6 +136,126 @@ pub(crate) fn spin_hint() {
     std::hint::spin_loop();
 }
 
+/// A lock for data held for a few instructions at a time (a push, a swap): one atomic
+/// exchange to lock, a plain store to unlock. `std`'s mutex unlocks with a second atomic
+/// exchange (it must learn whether to wake a sleeper), which on a path taken once per timer is
+/// a third of the cost of scheduling it. A waiter spins, then yields its time slice
+/// ([`backoff`]); it never sleeps, so nothing may block while holding one. Never poisons.
+///
+/// Under `--cfg loom` it is loom's mutex, so the models check the code that uses it; the lock
+/// itself is checked by its own tests (under Miri too).
+#[cfg(not(loom))]
+pub(crate) struct SpinLock<T> {
+    locked: AtomicBool,
+    value: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out `&mut T` to one thread at a time (see `try_lock`), so sharing a
+// `SpinLock<T>` shares nothing but the right to send `T` between threads, which `T: Send` gives.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+/// What [`SpinLock::lock`] returns: the data, until dropped.
+#[cfg(not(loom))]
+pub(crate) struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+#[cfg(not(loom))]
+impl<T> SpinLock<T> {
+    pub(crate) const fn new(value: T) -> SpinLock<T> {
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: core::cell::UnsafeCell::new(value),
+        }
+    }
+
+    /// Locks if nobody holds the lock. A taken lock is only read, so a spinning waiter does
+    /// not take its cache line from the holder.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        if self.locked.load(Ordering::Relaxed) || self.locked.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        Some(SpinGuard { lock: self })
+    }
+
+    /// Locks, spinning and then yielding until the holder unlocks.
+    #[inline]
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        if let Some(guard) = self.try_lock() {
+            return guard;
+        }
+        self.lock_contended()
+    }
+
+    #[cold]
+    fn lock_contended(&self) -> SpinGuard<'_, T> {
+        let mut round = 0;
+        loop {
+            backoff(round);
+            round = round.saturating_add(1);
+            if let Some(guard) = self.try_lock() {
+                return guard;
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> core::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: this guard's existence means its thread swapped `locked` from false to true
+        // and has not stored false yet: no other guard of this lock exists, so no `&mut T`.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> core::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, this is the only guard, and `&mut self` makes this the only
+        // reference to the data through it.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the next holder's `Acquire` swap sees every write made under this guard.
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Under loom: loom's mutex with the same interface (see the plain build's docs).
+#[cfg(loom)]
+pub(crate) struct SpinLock<T>(Mutex<T>);
+
+/// What [`SpinLock::lock`] returns under loom.
+#[cfg(loom)]
+pub(crate) type SpinGuard<'a, T> = MutexGuard<'a, T>;
+
+#[cfg(loom)]
+impl<T> SpinLock<T> {
+    pub(crate) fn new(value: T) -> SpinLock<T> {
+        SpinLock(Mutex::new(value))
+    }
+
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.0.try_lock().ok()
+    }
+
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        lock(&self.0)
+    }
+}
+
 /// Runs `f` once (plain build) or under every interleaving loom explores (`--cfg loom`).
 ///
 /// Tests of concurrent code call this instead of running their body directly, so one test
@@ -170,3 +290,41 @@ pub(crate) type JoinHandle<T> = loom::thread::JoinHandle<T>;
 /// The join handle [`spawn`] returns.
 #[cfg(all(test, not(loom)))]
 pub(crate) type JoinHandle<T> = std::thread::JoinHandle<T>;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spin_lock_excludes_while_held_and_frees_on_drop() {
+        let lock = SpinLock::new(vec![1]);
+        let mut guard = lock.lock();
+        guard.push(2);
+        assert!(lock.try_lock().is_none(), "locked twice");
+        drop(guard);
+        let guard = lock.try_lock().expect("unlocked by the drop");
+        assert_eq!(*guard, [1, 2]);
+    }
+
+    #[test]
+    fn a_spin_lock_loses_no_update_between_threads() {
+        // A plain read-modify-write under the lock: two holders at once would lose updates.
+        const EACH: usize = if cfg!(miri) { 200 } else { 200_000 };
+        let lock = std::sync::Arc::new(SpinLock::new(0usize));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..EACH {
+                        let mut n = lock.lock();
+                        let seen = *n;
+                        std::hint::spin_loop();
+                        *n = seen + 1;
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(*lock.lock(), 2 * EACH);
+    }
+}

@@ -20,7 +20,7 @@
 //! # The inbox: timers staged on their way into the queue
 //!
 //! A producer does not insert into the queue: it appends `(tick, callback, cell)` to the
-//! shard's inbox, a `Vec` under a lock of its own that nothing else holds for more than a
+//! shard's inbox, a `Vec` under a spin lock of its own that nothing else holds for more than a
 //! swap, and needs no queue key for that. The timer thread moves the timers into the queue
 //! under the queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest
 //! after the due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new
@@ -106,7 +106,7 @@ use super::flavor::{AnyQueue, QueueFlavor};
 use crate::queue::TimerKey;
 use crate::sync::{
     backoff, lock, spin_hint, wait, Arc, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Condvar,
-    Mutex, MutexGuard, Ordering,
+    Mutex, MutexGuard, Ordering, SpinGuard, SpinLock,
 };
 use crate::time::NEVER;
 
@@ -306,7 +306,7 @@ impl Cells {
 /// The inbox and what the timer thread reads of it without its lock, on cache lines of
 /// their own: producers write the lock and `len` on every stage.
 struct InboxShared {
-    inbox: Mutex<Inbox>,
+    inbox: SpinLock<Inbox>,
     /// How many timers are staged (stored under the inbox lock).
     len: AtomicUsize,
     /// Lower bound of the earliest staged tick, [`NEVER`] when nothing is staged. On a line
@@ -505,7 +505,7 @@ impl Shard {
             drain_waiting: AtomicBool::new(false),
             core,
             inbox: CachePadded(InboxShared {
-                inbox: Mutex::new(Inbox {
+                inbox: SpinLock::new(Inbox {
                     staged: Vec::new(),
                     pool: Vec::new(),
                     cancelled: 0,
@@ -604,7 +604,7 @@ impl Shard {
         // The queue lock is held, so no flush is waiting for the inbox: a plain lock (the
         // producer's would wait for `drain_waiting`, which only a flush holding the queue
         // lock raises).
-        let mut inbox = lock(&self.inbox.inbox);
+        let mut inbox = self.inbox.inbox.lock();
         st.cells.refill(&mut inbox.pool);
         true
     }
@@ -680,7 +680,7 @@ impl Shard {
         if self.staged() == 0 {
             if self.inbox.earliest.load(Ordering::Relaxed) != NEVER {
                 // Emptied by cancels (see `cancel_staged`): its earliest tick is stale.
-                let inbox = lock(&self.inbox.inbox);
+                let inbox = self.inbox.inbox.lock();
                 if inbox.staged.is_empty() {
                     self.inbox.earliest.store(NEVER, Ordering::SeqCst);
                 }
@@ -973,26 +973,26 @@ impl Shard {
     /// Locks the inbox for a stage; like [`lock_producer`](Self::lock_producer), it first lets
     /// a waiting flush in.
     #[inline]
-    fn lock_producer_inbox(&self) -> MutexGuard<'_, Inbox> {
+    fn lock_producer_inbox(&self) -> SpinGuard<'_, Inbox> {
         let mut round = 0;
         while self.drain_waiting.load(Ordering::Acquire) {
             backoff(round);
             round = round.saturating_add(1);
         }
-        lock(&self.inbox.inbox)
+        self.inbox.inbox.lock()
     }
 
     /// Locks the inbox for a flush, as [`lock_drain`](Self::lock_drain) locks the queue. The
     /// caller holds the queue lock, so no other flush raises `drain_waiting` meanwhile.
-    fn lock_drain_inbox(&self) -> MutexGuard<'_, Inbox> {
+    fn lock_drain_inbox(&self) -> SpinGuard<'_, Inbox> {
         for _ in 0..DRAIN_SPINS {
-            if let Ok(guard) = self.inbox.inbox.try_lock() {
+            if let Some(guard) = self.inbox.inbox.try_lock() {
                 return guard;
             }
             spin_hint();
         }
         self.drain_waiting.store(true, Ordering::SeqCst);
-        let guard = lock(&self.inbox.inbox);
+        let guard = self.inbox.inbox.lock();
         self.drain_waiting.store(false, Ordering::Release);
         guard
     }
@@ -1124,7 +1124,7 @@ impl Shard {
         self.note_peak(&mut st);
         st.closed = true;
         let staged = {
-            let mut inbox = lock(&self.inbox.inbox);
+            let mut inbox = self.inbox.inbox.lock();
             inbox.closed = true;
             self.inbox.earliest.store(NEVER, Ordering::SeqCst);
             self.inbox.len.store(0, Ordering::Relaxed);
@@ -1195,7 +1195,7 @@ impl Shard {
         // the queue.
         // Those cancelled in the inbox were scheduled and cancelled without being queued.
         let (inbox, cancelled_staged, inbox_high_water) = {
-            let inbox = lock(&self.inbox.inbox);
+            let inbox = self.inbox.inbox.lock();
             (inbox.staged.len(), inbox.cancelled, inbox.high_water)
         };
         let staged = st.taken.len() + inbox;
