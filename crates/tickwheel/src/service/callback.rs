@@ -19,8 +19,9 @@
 //!
 //! # Safety argument
 //!
-//! This is the service's only `unsafe` (the queues have one prefetch hint), and Miri runs this
-//! module's tests in CI.
+//! The service's other `unsafe` blocks are the inbox's in-place append (`Staged::push` in
+//! `shard.rs`, which hands a field of an uninitialised entry to [`Build::build_in`]) and the
+//! spin lock in `sync.rs`. Miri runs this module's, the shard's and the lock's tests in CI.
 //!
 //! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until
 //!   `call` or `drop` moves it out, and nothing else ever reads or writes it. `new` writes it
@@ -30,6 +31,8 @@
 //!   the `Waker` out for as long as the `Callback` is mutably borrowed, so a poll can swap in
 //!   a new waker; it checks the vtable's `waker` flag, which only `Callback::waker` sets.
 //!   [`Callback::notify`] is the same with `F = Arc<dyn Expire>` and the `NOTIFY` vtable.
+//! * `new_in` writes the same `F` and vtable as `new`, field by field into a
+//!   `&mut MaybeUninit<Callback>` (never through a reference to the uninitialised value).
 //! * `discard` takes the value out once, like `call`.
 //! * `call` and `drop` each take the `F` out once: `call` consumes `self` without running
 //!   `Drop` (`ManuallyDrop`), so the value is read exactly once whichever path is taken,
@@ -118,6 +121,74 @@ pub(crate) struct Callback {
 // so moving a `Callback` to another thread moves that `F`, which `F: Send` allows.
 unsafe impl Send for Callback {}
 
+/// A callback on its way into the inbox: built already ([`Callback`]), or a closure built
+/// where it lands ([`Closure`], see [`Callback::new_in`]): `schedule` stages a closure
+/// without copying it through the stack.
+pub(crate) trait Build {
+    /// Writes the callback into `slot`.
+    fn build_in(self, slot: &mut MaybeUninit<Callback>);
+    /// The callback, built on the stack: what a refused stage gives back.
+    fn build(self) -> Callback;
+}
+
+impl Build for Callback {
+    #[inline]
+    fn build_in(self, slot: &mut MaybeUninit<Callback>) {
+        slot.write(self);
+    }
+
+    #[inline]
+    fn build(self) -> Callback {
+        self
+    }
+}
+
+/// A user closure that becomes a [`Callback`] where it is stored. One too big to be stored
+/// inline is boxed by [`Closure::new`], before the caller takes any lock.
+pub(crate) struct Closure<F>(Prepared<F>);
+
+enum Prepared<F> {
+    Inline(F),
+    Boxed(Callback),
+}
+
+impl<F> Closure<F>
+where
+    F: FnOnce() + Send + 'static,
+{
+    #[inline]
+    pub(crate) fn new(f: F) -> Closure<F> {
+        Closure(if fits::<F>() {
+            Prepared::Inline(f)
+        } else {
+            Prepared::Boxed(Callback::new(f))
+        })
+    }
+}
+
+impl<F> Build for Closure<F>
+where
+    F: FnOnce() + Send + 'static,
+{
+    #[inline]
+    fn build_in(self, slot: &mut MaybeUninit<Callback>) {
+        match self.0 {
+            Prepared::Inline(f) => Callback::new_in(slot, f),
+            Prepared::Boxed(callback) => {
+                slot.write(callback);
+            }
+        }
+    }
+
+    #[inline]
+    fn build(self) -> Callback {
+        match self.0 {
+            Prepared::Inline(f) => Callback::new(f),
+            Prepared::Boxed(callback) => callback,
+        }
+    }
+}
+
 /// Whether an `F` can live in [`Storage`].
 const fn fits<F>() -> bool {
     mem::size_of::<F>() <= mem::size_of::<Storage>()
@@ -160,16 +231,52 @@ impl Callback {
         unsafe { data.as_mut_ptr().cast::<F>().write(f) };
         Callback {
             data,
-            vtable: const {
-                &VTable {
-                    call: call_erased::<F>,
-                    drop: drop_erased::<F>,
-                    discard: drop_erased::<F>,
-                    inline: false,
-                    waker: false,
-                }
-            },
+            vtable: Self::vtable_of::<F>(),
             _not_sync: PhantomData,
+        }
+    }
+
+    /// The vtable of a user closure of type `F` stored inline.
+    #[inline]
+    const fn vtable_of<F>() -> &'static VTable
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        const {
+            &VTable {
+                call: call_erased::<F>,
+                drop: drop_erased::<F>,
+                discard: drop_erased::<F>,
+                inline: false,
+                waker: false,
+            }
+        }
+    }
+
+    /// Builds the callback of `f` in `slot`, as [`new`](Self::new) would, but with `f`'s
+    /// captures written straight to their final place. A `Callback` built on the stack and
+    /// then moved is copied in 16-byte pieces, each read back from the smaller stores that
+    /// wrote the closure: a store-to-load forward that fails, and waits for every older store
+    /// to reach the cache: on the producer's path, a stall behind the cache misses of the
+    /// inbox entries it has just written.
+    #[inline]
+    pub(crate) fn new_in<F>(slot: &mut MaybeUninit<Callback>, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        if !fits::<F>() {
+            slot.write(Callback::new(f));
+            return;
+        }
+        let at = slot.as_mut_ptr();
+        // SAFETY: `at` comes from a `&mut MaybeUninit<Callback>`, so it is valid for writes,
+        // aligned and unaliased; the field pointers are made without a reference to the
+        // (uninitialised) `Callback`. `F` fits `data` (checked above), so this writes the one
+        // `F` the storage will hold, and then the vtable made for it: every field is written
+        // (`_not_sync` has no bytes), as `inline` writes them.
+        unsafe {
+            ptr::addr_of_mut!((*at).data).cast::<F>().write(f);
+            ptr::addr_of_mut!((*at).vtable).write(Self::vtable_of::<F>());
         }
     }
 
@@ -326,6 +433,42 @@ mod tests {
 
     fn counter() -> Arc<AtomicUsize> {
         Arc::new(AtomicUsize::new(0))
+    }
+
+    #[test]
+    fn a_callback_built_in_place_runs_or_drops_its_closure_once() {
+        // Inline (an `Arc` and a word) and boxed (three words), each called and dropped.
+        let (ran, dropped) = (counter(), counter());
+        for big in [false, true] {
+            for call in [false, true] {
+                let (r, tracked) = (ran.clone(), Tracked(dropped.clone()));
+                let pad = [0u64; 3];
+                let mut slot = MaybeUninit::uninit();
+                if big {
+                    Closure::new(move || {
+                        let _keep = (&tracked, pad);
+                        r.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .build_in(&mut slot);
+                } else {
+                    Closure::new(move || {
+                        let _keep = &tracked;
+                        r.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .build_in(&mut slot);
+                }
+                // SAFETY: `build_in` initialised the slot.
+                let callback = unsafe { slot.assume_init() };
+                assert!(!callback.is_inline());
+                if call {
+                    callback.call();
+                } else {
+                    drop(callback);
+                }
+            }
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+        assert_eq!(dropped.load(Ordering::SeqCst), 4);
     }
 
     #[test]

@@ -162,7 +162,7 @@ use crate::deadlines::{Deadlines, Expired};
 use crate::future::{Interval, Sleep, Timeout};
 use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
-use callback::Callback;
+use callback::Closure;
 use shard::{Closed, Shard};
 use state::ServiceState;
 
@@ -320,7 +320,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
         self.state
-            .schedule_staged(tick, Callback::new(f), false)
+            .schedule_staged(tick, Closure::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -332,7 +332,7 @@ impl TimerService {
     {
         let tick = self.ticks().deadline_tick(deadline);
         self.state
-            .schedule_staged(tick, Callback::new(f), false)
+            .schedule_staged(tick, Closure::new(f), false)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -364,7 +364,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state.schedule_detached(tick, Callback::new(f));
+        self.state.schedule_detached(tick, Closure::new(f));
     }
 
     /// Runs `f` on a worker at `deadline` (rounded up to the next tick), with no handle: the
@@ -374,7 +374,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().deadline_tick(deadline);
-        self.state.schedule_detached(tick, Callback::new(f));
+        self.state.schedule_detached(tick, Closure::new(f));
     }
 
     /// Like [`schedule`](Self::schedule), but fails instead of exceeding the cap set with
@@ -388,7 +388,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state.schedule_staged(tick, Callback::new(f), true)
+        self.state.schedule_staged(tick, Closure::new(f), true)
     }
 
     fn inert_handle(&self) -> TimerHandle {

@@ -98,9 +98,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::MaybeUninit;
+use std::ptr;
 use std::task::Waker;
 
 use super::calendar::Calendar;
+use super::callback::Build;
 use super::core::Core;
 use super::flavor::{AnyQueue, QueueFlavor};
 use crate::queue::TimerKey;
@@ -159,10 +162,33 @@ const NO_CELL_REF: CellRef = CellRef {
     generation: 0,
 };
 
-/// A timer in a shard's inbox (see [`Shard::stage`]), with its cell if it has a handle.
+/// A timer in a shard's inbox (see [`Shard::stage`]), with its cell if it has a handle: 40
+/// bytes. (Its sequence number is taken when it is queued.)
 pub(crate) struct Staged {
     tick: u64,
-    entry: Entry,
+    callback: Callback,
+    cell: CellRef,
+}
+
+impl Staged {
+    /// Appends a staged timer to `staged`, its callback built in place (see [`Build`]).
+    #[inline]
+    fn push(staged: &mut Vec<Staged>, tick: u64, callback: impl Build, cell: CellRef) {
+        staged.reserve(1);
+        let at = staged.spare_capacity_mut()[0].as_mut_ptr();
+        // SAFETY: `at` is the first slot of the vector's spare capacity (`reserve` made one),
+        // valid for writes, aligned and referenced by nothing else; the field pointers are
+        // made without a reference to the uninitialised `Staged`. `set_len` counts the slot
+        // only once its three fields are written (`build_in` writes the whole callback; it
+        // does not unwind: it only stores, or boxes, which aborts on failure).
+        unsafe {
+            ptr::addr_of_mut!((*at).tick).write(tick);
+            ptr::addr_of_mut!((*at).cell).write(cell);
+            callback
+                .build_in(&mut *ptr::addr_of_mut!((*at).callback).cast::<MaybeUninit<Callback>>());
+            staged.set_len(staged.len() + 1);
+        }
+    }
 }
 
 /// The `cell` of a detached timer: it has no handle.
@@ -389,19 +415,33 @@ impl ShardState {
     /// Queues a staged timer: a detached one in the calendar when it is near, anything else
     /// in the queue (telling its cell the key if it has one).
     #[inline]
-    fn enqueue(&mut self, Staged { tick, mut entry }: Staged) {
+    fn enqueue(
+        &mut self,
+        Staged {
+            tick,
+            callback,
+            cell,
+        }: Staged,
+    ) {
         let seq = self.next_seq();
         self.scheduled += 1;
-        if entry.cell.index == NO_CELL && !entry.callback.is_inline() {
-            match self.cal.file(tick, seq, entry.callback, self.queue.now()) {
+        let callback = if cell.index == NO_CELL && !callback.is_inline() {
+            match self.cal.file(tick, seq, callback, self.queue.now()) {
                 Ok(()) => return,
-                Err(callback) => entry.callback = callback,
+                Err(callback) => callback,
             }
-        }
-        entry.seq = seq;
+        } else {
+            callback
+        };
         self.idle_at = None;
-        let cell = entry.cell;
-        let key = self.queue.insert(tick, entry);
+        let key = self.queue.insert(
+            tick,
+            Entry {
+                callback,
+                cell,
+                seq,
+            },
+        );
         if cell.index != NO_CELL {
             self.cells.queued(cell, key);
         }
@@ -444,7 +484,7 @@ impl Closed {
         match self {
             Closed::Queue(queue, _, staged) => {
                 drop(queue);
-                staged.into_iter().for_each(|s| s.entry.callback.discard());
+                staged.into_iter().for_each(|s| s.callback.discard());
             }
             Closed::Callbacks(all) => all.into_iter().for_each(Callback::discard),
         }
@@ -525,7 +565,7 @@ impl Shard {
     /// [`FLUSH_AT`] the caller asks the timer thread to take them in; every [`FLUSH_CHUNK`]
     /// it checks for a backlog of [`BACKLOG`], which it then queues itself).
     #[inline]
-    pub(crate) fn stage(&self, tick: u64, callback: Callback) -> Result<usize, Callback> {
+    pub(crate) fn stage(&self, tick: u64, callback: impl Build) -> Result<usize, Callback> {
         self.stage_inner::<false>(tick, callback)
             .map(|(len, _)| len)
     }
@@ -537,7 +577,7 @@ impl Shard {
     pub(crate) fn stage_with_cell(
         &self,
         tick: u64,
-        callback: Callback,
+        callback: impl Build,
     ) -> Result<(usize, CellRef), Callback> {
         self.stage_inner::<true>(tick, callback)
     }
@@ -546,13 +586,13 @@ impl Shard {
     fn stage_inner<const CELL: bool>(
         &self,
         tick: u64,
-        callback: Callback,
+        callback: impl Build,
     ) -> Result<(usize, CellRef), Callback> {
         let shared = &self.inbox;
         let mut inbox = self.lock_producer_inbox();
         let cell = loop {
             if inbox.closed {
-                return Err(callback);
+                return Err(callback.build());
             }
             if !CELL {
                 break NO_CELL_REF;
@@ -562,18 +602,11 @@ impl Shard {
             }
             drop(inbox);
             if !self.refill_pool() {
-                return Err(callback);
+                return Err(callback.build());
             }
             inbox = self.lock_producer_inbox();
         };
-        inbox.staged.push(Staged {
-            tick,
-            entry: Entry {
-                callback,
-                cell,
-                seq: 0,
-            },
-        });
+        Staged::push(&mut inbox.staged, tick, callback, cell);
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
         let lowered = tick < shared.earliest.load(Ordering::Relaxed);
@@ -856,13 +889,10 @@ impl Shard {
     fn cancel_staged(&self, cell: CellRef) -> Option<Callback> {
         let mut inbox = self.lock_producer_inbox();
         let from = inbox.staged.len().saturating_sub(CANCEL_SCAN);
-        let at = from
-            + inbox.staged[from..]
-                .iter()
-                .rposition(|s| s.entry.cell == cell)?;
+        let at = from + inbox.staged[from..].iter().rposition(|s| s.cell == cell)?;
         let pending = inbox.staged.len() + self.queued_len.load(Ordering::Relaxed);
         inbox.high_water = inbox.high_water.max(pending);
-        let Staged { entry, .. } = if at + 1 == inbox.staged.len() {
+        let Staged { callback, .. } = if at + 1 == inbox.staged.len() {
             inbox.staged.pop()?
         } else {
             inbox.staged.remove(at)
@@ -878,7 +908,7 @@ impl Shard {
         inbox.cancelled += 1;
         drop(inbox);
         self.core.release(1);
-        Some(entry.callback)
+        Some(callback)
     }
 
     /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
@@ -1132,21 +1162,19 @@ impl Shard {
             staged.append(&mut inbox.staged);
             // A drain never leaves a timer held (it runs until nothing is due); the calendar's
             // timers are discarded with the staged ones.
-            let held = st
-                .held
-                .take()
-                .map(|(tick, _, entry)| Staged { tick, entry });
+            let held = st.held.take().map(|(tick, _, entry)| Staged {
+                tick,
+                callback: entry.callback,
+                cell: entry.cell,
+            });
             let calendar = st
                 .cal
                 .take_all()
                 .into_iter()
-                .map(|(tick, seq, callback)| Staged {
+                .map(|(tick, _, callback)| Staged {
                     tick,
-                    entry: Entry {
-                        callback,
-                        cell: NO_CELL_REF,
-                        seq,
-                    },
+                    callback,
+                    cell: NO_CELL_REF,
                 });
             staged.extend(held.into_iter().chain(calendar));
             st.taken_earliest = NEVER;
@@ -1164,7 +1192,7 @@ impl Shard {
             while let Some((_, entry)) = st.queue.poll_expired(NEVER) {
                 all.push(entry.callback);
             }
-            all.extend(staged.into_iter().map(|s| s.entry.callback));
+            all.extend(staged.into_iter().map(|s| s.callback));
             st.inline = 0;
             Closed::Callbacks(all)
         };

@@ -21,7 +21,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::Waker;
 use std::time::Instant;
 
-use super::callback::{Callback, Expire};
+use super::callback::{Build, Callback, Expire};
 use super::core::Core;
 use super::handle::TimerHandle;
 use super::shard::{Closed, Drained, Job, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
@@ -131,7 +131,7 @@ impl ServiceState {
     pub(crate) fn schedule_staged(
         &self,
         tick: u64,
-        callback: Callback,
+        callback: impl Build,
         enforce_cap: bool,
     ) -> Result<TimerHandle, ScheduleError> {
         self.schedule_with::<true>(tick, callback, enforce_cap)
@@ -143,7 +143,7 @@ impl ServiceState {
     fn schedule_with<const STAGED: bool>(
         &self,
         tick: u64,
-        callback: Callback,
+        callback: impl Build,
         enforce_cap: bool,
     ) -> Result<TimerHandle, ScheduleError> {
         if !self.core.reserve(enforce_cap) {
@@ -156,7 +156,7 @@ impl ServiceState {
                 Target::Cell(cell)
             })
         } else {
-            shard.insert(tick, callback).map(Target::Key)
+            shard.insert(tick, callback.build()).map(Target::Key)
         };
         match placed {
             Ok(target) => Ok(TimerHandle {
@@ -179,7 +179,7 @@ impl ServiceState {
     /// `shard.rs`). Ignores the cap but counts toward it; after shutdown the callback is
     /// dropped.
     #[inline]
-    pub(crate) fn schedule_detached(&self, tick: u64, callback: Callback) {
+    pub(crate) fn schedule_detached(&self, tick: u64, callback: impl Build) {
         self.core.reserve(false);
         let shard = self.local_shard();
         match shard.stage(tick, callback) {
