@@ -13,7 +13,8 @@
 //! A task is in flight when the in-flight set holds its id, pending otherwise; a pending
 //! task's `due` is its run-at. Pending tasks are indexed by time in buckets of
 //! [`BUCKET_MS`]: bucket `b` holds run-ats in `[b * BUCKET_MS, (b + 1) * BUCKET_MS)`, and its
-//! list holds the ids pushed into it, in push order. A list entry whose task has since left
+//! list holds its generation (a number unique in the shard, given when the list is created)
+//! and then the ids pushed into it, in push order. A list entry whose task has since left
 //! the bucket (claimed, cancelled, replaced, rescheduled) stays until the bucket's count of
 //! pending tasks reaches zero, when the list, the count and the index entry go together;
 //! readers skip such entries by checking the task hash.
@@ -76,12 +77,21 @@ end
 local function bucket(ms)
   return string.format('%d', math.floor(tonumber(ms) / BUCKET_MS))
 end
+-- A bucket list that does not exist yet starts with its generation: a number no other list
+-- of the shard ever had. Window reads resume at (bucket, generation, offset): a list that
+-- was deleted and created again between two reads has another generation, and is read from
+-- its start (every entry it holds came after the last read).
+local function open_list(list)
+  redis.call('RPUSH', list, redis.call('HINCRBY', KEYS[4], 'gen', 1))
+end
 -- Pending tasks enter a bucket (`n` of them, their ids in `ids`) ...
 local function push(b, ids, n)
-  redis.call('RPUSH', KEYS[1] .. ':' .. b, unpack(ids))
+  local list = KEYS[1] .. ':' .. b
   if redis.call('HINCRBY', KEYS[4], 'b:' .. b, n) == n then
     redis.call('ZADD', KEYS[1], b, b)
+    open_list(list)
   end
+  redis.call('RPUSH', list, unpack(ids))
 end
 -- ... and leave it (its list entry stays until the bucket is empty).
 local function unpush(run_at)
@@ -190,11 +200,11 @@ for b, c in pairs(left) do
   end
 end
 call_chunked('HSET', KEYS[2], h, 2)
--- The buckets' counts: read together, written together.
+-- The buckets' counts: read together (an empty bucket's list is opened, see `open_list`),
+-- written together.
 local index, fields, counts = {}, {}, {}
 for o, b in ipairs(order) do
   local bs = string.format('%d', b)
-  call_chunked('RPUSH', KEYS[1] .. ':' .. bs, by[b], 1)
   index[2 * o - 1], index[2 * o] = bs, bs
   fields[o] = 'b:' .. bs
 end
@@ -203,8 +213,12 @@ while i <= #fields do
   local j = math.min(#fields, i + CHUNK - 1)
   local c = redis.call('HMGET', KEYS[4], unpack(fields, i, j))
   for m = 1, j - i + 1 do
+    local b = order[i + m - 1]
+    local list = KEYS[1] .. ':' .. string.format('%d', b)
+    if not c[m] then open_list(list) end
+    call_chunked('RPUSH', list, by[b], 1)
     counts[2 * (i + m - 1) - 1] = fields[i + m - 1]
-    counts[2 * (i + m - 1)] = string.format('%d', tonumber(c[m] or '0') + #by[order[i + m - 1]])
+    counts[2 * (i + m - 1)] = string.format('%d', tonumber(c[m] or '0') + #by[b])
   end
   i = j + 1
 end
@@ -302,22 +316,24 @@ end
 return 0
 "#;
 
-/// ARGV: epoch, from (`-inf`, or the first bucket not read to its end), offset (entries of
-/// that bucket already read), to ms, limit, with in-flight (`1`|`0`).
+/// ARGV: epoch, from (`-inf`, or the first bucket not read to its end), its generation (see
+/// `open_list`; empty when none of its entries were read), offset (entries of that
+/// generation already read), to ms, limit, with in-flight (`1`|`0`).
 /// Reads the pending tasks of the buckets up to the one holding `to` (so a window ends at a
 /// bucket's end, up to a bucket past `to`), in bucket order, `limit` list entries at most,
-/// and sets the shard's horizon to the end of the last bucket
-/// read to its end: schedules at or before the horizon are published from then on, and any
-/// later one lands in a bucket not read yet, or at the tail of the one being read, past the
-/// offset. So no task falls between the read and the notifications.
-/// Returns {-1} when fenced, else {horizon, next bucket, next offset, more (1|0),
-/// {id, run_at, version, ...}, {id, visible_at, version, ...}}.
+/// and sets the shard's horizon to the end of the last bucket read to its end: schedules at
+/// or before the horizon are published from then on, and any later one lands in a bucket
+/// not read yet, or at the tail of the one being read, past the offset, or in a new
+/// generation of it, read from its start. So no task falls between the read and the
+/// notifications, whatever happens to a bucket between two reads.
+/// Returns {-1} when fenced, else {horizon, next bucket, next generation, next offset,
+/// more (1|0), {id, run_at, version, ...}, {id, visible_at, version, ...}}.
 const LOAD: &str = r#"
 if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
-local from, offset = ARGV[2], tonumber(ARGV[3])
-local last = math.floor(tonumber(ARGV[4]) / BUCKET_MS)
-local limit = tonumber(ARGV[5])
-local next_b, next_off, more = last + 1, 0, 0
+local from, from_gen, offset = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local last = math.floor(tonumber(ARGV[5]) / BUCKET_MS)
+local limit = tonumber(ARGV[6])
+local next_b, next_gen, next_off, more = last + 1, '', 0, 0
 local out, read = {}, 0
 local buckets = {}
 if last >= 0 and (from == '-inf' or tonumber(from) <= last) then
@@ -325,14 +341,16 @@ if last >= 0 and (from == '-inf' or tonumber(from) <= last) then
 end
 for _, bs in ipairs(buckets) do
   local b = tonumber(bs)
+  local list = KEYS[1] .. ':' .. bs
+  local gen = redis.call('LINDEX', list, 0) or ''
   local start = 0
-  if from ~= '-inf' and b == tonumber(from) then start = offset end
+  if from ~= '-inf' and b == tonumber(from) and gen == from_gen then start = offset end
   if read >= limit then
-    next_b, next_off, more = b, start, 1
+    next_b, next_gen, next_off, more = b, gen, start, 1
     break
   end
-  local list = KEYS[1] .. ':' .. bs
-  local ids = redis.call('LRANGE', list, start, start + limit - read - 1)
+  -- Entry k of the generation is list index k + 1 (index 0 is the generation).
+  local ids = redis.call('LRANGE', list, start + 1, start + limit - read)
   read = read + #ids
   for _, id in ipairs(ids) do
     local h = redis.call('HGET', KEYS[2], id)
@@ -345,15 +363,15 @@ for _, bs in ipairs(buckets) do
       end
     end
   end
-  if read >= limit and redis.call('LLEN', list) > start + #ids then
-    next_b, next_off, more = b, start + #ids, 1
+  if read >= limit and redis.call('LLEN', list) > start + 1 + #ids then
+    next_b, next_gen, next_off, more = b, gen, start + #ids, 1
     break
   end
 end
 local horizon = next_b * BUCKET_MS - 1
 redis.call('HSET', KEYS[4], 'horizon', horizon)
 local infl = {}
-if ARGV[6] == '1' then
+if ARGV[7] == '1' then
   local r = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
   for i = 1, #r, 2 do
     local h = redis.call('HGET', KEYS[2], r[i])
@@ -364,7 +382,7 @@ if ARGV[6] == '1' then
     end
   end
 end
-return {horizon, next_b, next_off, more, out, infl}
+return {horizon, next_b, next_gen, next_off, more, out, infl}
 "#;
 
 /// ARGV: now, epoch, visibility ms, ahead ms, cluster (`1`|`0`), force (`1`|`0`), ids...

@@ -506,9 +506,16 @@ struct PendingAck {
     next: u64,
 }
 
-/// Where a window read goes on: the first bucket not read to its end, and how many of its
-/// list entries were read.
-type Resume = (u64, u64);
+/// Where a window read goes on: the first bucket not read to its end, the generation of its
+/// list that was read (empty: none), and how many of that generation's entries were read.
+/// A list deleted and created again has a new generation, read from its start: no entry is
+/// skipped whatever happens to a bucket between two reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Resume {
+    bucket: u64,
+    generation: String,
+    offset: u64,
+}
 
 /// How long the I/O thread may hold an acknowledgement for a claim to carry it, ms: fewer
 /// write round trips (fsync waits under `appendfsync always`) while deliveries are frequent,
@@ -518,7 +525,7 @@ const ACK_DELAY_MS: u64 = 20;
 /// Held acknowledgements that go out at once.
 const ACK_MAX: usize = 4096;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Owned {
     epoch: u64,
     /// Local instant (µs, [`Clock::lease_us`]) until which the lease surely holds.
@@ -1109,9 +1116,9 @@ impl Worker {
     }
 
     fn release_now(&mut self, shard: u32) {
-        if let Some(o) = self.owned.get(&shard).copied() {
+        if let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) {
             let id = self.id.clone();
-            let _ = self.shard_call(&scripts().release, shard, &[id, o.epoch.to_string()]);
+            let _ = self.shard_call(&scripts().release, shard, &[id, epoch.to_string()]);
             self.drop_shard(shard);
         }
     }
@@ -1224,7 +1231,7 @@ impl Worker {
                             epoch: epoch as u64,
                             valid_until_us: sent + self.lease_us_reckoned(),
                             loaded_until: None,
-                            resume: (0, 0),
+                            resume: Resume::default(),
                             more: false,
                         },
                     );
@@ -1255,7 +1262,9 @@ impl Worker {
             .iter()
             .filter_map(|(&s, o)| match o.loaded_until {
                 None => Some((s, o.epoch, None)),
-                Some(h) if o.more || h < now + window * 3 / 4 => Some((s, o.epoch, Some(o.resume))),
+                Some(h) if o.more || h < now + window * 3 / 4 => {
+                    Some((s, o.epoch, Some(o.resume.clone())))
+                }
                 Some(_) => None,
             })
             .collect();
@@ -1265,15 +1274,19 @@ impl Worker {
         // One pipeline (one round trip) reads a share of the budget for every shard.
         let limit = (self.cfg.window_limit / wanted.len()).max(100);
         let mut pipe = redis::pipe();
-        for &(s, epoch, from) in &wanted {
-            let (from_arg, offset) =
-                from.map_or(("-inf".to_string(), 0), |(b, o)| (b.to_string(), o));
+        for (s, epoch, from) in &wanted {
+            let (from_arg, generation, offset) = from
+                .as_ref()
+                .map_or(("-inf".to_string(), String::new(), 0), |r| {
+                    (r.bucket.to_string(), r.generation.clone(), r.offset)
+                });
             pipe.cmd("EVALSHA")
                 .arg(scripts().load.get_hash())
                 .arg(4)
-                .arg(self.ns.shards[s as usize].0.as_slice())
+                .arg(self.ns.shards[*s as usize].0.as_slice())
                 .arg(epoch)
                 .arg(from_arg)
+                .arg(generation)
                 .arg(offset)
                 .arg(to)
                 .arg(limit)
@@ -1292,8 +1305,18 @@ impl Worker {
             let mut head = || -> Result<u64, Error> {
                 Ok(int(&r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?)? as u64)
             };
-            let resume = (head()?, head()?);
+            let bucket = head()?;
+            let generation = string(r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?)?;
+            let mut head = || -> Result<u64, Error> {
+                Ok(int(&r.next().ok_or_else(|| Error::Protocol("LOAD".into()))?)? as u64)
+            };
+            let offset = head()?;
             let partial = head()? == 1;
+            let resume = Resume {
+                bucket,
+                generation,
+                offset,
+            };
             // Pending tasks are armed at their run-at, in-flight ones at their visibility
             // deadline plus the claim horizon (the wheel is polled that far ahead).
             for (list, shift) in r.zip([0, self.cfg.ahead_ms()]) {
