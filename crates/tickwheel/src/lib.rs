@@ -33,6 +33,8 @@ extern crate alloc;
 pub mod deadlines;
 #[cfg(feature = "std")]
 pub mod future;
+#[cfg(feature = "std")]
+mod on_service;
 pub mod queue;
 #[cfg(feature = "cron")]
 pub mod schedule;

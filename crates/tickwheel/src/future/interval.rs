@@ -9,37 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::Sleep;
 use crate::service::ServiceRef;
-
-/// What an [`Interval`] does when it falls behind: see the
-/// [`Interval`](Interval#ticks-and-missed-ticks) documentation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum MissedTickBehavior {
-    /// Complete the missed ticks at once until caught up (the default, as in tokio).
-    #[default]
-    Burst,
-    /// Schedule the next tick one period after the late one.
-    Delay,
-    /// Skip to the next tick of the original schedule that is still ahead.
-    Skip,
-}
-
-impl MissedTickBehavior {
-    /// The next deadline after the tick scheduled at `scheduled`, yielded at `now`, when a
-    /// tick was missed (`now >= scheduled + period`). `None`: not representable, never.
-    fn next(self, scheduled: Instant, now: Instant, period: Duration) -> Option<Instant> {
-        match self {
-            MissedTickBehavior::Burst => scheduled.checked_add(period),
-            MissedTickBehavior::Delay => now.checked_add(period),
-            MissedTickBehavior::Skip => {
-                let behind = now.saturating_duration_since(scheduled).as_nanos();
-                // `period` is at least 1 ns, so the remainder fits below `period`.
-                let rem = behind % period.as_nanos().max(1);
-                let rem = Duration::from_nanos(u64::try_from(rem).unwrap_or(u64::MAX));
-                now.checked_add(period.saturating_sub(rem))
-            }
-        }
-    }
-}
+use crate::time::MissedTickBehavior;
 
 /// A stream of ticks at `start + k·period`. Created by [`interval`](fn@super::interval),
 /// [`interval_at`](super::interval_at) or the same methods of a

@@ -42,7 +42,8 @@ mod timeout;
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
-pub use interval::{Interval, MissedTickBehavior};
+pub use crate::time::MissedTickBehavior;
+pub use interval::Interval;
 #[cfg(feature = "cron")]
 pub use schedule::{cron, CronStream};
 pub use sleep::Sleep;

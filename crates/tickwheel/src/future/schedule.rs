@@ -179,13 +179,3 @@ pub fn cron(pattern: &str, time_zone: &str) -> Result<CronStream, ScheduleError>
         Arc::new(SystemClock),
     ))
 }
-
-/// Calendar streams on this service.
-impl TimerService {
-    /// A [`CronStream`] of `cron` on this service, reading wall time from `clock` (which must
-    /// advance with the service's clock: for tests, one
-    /// [`ManualWallClock`](crate::time::ManualWallClock) given to both).
-    pub fn cron_stream(&self, cron: Cron, clock: impl WallClock) -> CronStream {
-        CronStream::new(self.service_ref(), cron, Arc::new(clock))
-    }
-}

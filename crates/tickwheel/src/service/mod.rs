@@ -37,10 +37,13 @@
 //!   (`Callback`: a closure stored inline when small), `sleeper.rs` (how the timer thread
 //!   sleeps to a tick's start), `handle.rs`, `builder.rs`, `flavor.rs`, `stats.rs`.
 //!
-//! Every method of [`TimerService`] is in this file, including the constructors of the
-//! layers above ([`sleep`](TimerService::sleep), [`timeout`](TimerService::timeout),
-//! [`interval`](TimerService::interval), [`deadlines`](TimerService::deadlines)): those are
-//! the only names this module takes from a higher layer.
+//! Every method of [`TimerService`] that belongs to this layer is in this file (one-shot and
+//! recurring timers, settling, stats, shutdown; `recurring.rs` holds the series' machinery).
+//! The constructors of the layer above ([`sleep`](TimerService::sleep),
+//! [`timeout`](TimerService::timeout), [`interval`](TimerService::interval),
+//! [`deadlines`](TimerService::deadlines), [`cron_stream`](TimerService::cron_stream)) are
+//! methods of the service too, but they live in that layer (`src/on_service.rs`), beside the
+//! types they build: this module imports nothing from a layer above it.
 //!
 //! # Costs of `schedule`
 //!
@@ -141,8 +144,6 @@ mod stats;
 mod worker;
 
 use std::fmt;
-use std::future::IntoFuture;
-use std::hash::Hash;
 use std::io;
 use std::sync::{Mutex as StdMutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -158,8 +159,6 @@ pub(crate) use callback::{Expire, Expiry};
 pub(crate) use state::ServiceRef;
 
 use self::core::Core;
-use crate::deadlines::{Deadlines, Expired};
-use crate::future::{Interval, Sleep, Timeout};
 use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
 use callback::Closure;
@@ -391,6 +390,48 @@ impl TimerService {
         self.state.schedule_staged(tick, Closure::new(f), true)
     }
 
+    /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the
+    /// series (or the service shuts down, or a calendar has no further run). See the
+    /// [rules](Schedule#rules).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tickwheel::service::Schedule;
+    /// use tickwheel::{ManualClock, TimerService};
+    ///
+    /// let clock = ManualClock::new();
+    /// let service = TimerService::builder().clock(clock.clone()).build().unwrap();
+    /// let runs = Arc::new(AtomicUsize::new(0));
+    /// let r = runs.clone();
+    /// let handle = service.schedule_recurring(Schedule::every(Duration::from_secs(1)), move || {
+    ///     r.fetch_add(1, Ordering::SeqCst);
+    /// });
+    /// for _ in 0..3 {
+    ///     clock.advance(Duration::from_secs(1));
+    ///     service.settle();
+    /// }
+    /// assert_eq!(runs.load(Ordering::SeqCst), 3);
+    /// assert!(handle.cancel()); // no run starts after this
+    /// assert!(!handle.cancel());
+    /// ```
+    pub fn schedule_recurring<F>(&self, schedule: Schedule, f: F) -> RecurringHandle
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        recurring::start(self, schedule, f)
+    }
+
+    /// `f` at a fixed rate: [`schedule_recurring`](Self::schedule_recurring) with
+    /// [`Schedule::every`]`(period)`.
+    pub fn schedule_every<F>(&self, period: Duration, f: F) -> RecurringHandle
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.schedule_recurring(Schedule::every(period), f)
+    }
+
     fn inert_handle(&self) -> TimerHandle {
         self.state.inert_handle()
     }
@@ -516,52 +557,6 @@ impl TimerService {
     /// that lives forever.
     pub(crate) fn static_ref(&'static self) -> ServiceRef {
         ServiceRef::Static(&self.state)
-    }
-}
-
-/// The futures and per-id timeouts of the layers above, on this service (its clock, its timer
-/// thread).
-impl TimerService {
-    /// [`sleep`](fn@crate::future::sleep) on this service.
-    pub fn sleep(&self, duration: Duration) -> Sleep {
-        Sleep::after(self.service_ref(), duration)
-    }
-
-    /// [`sleep_until`](crate::future::sleep_until) on this service.
-    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::until(self.service_ref(), Some(deadline))
-    }
-
-    /// [`timeout`](fn@crate::future::timeout) on this service.
-    pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
-        Timeout::new(future.into_future(), self.sleep(duration))
-    }
-
-    /// [`timeout_at`](crate::future::timeout_at) on this service.
-    pub fn timeout_at<F: IntoFuture>(
-        &self,
-        deadline: Instant,
-        future: F,
-    ) -> Timeout<F::IntoFuture> {
-        Timeout::new(future.into_future(), self.sleep_until(deadline))
-    }
-
-    /// [`interval`](fn@crate::future::interval) on this service.
-    pub fn interval(&self, period: Duration) -> Interval {
-        Interval::on(self.service_ref(), self.now(), period)
-    }
-
-    /// [`interval_at`](crate::future::interval_at) on this service.
-    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-        Interval::on(self.service_ref(), start, period)
-    }
-
-    /// A [`Deadlines`] table on this service and its receiver.
-    pub fn deadlines<K>(&self) -> (Deadlines<K>, Expired<K>)
-    where
-        K: Eq + Hash + Clone + Send + 'static,
-    {
-        Deadlines::on(self.service_ref())
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::callback::Callback;
 use super::state::ServiceState;
 use super::{TimerHandle, TimerService};
-use crate::future::MissedTickBehavior;
 use crate::sync::Arc;
+use crate::time::MissedTickBehavior;
 #[cfg(feature = "cron")]
 use crate::time::{SystemClock, WallClock};
 
@@ -170,103 +170,66 @@ impl Schedule {
     }
 }
 
-/// Recurring callbacks on this service.
-impl TimerService {
-    /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the
-    /// series (or the service shuts down, or a calendar has no further run). See the
-    /// [rules](Schedule#rules).
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use tickwheel::service::Schedule;
-    /// use tickwheel::{ManualClock, TimerService};
-    ///
-    /// let clock = ManualClock::new();
-    /// let service = TimerService::builder().clock(clock.clone()).build().unwrap();
-    /// let runs = Arc::new(AtomicUsize::new(0));
-    /// let r = runs.clone();
-    /// let handle = service.schedule_recurring(Schedule::every(Duration::from_secs(1)), move || {
-    ///     r.fetch_add(1, Ordering::SeqCst);
-    /// });
-    /// for _ in 0..3 {
-    ///     clock.advance(Duration::from_secs(1));
-    ///     service.settle();
-    /// }
-    /// assert_eq!(runs.load(Ordering::SeqCst), 3);
-    /// assert!(handle.cancel()); // no run starts after this
-    /// assert!(!handle.cancel());
-    /// ```
-    pub fn schedule_recurring<F>(&self, schedule: Schedule, f: F) -> RecurringHandle
-    where
-        F: Fn() + Send + Sync + 'static,
-    {
-        let resolution = self.resolution();
-        let now = self.now();
-        let (plan, first, missed) = match schedule.kind {
-            Kind::Rate { period, start } => (
-                Plan::Rate(nonzero(period, resolution)),
-                first_at(start, now, nonzero(period, resolution)),
-                schedule.missed.unwrap_or(MissedTickBehavior::Burst),
-            ),
-            Kind::Delay { period, start } => (
-                Plan::Delay(nonzero(period, resolution)),
-                first_at(start, now, nonzero(period, resolution)),
-                MissedTickBehavior::Delay,
-            ),
-            #[cfg(feature = "cron")]
-            Kind::Calendar { cron, clock } => {
-                let first = cron.next_after_system(clock.wall_now());
-                (
-                    Plan::Calendar(cron, clock),
-                    first.map_or(Target::Never, Target::Wall),
-                    schedule.missed.unwrap_or(MissedTickBehavior::Skip),
-                )
-            }
-        };
-        let series = StdArc::new(Series {
-            state: self.state.clone(),
-            f: Box::new(f),
-            plan,
-            missed,
-            overlap: schedule.overlap,
-            status: AtomicU8::new(LIVE),
-            generation: AtomicU64::new(0),
-            inner: Mutex::new(Inner {
-                timer: None,
-                next: Target::Never,
-                running: 0,
-                runs: 0,
-            }),
-            step_listener: Mutex::new(None),
-        });
+/// Starts a recurring series on `service`: the body of [`TimerService::schedule_recurring`].
+pub(super) fn start<F>(service: &TimerService, schedule: Schedule, f: F) -> RecurringHandle
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    let resolution = service.resolution();
+    let now = service.now();
+    let (plan, first, missed) = match schedule.kind {
+        Kind::Rate { period, start } => (
+            Plan::Rate(nonzero(period, resolution)),
+            first_at(start, now, nonzero(period, resolution)),
+            schedule.missed.unwrap_or(MissedTickBehavior::Burst),
+        ),
+        Kind::Delay { period, start } => (
+            Plan::Delay(nonzero(period, resolution)),
+            first_at(start, now, nonzero(period, resolution)),
+            MissedTickBehavior::Delay,
+        ),
         #[cfg(feature = "cron")]
-        if let Plan::Calendar(_, clock) = &series.plan {
-            let weak = StdArc::downgrade(&series);
-            let listener: StdArc<dyn Fn() + Send + Sync> = StdArc::new(move || {
-                if let Some(series) = weak.upgrade() {
-                    series.wall_clock_stepped();
-                }
-            });
-            clock.subscribe_steps(StdArc::downgrade(&listener));
-            *series.lock_step_listener() = Some(listener);
+        Kind::Calendar { cron, clock } => {
+            let first = cron.next_after_system(clock.wall_now());
+            (
+                Plan::Calendar(cron, clock),
+                first.map_or(Target::Never, Target::Wall),
+                schedule.missed.unwrap_or(MissedTickBehavior::Skip),
+            )
         }
-        {
-            let mut inner = series.lock();
-            series.arm(&mut inner, first);
-        }
-        RecurringHandle { series }
+    };
+    let series = StdArc::new(Series {
+        state: service.state.clone(),
+        f: Box::new(f),
+        plan,
+        missed,
+        overlap: schedule.overlap,
+        status: AtomicU8::new(LIVE),
+        generation: AtomicU64::new(0),
+        inner: Mutex::new(Inner {
+            timer: None,
+            next: Target::Never,
+            running: 0,
+            runs: 0,
+        }),
+        step_listener: Mutex::new(None),
+    });
+    #[cfg(feature = "cron")]
+    if let Plan::Calendar(_, clock) = &series.plan {
+        let weak = StdArc::downgrade(&series);
+        let listener: StdArc<dyn Fn() + Send + Sync> = StdArc::new(move || {
+            if let Some(series) = weak.upgrade() {
+                series.wall_clock_stepped();
+            }
+        });
+        clock.subscribe_steps(StdArc::downgrade(&listener));
+        *series.lock_step_listener() = Some(listener);
     }
-
-    /// `f` at a fixed rate: [`schedule_recurring`](Self::schedule_recurring) with
-    /// [`Schedule::every`]`(period)`.
-    pub fn schedule_every<F>(&self, period: Duration, f: F) -> RecurringHandle
-    where
-        F: Fn() + Send + Sync + 'static,
     {
-        self.schedule_recurring(Schedule::every(period), f)
+        let mut inner = series.lock();
+        series.arm(&mut inner, first);
     }
+    RecurringHandle { series }
 }
 
 /// The first run of a periodic series: `start`, or one period from `now` (`Never` when that

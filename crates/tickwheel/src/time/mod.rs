@@ -27,11 +27,13 @@
 
 mod boot;
 mod clock;
+mod missed;
 mod ticks;
 mod wall;
 
 pub use boot::BootClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use missed::MissedTickBehavior;
 pub use ticks::{Ticks, MAX_NOW_TICK, MAX_RESOLUTION, MIN_RESOLUTION, NEVER};
 pub use wall::{ManualWallClock, SystemClock, WallClock, STEP_POLL, STEP_THRESHOLD};
 
