@@ -279,6 +279,9 @@ return {1, d, a, v}
 /// ARGV: now, worker id, lease ms, epoch held (0 to take the shard).
 /// Returns {epoch or 0, now}. Taking a shard bumps its epoch (the fencing token) and puts the
 /// previous tenure's in-flight tasks back into the due set: their acks are fenced from now on.
+/// A worker may take a shard whose live lease it holds itself: it asks with epoch 0 only when
+/// it does not know of that lease (the reply to its acquisition was lost), and a new tenure
+/// fences whatever the unknown one did.
 const ACQUIRE: &str = r#"
 local now = clock(ARGV[1])
 local st = redis.call('HMGET', KEYS[4], 'owner', 'epoch', 'expires')
@@ -291,7 +294,7 @@ if held > 0 then
   end
   return {0, now}
 end
-if owner and owner ~= '' and expires > now then return {0, now} end
+if owner and owner ~= '' and owner ~= ARGV[2] and expires > now then return {0, now} end
 epoch = redis.call('HINCRBY', KEYS[4], 'epoch', 1)
 redis.call('HSET', KEYS[4], 'owner', ARGV[2], 'expires', now + tonumber(ARGV[3]), 'horizon', 0)
 local infl = redis.call('ZRANGE', KEYS[3], 0, -1)

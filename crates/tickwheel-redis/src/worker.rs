@@ -525,6 +525,10 @@ const ACK_DELAY_MS: u64 = 20;
 /// Held acknowledgements that go out at once.
 const ACK_MAX: usize = 4096;
 
+/// The longest wait between two reconnection attempts (the wait starts at 50 ms and doubles):
+/// once Redis answers again, a worker is back within this, not seconds later.
+const RECONNECT_MAX: Duration = Duration::from_millis(200);
+
 #[derive(Clone, Debug)]
 struct Owned {
     epoch: u64,
@@ -908,7 +912,7 @@ impl Worker {
     /// before their run-at and sends the acknowledgements; it sleeps until the wheel's next
     /// deadline, a notification, an outcome or the next maintenance. Redis's latency (an
     /// fsync per write under `appendfsync always`) therefore delays claims, not deliveries.
-    /// Redis errors are retried with backoff (50 ms doubling to 2 s) after dropping the
+    /// Redis errors are retried with backoff (50 ms doubling to 200 ms) after dropping the
     /// in-memory windows, which are loaded again from Redis; tasks already claimed are still
     /// delivered while their leases hold. Returns `Err` only for errors a retry cannot fix.
     /// On stop it releases its shards so other workers take them at once.
@@ -961,7 +965,7 @@ impl Worker {
                     while std::time::Instant::now() < until && !self.stop.load(Ordering::SeqCst) {
                         std::thread::sleep(Duration::from_millis(10));
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    backoff = (backoff * 2).min(RECONNECT_MAX);
                 }
                 Err(e) => break Err(e),
             }
@@ -972,14 +976,12 @@ impl Worker {
         r
     }
 
-    /// Forgets the connection and the in-memory windows (kept: the leases, renewed next, and
-    /// the claimed tasks, delivered while their leases hold).
+    /// Forgets the connection and the in-memory windows. Kept: the leases (renewed next), the
+    /// claimed tasks (delivered while their leases hold) and every outcome not yet answered
+    /// by Redis - acknowledgements, retries, lapsed claims - sent once Redis answers again,
+    /// each fenced by the epoch it was delivered under.
     fn reset(&mut self) {
         self.con = None;
-        self.pending_acks.clear(); // delivered again later: at least once
-                                   // Retries are dropped (delivered again after the visibility timeout); lapsed claims
-                                   // are kept, to be put back once Redis answers (fenced should the shard be lost).
-        self.pending_retries.retain(|(_, after)| after.is_none());
         self.reload_windows();
     }
 
@@ -1404,8 +1406,17 @@ impl Worker {
             false => replies,
         };
         // Without replies these claims may or may not have been applied: sent again, forced.
-        // (The acknowledgements they carried are delivered again later: at least once.)
-        let replies = replies.inspect_err(|_| self.unsure = sent)?;
+        let replies = match replies {
+            Ok(r) => r,
+            Err(e) => {
+                // Unanswered: the acknowledgements are held for the next try (see
+                // `flush_acks`), ahead of any settled since.
+                self.unsure = sent;
+                let later = std::mem::replace(&mut self.pending_acks, acks);
+                self.pending_acks.extend(later);
+                return Err(e);
+            }
+        };
         let after = self.clock.local_us();
         let mut replies = replies.into_iter();
         let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
@@ -1506,15 +1517,17 @@ impl Worker {
         }
     }
 
-    /// Sends the held acknowledgements now.
+    /// Sends the held acknowledgements now. They stay held until Redis answers for them: an
+    /// error (an outage, a lost reply) keeps them for the next try, fenced by their epoch as
+    /// ever, so a task delivered during an outage is not delivered again after it.
     fn flush_acks(&mut self) -> Result<(), Error> {
         if self.pending_acks.is_empty() {
             return Ok(());
         }
-        let acks = std::mem::take(&mut self.pending_acks);
         let mut pipe = redis::pipe();
-        let calls = self.ack_calls(&mut pipe, &acks);
+        let calls = self.ack_calls(&mut pipe, &self.pending_acks);
         let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let acks = std::mem::take(&mut self.pending_acks);
         self.ack_replies(&acks, calls, replies)
     }
 
@@ -1795,7 +1808,7 @@ fn subscribe_loop(
             }
         }
         std::thread::sleep(backoff);
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff = (backoff * 2).min(RECONNECT_MAX);
     }
 }
 
@@ -2164,5 +2177,40 @@ mod tests {
             crate::TaskState::Unknown,
             "acknowledged"
         );
+    }
+    /// The reply to a lease acquisition is lost (Redis restarted just after applying it): the
+    /// shard is the worker's in Redis, unknown to the worker. Asking again takes it at once,
+    /// not after the lease runs out.
+    #[test]
+    fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
+        let server = crate::server::RedisServer::start()
+            .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+        let t0 = 1_000_000;
+        let time = crate::ManualTime::new(t0);
+        let mut cfg = Config::new(server.url(), "lost-lease");
+        cfg.shards = 1;
+        cfg.time = TimeSource::Manual(time.clone());
+        let mut p = crate::Producer::connect(&cfg).unwrap();
+        let mut w = Worker::connect(&cfg).unwrap();
+        p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"x")
+            .unwrap();
+        // The worker's own acquisition, applied by Redis; its reply never reached the worker.
+        let lease = cfg.lease.as_millis().to_string();
+        let (id, now) = (w.id().to_string(), cfg.now_arg());
+        let r = w
+            .shard_call(&scripts().acquire, 0, &[now, id, lease, "0".into()])
+            .unwrap();
+        assert!(int(&array(r).unwrap()[0]).unwrap() > 0, "acquired in Redis");
+        let mut got = Vec::new();
+        for ms in [0, 50, 100] {
+            time.set_ms(t0 + ms);
+            w.tick(&mut |d| {
+                got.push((d.id.clone(), time.now_ms()));
+                Outcome::Ack
+            })
+            .unwrap();
+        }
+        assert_eq!(w.owned_shards(), [0], "the worker holds its shard");
+        assert_eq!(got, [("a".to_string(), t0 + 100)], "delivered on time");
     }
 }

@@ -1,0 +1,81 @@
+//! A Redis outage with a real redis-server (SIGKILL, then a restart on its append-only file)
+//! while a worker runs in real time: the tasks it claimed before the outage are delivered
+//! during it, and their acknowledgements, held while Redis is away, are sent once it answers
+//! again. So each task is delivered once, not again after the outage.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tickwheel_redis::{Config, Delivery, Outcome, Producer, RunAt, Task, Worker};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn acknowledgements_held_during_an_outage_are_sent_after_it() {
+    let mut server = common::server();
+    let mut cfg = Config::new(server.url(), "outage");
+    cfg.shards = 4;
+    cfg.visibility_timeout = Duration::from_secs(3); // a lost ack would show within the test
+    cfg.io_timeout = Duration::from_millis(500);
+    let mut producer = Producer::connect(&cfg).unwrap();
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let seen: Arc<Mutex<BTreeMap<String, Vec<u32>>>> = Arc::default();
+    let log = seen.clone();
+    let runner = std::thread::spawn(move || {
+        worker.run(move |d: &Delivery| {
+            log.lock()
+                .unwrap()
+                .entry(d.id.clone())
+                .or_default()
+                .push(d.attempt);
+            Outcome::Ack
+        })
+    });
+    std::thread::sleep(Duration::from_millis(300)); // shards taken
+
+    // 200 tasks due 1.5-1.7 s from now: claimed (1 s ahead) before the outage begins at
+    // 1.3 s, delivered during it.
+    let start = now_ms() + 1_500;
+    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
+    producer
+        .schedule_many(ids.iter().enumerate().map(|(i, id)| Task {
+            id,
+            run_at: RunAt::AtMillis(start + i as u64),
+            payload: b"",
+            recurrence: None,
+        }))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(start - 200 - now_ms()));
+    server.kill();
+    std::thread::sleep(Duration::from_millis(start + 800 - now_ms()));
+    let during = seen.lock().unwrap().len();
+    server.restart().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while producer.len().map_or(true, |n| n > 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Past the visibility timeout: an unacknowledged task would be delivered again by now.
+    std::thread::sleep(cfg.visibility_timeout + Duration::from_secs(1));
+    stop.stop();
+    runner.join().unwrap().unwrap();
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(during, 200, "every task was delivered during the outage");
+    let twice: Vec<_> = seen.iter().filter(|(_, a)| a.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "delivered again after the outage: {twice:?}"
+    );
+    assert_eq!(seen.len(), 200);
+    assert_eq!(producer.len().unwrap(), 0, "every task acknowledged");
+}
