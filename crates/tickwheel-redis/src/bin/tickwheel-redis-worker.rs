@@ -10,6 +10,11 @@
 //! never loses the record of a delivery that Redis saw acknowledged:
 //! `id due_ms attempt delivered_at_ms version shard epoch pid`.
 //!
+//! Ids may hold any character, so the id is written escaped: a backslash as `\\`, a space as
+//! `\s`, a tab as `\t`, a line feed as `\n` and a carriage return as `\r`. The line then has
+//! exactly eight space-separated fields whatever the id, and an id without those characters is
+//! written as it is.
+//!
 //! SIGTERM or SIGINT stops the worker cleanly: it finishes the delivery in hand, sends its
 //! acknowledgements, releases its shards (so other workers take them at once, not after the
 //! lease) and exits with status 0.
@@ -86,7 +91,14 @@ fn run() -> Result<(), String> {
                 .map_or(0, |t| t.as_millis());
             let line = format!(
                 "{} {} {} {} {} {} {} {}\n",
-                d.id, d.due_ms, d.attempt, now, d.version, d.shard, d.epoch, pid
+                escape_id(&d.id),
+                d.due_ms,
+                d.attempt,
+                now,
+                d.version,
+                d.shard,
+                d.epoch,
+                pid
             );
             match file.write_all(line.as_bytes()) {
                 Ok(()) => Outcome::Ack,
@@ -101,4 +113,21 @@ fn run() -> Result<(), String> {
         Some(e) => Err(format!("{log}: {e}")),
         None => Ok(()),
     }
+}
+
+/// The id as the log writes it: `\\`, `\s`, `\t`, `\n`, `\r` for a backslash, a space, a
+/// tab, a line feed and a carriage return; every other character as it is.
+fn escape_id(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for c in id.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            ' ' => out.push_str("\\s"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -1,0 +1,516 @@
+//! The fault test's analysis (tests/crash.rs): reads the workers' delivery logs and judges
+//! them against what the test did (each task's run-at, cancels and reschedules with their
+//! answers) and the faults it caused (worker SIGKILL, SIGSTOP past the lease, Redis restart).
+//!
+//! Terms, all in ms of the machine's clock (the workers and Redis share it):
+//! - A task's *run-at in force* is its scheduled run-at, or the new one after a reschedule
+//!   that answered `true` (from the moment the reschedule was sent).
+//! - A fault *holds* a task when the task's run-at falls between the fault's start less the
+//!   claim-ahead (less half a second) and its end plus the lease plus a second: the task may
+//!   have been claimed by the worker the fault hit, or sat in a shard waiting for a new owner.
+//!   A task's *reference* is its run-at, or the end of the last fault holding it if later;
+//!   its *lateness* is its first delivery less the reference.
+//! - The end of a fault: the SIGKILL itself (the replacement starts at once), the SIGCONT, or
+//!   the moment Redis answers a read again after its restart (its append-only file loaded).
+//! - A task due in a *fault-free stretch* is one no fault holds.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+
+/// A delivery counts as in flight at a worker kill or stop when that worker logged it at most
+/// this long before the signal (or, for a stop, before it was continued).
+pub const IN_FLIGHT_MS: u64 = 1000;
+/// The stretch around a Redis outage whose deliveries count as delivered during it: from this
+/// long before the kill (acknowledgements still on their way) ...
+pub const OUTAGE_BEFORE_MS: u64 = 100;
+/// ... to this long after Redis answers again (the workers reconnect).
+pub const OUTAGE_AFTER_MS: u64 = 1000;
+
+/// One line of a worker's delivery log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    pub id: String,
+    pub due: u64,
+    pub attempt: u32,
+    pub at: u64,
+    pub version: u64,
+    pub shard: u32,
+    pub epoch: u64,
+    pub pid: u32,
+}
+
+/// The inverse of the worker binary's id escape (`\\`, `\s`, `\t`, `\n`, `\r`).
+pub fn unescape_id(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        out.push(match chars.next() {
+            Some('\\') => '\\',
+            Some('s') => ' ',
+            Some('t') => '\t',
+            Some('n') => '\n',
+            Some('r') => '\r',
+            other => return Err(format!("bad escape {other:?} in {s:?}")),
+        });
+    }
+    Ok(out)
+}
+
+/// Parses `id due_ms attempt delivered_at_ms version shard epoch pid`.
+pub fn parse_line(line: &str) -> Result<Line, String> {
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() != 8 {
+        return Err(format!("{} fields in log line {line:?}", f.len()));
+    }
+    let n = |i: usize| {
+        f[i].parse::<u64>()
+            .map_err(|e| format!("field {i} of log line {line:?}: {e}"))
+    };
+    Ok(Line {
+        id: unescape_id(f[0])?,
+        due: n(1)?,
+        attempt: n(2)? as u32,
+        at: n(3)?,
+        version: n(4)?,
+        shard: n(5)? as u32,
+        epoch: n(6)?,
+        pid: n(7)? as u32,
+    })
+}
+
+/// Every line of the logs. A missing log reads as empty (a worker killed before its first
+/// delivery); a last line without its line feed is an error (a torn record).
+pub fn read_logs(paths: &[PathBuf]) -> Result<Vec<Line>, String> {
+    let mut lines = Vec::new();
+    for path in paths {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        if !text.is_empty() && !text.ends_with('\n') {
+            return Err(format!("{}: torn last line", path.display()));
+        }
+        for line in text.lines() {
+            lines.push(parse_line(line)?);
+        }
+    }
+    Ok(lines)
+}
+
+/// The kinds of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A worker process SIGKILLed (and a new one started at once).
+    Kill,
+    /// A worker process SIGSTOPped past its lease, then SIGCONTed.
+    Stop,
+    /// Redis SIGKILLed and started again on its append-only file.
+    Restart,
+}
+
+/// One fault as the test caused it.
+#[derive(Clone, Copy, Debug)]
+pub struct Fault {
+    pub kind: Kind,
+    /// The signal (or Redis's kill).
+    pub start: u64,
+    /// See the module's terms.
+    pub end: u64,
+    /// The worker hit (0 for a Redis restart).
+    pub pid: u32,
+}
+
+/// A producer call: when it was sent and what it answered (`None`: it failed, so whether
+/// it took effect is unknown).
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub at: u64,
+    pub answer: Option<bool>,
+}
+
+/// What the test did to one task.
+#[derive(Clone, Debug, Default)]
+pub struct TaskPlan {
+    pub id: String,
+    pub run_at: u64,
+    /// When the schedule call that stored it returned (0: never stored).
+    pub stored_at: u64,
+    pub cancel: Option<Call>,
+    /// The call and the new run-at.
+    pub reschedule: Option<(Call, u64)>,
+}
+
+impl TaskPlan {
+    /// The earliest run-at a delivery at `t` may honour.
+    fn allowed_from(&self, t: u64) -> u64 {
+        match self.reschedule {
+            Some((c, new)) if t >= c.at => match c.answer {
+                Some(true) => new,
+                Some(false) => self.run_at,
+                None => new.min(self.run_at),
+            },
+            _ => self.run_at,
+        }
+    }
+
+    /// The run-at in force at the end (the later one when a reschedule's answer is unknown).
+    fn final_run_at(&self) -> u64 {
+        match self.reschedule {
+            Some((c, new)) if c.answer != Some(false) => match c.answer {
+                Some(_) => new,
+                None => new.max(self.run_at),
+            },
+            _ => self.run_at,
+        }
+    }
+
+    fn cancelled(&self) -> Option<bool> {
+        self.cancel.map_or(Some(false), |c| c.answer)
+    }
+}
+
+/// The test's timing parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub lease_ms: u64,
+    pub claim_ahead_ms: u64,
+}
+
+impl Limits {
+    /// Every task is delivered within this of its reference.
+    pub fn stranded_after(&self) -> u64 {
+        self.lease_ms + 1000
+    }
+}
+
+/// Why a delivery was repeated: what the delivery before it was caught in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cause {
+    /// In flight at its worker's SIGKILL.
+    Kill,
+    /// In flight at its worker's SIGSTOP.
+    Stop,
+    /// Delivered during a Redis outage (and delivered again after it).
+    Outage,
+    /// None of these.
+    Other,
+}
+
+/// The figures of one run.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub tasks: usize,
+    pub deliveries: usize,
+    pub lost: usize,
+    pub early: usize,
+    pub after_cancel: usize,
+    pub stranded: usize,
+    /// Deliveries of ids the test never scheduled.
+    pub strangers: usize,
+    pub duplicates: BTreeMap<Cause, usize>,
+    /// Tasks delivered during a Redis outage, and how many of them again after it.
+    pub outage_delivered: usize,
+    pub outage_again: usize,
+    /// The worst lateness of the tasks each kind of fault held.
+    pub worst: BTreeMap<Kind, u64>,
+    /// Lateness of the tasks due in fault-free stretches, sorted.
+    pub calm: Vec<u64>,
+    /// Cancels and reschedules answered true, false, and failed.
+    pub cancels: [usize; 3],
+    pub reschedules: [usize; 3],
+    /// Tasks stored only after their run-at (the test's producer fell behind).
+    pub stored_late: usize,
+    pub faults: Vec<Fault>,
+    /// A few offending tasks, for the failure message.
+    pub examples: Vec<String>,
+}
+
+/// Judges the deliveries.
+pub fn analyze(plans: &[TaskPlan], lines: Vec<Line>, faults: &[Fault], l: Limits) -> Report {
+    let mut r = Report {
+        tasks: plans.len(),
+        deliveries: lines.len(),
+        faults: faults.to_vec(),
+        ..Report::default()
+    };
+    let mut by_id = group(lines);
+    for p in plans {
+        let ds = by_id.remove(&p.id).unwrap_or_default();
+        count_calls(p, &mut r);
+        check_task(p, &ds, faults, l, &mut r);
+        count_duplicates(p, &ds, faults, &mut r);
+        count_outage(&ds, faults, &mut r);
+    }
+    r.strangers = by_id.values().map(Vec::len).sum();
+    r.calm.sort_unstable();
+    r
+}
+
+/// Deliveries by id, each id's in the order they were logged.
+fn group(lines: Vec<Line>) -> HashMap<String, Vec<Line>> {
+    let mut by_id: HashMap<String, Vec<Line>> = HashMap::new();
+    for line in lines {
+        by_id.entry(line.id.clone()).or_default().push(line);
+    }
+    for ds in by_id.values_mut() {
+        ds.sort_by_key(|d| d.at);
+    }
+    by_id
+}
+
+fn count_calls(p: &TaskPlan, r: &mut Report) {
+    let slot = |a: Option<bool>| match a {
+        Some(true) => 0,
+        Some(false) => 1,
+        None => 2,
+    };
+    if let Some(c) = p.cancel {
+        r.cancels[slot(c.answer)] += 1;
+    }
+    if let Some((c, _)) = p.reschedule {
+        r.reschedules[slot(c.answer)] += 1;
+    }
+}
+
+fn example(r: &mut Report, what: &str, p: &TaskPlan, ds: &[Line]) {
+    if r.examples.len() < 12 {
+        let at: Vec<(u64, u32)> = ds.iter().map(|d| (d.at, d.pid)).collect();
+        r.examples.push(format!(
+            "{what}: {:?} run-at {} stored {} cancel {:?} reschedule {:?} delivered (at, pid) {at:?}",
+            p.id, p.run_at, p.stored_at, p.cancel, p.reschedule
+        ));
+    }
+}
+
+/// Lost, early, after a cancel, and the first delivery's lateness.
+fn check_task(p: &TaskPlan, ds: &[Line], faults: &[Fault], l: Limits, r: &mut Report) {
+    let early = ds.iter().filter(|d| d.at < p.allowed_from(d.at)).count();
+    if early > 0 {
+        r.early += early;
+        example(r, "early", p, ds);
+    }
+    if let Some(Call {
+        at,
+        answer: Some(true),
+    }) = p.cancel
+    {
+        let after = ds.iter().filter(|d| d.at >= at).count();
+        if after > 0 {
+            r.after_cancel += after;
+            example(r, "delivered after a successful cancel", p, ds);
+        }
+        return;
+    }
+    let Some(first) = ds.first() else {
+        if p.cancelled() == Some(false) {
+            r.lost += 1;
+            example(r, "lost", p, ds);
+        }
+        return;
+    };
+    lateness(p, first.at, faults, l, r, ds);
+}
+
+/// The last fault holding a task with this run-at.
+pub fn holding(faults: &[Fault], run_at: u64, l: Limits) -> Option<&Fault> {
+    faults.iter().rev().find(|f| {
+        f.start.saturating_sub(l.claim_ahead_ms + 500) <= run_at
+            && run_at <= f.end + l.stranded_after()
+    })
+}
+
+fn lateness(p: &TaskPlan, first: u64, faults: &[Fault], l: Limits, r: &mut Report, ds: &[Line]) {
+    let run_at = p.final_run_at();
+    let held = holding(faults, run_at, l);
+    let reference = run_at.max(p.stored_at).max(held.map_or(0, |f| f.end));
+    let late = first.saturating_sub(reference);
+    if late > l.stranded_after() {
+        r.stranded += 1;
+        example(r, &format!("stranded ({late} ms)"), p, ds);
+    }
+    if p.stored_at > run_at {
+        r.stored_late += 1;
+    }
+    match held {
+        Some(f) => {
+            let w = r.worst.entry(f.kind).or_default();
+            *w = (*w).max(late);
+        }
+        None if p.stored_at <= run_at => r.calm.push(late),
+        None => {}
+    }
+}
+
+/// The cause of a repeat of delivery `prev`.
+pub fn cause(prev: &Line, faults: &[Fault]) -> Cause {
+    let hit = |f: &Fault, until: u64| {
+        f.pid == prev.pid && prev.at + IN_FLIGHT_MS >= f.start && prev.at <= until
+    };
+    for f in faults {
+        match f.kind {
+            Kind::Kill if hit(f, f.start) => return Cause::Kill,
+            Kind::Stop if hit(f, f.end + IN_FLIGHT_MS) => return Cause::Stop,
+            Kind::Restart if in_outage(f, prev.at) => return Cause::Outage,
+            _ => {}
+        }
+    }
+    Cause::Other
+}
+
+fn in_outage(f: &Fault, at: u64) -> bool {
+    f.kind == Kind::Restart && at + OUTAGE_BEFORE_MS >= f.start && at <= f.end + OUTAGE_AFTER_MS
+}
+
+fn count_duplicates(p: &TaskPlan, ds: &[Line], faults: &[Fault], r: &mut Report) {
+    for pair in ds.windows(2) {
+        let c = cause(&pair[0], faults);
+        *r.duplicates.entry(c).or_default() += 1;
+        if c == Cause::Other {
+            example(r, "duplicate not explained by a fault", p, ds);
+        }
+    }
+}
+
+/// Per Redis restart: was the task delivered during the outage, and again after it?
+fn count_outage(ds: &[Line], faults: &[Fault], r: &mut Report) {
+    for f in faults.iter().filter(|f| f.kind == Kind::Restart) {
+        if let Some(i) = ds.iter().position(|d| in_outage(f, d.at)) {
+            r.outage_delivered += 1;
+            if ds.len() > i + 1 {
+                r.outage_again += 1;
+            }
+        }
+    }
+}
+
+/// The `p`-quantile of sorted values (0 when empty).
+pub fn quantile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (sorted.len() as f64 * p).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Report {
+    fn duplicates_of(&self, c: Cause) -> usize {
+        self.duplicates.get(&c).copied().unwrap_or(0)
+    }
+
+    /// The issue's targets this run misses, one sentence each.
+    pub fn failures(&self, l: Limits) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut zero = |n: usize, what: &str| {
+            if n > 0 {
+                out.push(format!("{n} {what} (target 0)"));
+            }
+        };
+        zero(self.lost, "tasks lost");
+        zero(self.early, "deliveries early");
+        zero(self.after_cancel, "deliveries after a successful cancel");
+        zero(self.stranded, "tasks stranded");
+        zero(self.strangers, "deliveries of ids never scheduled");
+        zero(
+            self.duplicates_of(Cause::Other),
+            "duplicates not in flight at a kill, a stop or an outage",
+        );
+        if self.outage_again * 100 > self.outage_delivered {
+            out.push(format!(
+                "{} of {} tasks delivered during a Redis outage delivered again (target 1 %)",
+                self.outage_again, self.outage_delivered
+            ));
+        }
+        self.lateness_failures(l, &mut out);
+        out
+    }
+
+    fn lateness_failures(&self, l: Limits, out: &mut Vec<String>) {
+        let targets = [
+            (Kind::Kill, l.lease_ms + 1000, "after a worker kill"),
+            (Kind::Restart, 1000, "after Redis answers again"),
+        ];
+        for (kind, max, what) in targets {
+            let worst = self.worst.get(&kind).copied().unwrap_or(0);
+            if worst > max {
+                out.push(format!(
+                    "worst delivery {worst} ms {what} (target {max} ms)"
+                ));
+            }
+        }
+        let p99 = quantile(&self.calm, 0.99);
+        if p99 > 5 {
+            out.push(format!(
+                "p99 lateness in fault-free stretches {p99} ms (target 5 ms)"
+            ));
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kinds = |k: Kind| self.faults.iter().filter(|f| f.kind == k).count();
+        writeln!(
+            f,
+            "faults: {} kill, {} stop, {} Redis restart; {} tasks, {} deliveries",
+            kinds(Kind::Kill),
+            kinds(Kind::Stop),
+            kinds(Kind::Restart),
+            self.tasks,
+            self.deliveries
+        )?;
+        let [ct, cf, ce] = self.cancels;
+        let [rt, rf, re] = self.reschedules;
+        writeln!(
+            f,
+            "cancels true/false/failed {ct}/{cf}/{ce}, reschedules {rt}/{rf}/{re}, \
+             stored after their run-at {}",
+            self.stored_late
+        )?;
+        writeln!(
+            f,
+            "lost {}, early {}, after a successful cancel {}, stranded {}, never scheduled {}",
+            self.lost, self.early, self.after_cancel, self.stranded, self.strangers
+        )?;
+        writeln!(
+            f,
+            "duplicates: in flight at a kill {}, at a stop {}, Redis outage {} ({} of {} tasks \
+             delivered during an outage delivered again), other {}",
+            self.duplicates_of(Cause::Kill),
+            self.duplicates_of(Cause::Stop),
+            self.duplicates_of(Cause::Outage),
+            self.outage_again,
+            self.outage_delivered,
+            self.duplicates_of(Cause::Other)
+        )?;
+        self.fmt_lateness(f)
+    }
+}
+
+impl Report {
+    fn fmt_lateness(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let worst = |k: Kind| self.worst.get(&k).copied().unwrap_or(0);
+        writeln!(
+            f,
+            "worst lateness ms (from the run-at or the fault's end): kill {}, stop {}, \
+             Redis restart {}",
+            worst(Kind::Kill),
+            worst(Kind::Stop),
+            worst(Kind::Restart)
+        )?;
+        write!(
+            f,
+            "fault-free stretches: {} tasks, lateness ms p50 {} p99 {} max {}",
+            self.calm.len(),
+            quantile(&self.calm, 0.5),
+            quantile(&self.calm, 0.99),
+            quantile(&self.calm, 1.0)
+        )
+    }
+}
