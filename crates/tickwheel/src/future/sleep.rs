@@ -10,7 +10,7 @@
 //!   under the shard lock and wakes the waker after unlocking; a later poll that brings
 //!   another task's waker swaps it in place under the same lock. The shard decides each entry
 //!   once — swapped before the drain (the new waker is woken) or drained first (the swap finds
-//!   nothing) — so no wake-up is lost (loom tests in `service/shard.rs`).
+//!   nothing) — so no wake-up is lost (loom tests in `service/shard/tests.rs`).
 //! * **Done means the clock says so.** A poll completes once the service's clock reads at or
 //!   after the deadline. The timer fires at the start of the deadline's tick, rounded *up*,
 //!   read from that same clock, which never goes back: a fired timer implies a clock at or

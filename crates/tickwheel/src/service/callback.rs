@@ -20,7 +20,7 @@
 //! # Safety argument
 //!
 //! The service's other `unsafe` blocks are the inbox's in-place append (`Staged::push` in
-//! `shard.rs`, which hands a field of an uninitialised entry to [`Build::build_in`]) and the
+//! `shard/inbox.rs`, which hands a field of an uninitialised entry to [`Build::build_in`]) and the
 //! spin lock in `sync.rs`. Miri runs this module's, the shard's and the lock's tests in CI.
 //!
 //! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until

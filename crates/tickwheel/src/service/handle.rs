@@ -7,7 +7,7 @@
 //! timer is queued, or the queue key itself for the entries inserted directly (wakers,
 //! notifications, recurring runs). Every operation locks that one shard; none allocates
 //! except `wait`, which registers a waiter. An operation on a timer still in the inbox first
-//! queues the inbox (see `shard.rs`). A stale cell or key (the timer fired, was cancelled or
+//! queues the inbox (see `shard/`). A stale cell or key (the timer fired, was cancelled or
 //! discarded) makes every operation a harmless no-op, even after the storage was reused.
 
 use std::fmt;

@@ -18,7 +18,7 @@
 //! * **The state** (`state.rs`, `ServiceState`): what the service's threads, handles and
 //!   futures share — the shards, the hand-off to the workers, the counters — with the code
 //!   that queues a timer into it and drains due timers out of it.
-//! * **Shards** (`shard.rs`, `Shard`): a power of two of `Mutex<queue>`s (default twice the
+//! * **Shards** (`shard/`, `Shard`: the inbox, cells, calendar and drain each in a file of their own): a power of two of `Mutex<queue>`s (default twice the
 //!   cores), each with an inbox of detached timers on their way into its queue. Each thread
 //!   schedules into one shard picked by a thread-local index, so producers on different
 //!   shards never touch the same lock or cache line; a [`TimerHandle`] remembers its shard,
@@ -61,7 +61,7 @@
 //! The timer thread moves staged timers into the queue: at its next wake-up (due timers
 //! first, handed to the workers before the rest is queued), or when the inbox has filled up.
 //! A detached timer due within 2048 ticks goes to the shard's calendar instead, a vector per
-//! tick that holds it in place (no key, no record to move down: `calendar.rs`); drains merge
+//! tick that holds it in place (no key, no record to move down: `shard/calendar.rs`); drains merge
 //! the two by (tick, sequence number), so the order is the same.
 //! The queue work is thus off the calling thread — unless the timer thread falls behind: a
 //! thread that finds some sixteen thousand timers of its shard not yet queued queues them
@@ -130,7 +130,6 @@
 //! caught and ignored.
 
 mod builder;
-mod calendar;
 mod callback;
 mod core;
 mod driver;

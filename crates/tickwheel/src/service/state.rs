@@ -125,7 +125,7 @@ impl ServiceState {
     }
 
     /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
-    /// `shard.rs`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
+    /// `shard/`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
     /// the callback is discarded and an error returned.
     #[inline]
     pub(crate) fn schedule_staged(
@@ -176,7 +176,7 @@ impl ServiceState {
     }
 
     /// Stages `callback` at `tick` in the calling thread's shard's inbox, with no handle (see
-    /// `shard.rs`). Ignores the cap but counts toward it; after shutdown the callback is
+    /// `shard/`). Ignores the cap but counts toward it; after shutdown the callback is
     /// dropped.
     #[inline]
     pub(crate) fn schedule_detached(&self, tick: u64, callback: impl Build) {
@@ -256,7 +256,7 @@ impl ServiceState {
     /// When one shard is due (one producer thread, or one busy one), each chunk is handed to
     /// the workers as soon as it is out of the queue, so the first callbacks of a tick start
     /// while the rest are still being drained. Otherwise the shards' runs are merged first.
-    /// Then every shard's staged timers that were not due are queued (see `shard.rs`).
+    /// Then every shard's staged timers that were not due are queued (see `shard/`).
     ///
     /// With no workers the calling thread runs every due entry itself, in deadline order,
     /// after releasing the drain lock (so a callback may call `settle` or `shutdown`), then

@@ -13,10 +13,21 @@
 //! Order: every timer a shard queues, here or in the queue, takes the shard's next sequence
 //! number, and a drain merges the two by (tick, sequence): the firing order is the one the
 //! queue alone would give.
+//!
+//! # In the shard
+//!
+//! Since nothing can look a detached timer up, queuing one due less than [`TICKS`] ticks
+//! after the last drained tick files it in the shard's [`Calendar`] instead of the queue
+//! (`ShardState::enqueue`). Every timer queued, in the queue or the calendar, takes the
+//! shard's next sequence number ([`Entry::seq`](super::Entry::seq); a reset takes a new one),
+//! and a drain (`drain.rs`) merges the two by (tick, sequence number): the firing order is
+//! exactly the queue's alone. The queue's next due timer is held (`held`) while calendar
+//! timers before it go out; a drain runs until neither has a timer due, so nothing stays held
+//! after it.
 
 use std::collections::VecDeque;
 
-use super::callback::Callback;
+use crate::service::callback::Callback;
 
 /// How many ticks ahead of the last drained tick the calendar takes timers (a power of two).
 pub(crate) const TICKS: usize = 2048;
