@@ -1,0 +1,173 @@
+//! Leases: the heartbeat, renewals, fair-share rebalancing and giving shards up.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Worker {
+    /// The leases held now, as the delivery side checks them.
+    pub(crate) fn leases(&self) -> HashMap<u32, Lease> {
+        self.owned
+            .iter()
+            .map(|(&s, o)| {
+                (
+                    s,
+                    Lease {
+                        epoch: o.epoch,
+                        valid_until_us: o.valid_until_us,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Forgets a shard (lost or released): its tasks leave the wheel.
+    pub(crate) fn drop_shard(&mut self, shard: u32) {
+        if self.owned.remove(&shard).is_none() {
+            return;
+        }
+        self.stats.dropped += 1;
+        let keys: Vec<(u32, String)> = self
+            .index
+            .keys()
+            .filter(|(s, _)| *s == shard)
+            .cloned()
+            .collect();
+        for k in keys {
+            if let Some((key, _)) = self.index.remove(&k) {
+                self.wheel.remove(key);
+            }
+        }
+    }
+
+    /// Gives a shard up: first no more deliveries under its lease, then its acknowledgements
+    /// (under its epoch), then the release in Redis.
+    pub(crate) fn release(&mut self, shard: u32) {
+        let Some(o) = self.owned.get_mut(&shard) else {
+            return;
+        };
+        o.valid_until_us = 0;
+        self.forward(true);
+        self.settle_local();
+        let _ = self.send_outcomes(true);
+        self.release_now(shard);
+    }
+
+    pub(crate) fn release_now(&mut self, shard: u32) {
+        if let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) {
+            let id = self.id.clone();
+            let _ = self.shard_call(&scripts().release, shard, &[id, epoch.to_string()]);
+            self.drop_shard(shard);
+        }
+    }
+
+    /// How long a lease is counted on after the renewal was sent, µs: the lease less a
+    /// twentieth, for the local clock running slower than the server's.
+    pub(crate) fn lease_us_reckoned(&self) -> u64 {
+        let lease = self.cfg.lease.as_micros() as u64;
+        lease - lease / 20
+    }
+
+    pub(crate) fn maintain(&mut self) -> Result<(), Error> {
+        // Before any shard may be released: held acknowledgements go out under their epoch.
+        self.flush_acks()?;
+        let lease = self.cfg.lease.as_millis() as u64;
+        let (now_arg, id) = (self.cfg.now_arg(), self.id.clone());
+        // The heartbeat and every renewal in one pipeline: one round trip (one fsync).
+        let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(scripts().heartbeat.get_hash())
+            .arg(1)
+            .arg(&self.ns.workers_key)
+            .arg(&now_arg)
+            .arg(&id)
+            .arg(lease)
+            .arg(self.node_arg());
+        for &(s, epoch) in &held {
+            pipe.cmd("EVALSHA")
+                .arg(scripts().acquire.get_hash())
+                .arg(4)
+                .arg(self.ns.shards[s as usize].0.as_slice())
+                .arg(&now_arg)
+                .arg(&id)
+                .arg(lease)
+                .arg(epoch);
+        }
+        let sent = self.clock.lease_us();
+        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let after = self.clock.local_us();
+        let mut replies = replies.into_iter();
+        let reply = array(
+            replies
+                .next()
+                .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?,
+        )?;
+        self.live = int(reply
+            .first()
+            .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?)?
+        .max(1) as u64;
+        if let (Some(us), Some(node)) = (reply.get(2), reply.get(3)) {
+            self.clock.observe(&string(node.clone())?, int(us)?, after);
+        }
+        // Whatever fails to renew is lost.
+        for ((s, _), r) in held.into_iter().zip(replies) {
+            let r = array(r)?;
+            if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
+                self.stats.fenced += 1;
+                self.drop_shard(s);
+            } else {
+                let until = sent + self.lease_us_reckoned();
+                if let Some(o) = self.owned.get_mut(&s) {
+                    o.valid_until_us = until;
+                }
+            }
+        }
+
+        // Rebalance towards a fair share.
+        let total = self.ns.shards.len() as u64;
+        let fair = total.div_ceil(self.live) as usize;
+        while self.owned.len() > fair {
+            let s = *self.owned.keys().next_back().expect("non-empty");
+            self.release(s);
+        }
+        if self.owned.len() < fair {
+            let start = RandomState::new().hash_one(&self.id) % total;
+            for i in 0..total {
+                let s = ((start + i) % total) as u32;
+                if self.owned.contains_key(&s) {
+                    continue;
+                }
+                let sent = self.clock.lease_us();
+                let r = array(self.shard_call(
+                    &scripts().acquire,
+                    s,
+                    &[
+                        now_arg.clone(),
+                        id.clone(),
+                        lease.to_string(),
+                        "0".to_string(),
+                    ],
+                )?)?;
+                let epoch = int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)?;
+                if epoch > 0 {
+                    self.stats.acquired += 1;
+                    self.owned.insert(
+                        s,
+                        Owned {
+                            epoch: epoch as u64,
+                            valid_until_us: sent + self.lease_us_reckoned(),
+                            loaded_until: None,
+                            resume: Resume::default(),
+                            more: false,
+                        },
+                    );
+                    if self.owned.len() >= fair {
+                        break;
+                    }
+                }
+            }
+        }
+
+        Ok(())
+    }
+}

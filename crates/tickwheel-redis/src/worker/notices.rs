@@ -1,0 +1,128 @@
+//! Notices: the pub/sub messages that name tasks stored inside a loaded window.
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug)]
+pub(crate) enum Notice {
+    Task {
+        shard: u32,
+        version: u64,
+        run_at: u64,
+        id: String,
+    },
+    Up,
+    Down,
+    Stop,
+    /// The delivery thread of `run` handled (or dropped) claimed tasks.
+    Done(Vec<Done>),
+}
+
+/// A notification: `shard:` then, per task, `version:run_at:id length:id` (one message per
+/// script call however many tasks it stored). `None` when malformed.
+pub(crate) fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
+    pub(crate) fn field<'a>(b: &mut &'a [u8]) -> Option<&'a str> {
+        let i = b.iter().position(|&c| c == b':')?;
+        let f = std::str::from_utf8(&b[..i]).ok()?;
+        *b = &b[i + 1..];
+        Some(f)
+    }
+    let mut b = b;
+    let shard: u32 = field(&mut b)?.parse().ok()?;
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let version = field(&mut b)?.parse().ok()?;
+        let run_at = field(&mut b)?.parse().ok()?;
+        let len: usize = field(&mut b)?.parse().ok()?;
+        let id = std::str::from_utf8(b.get(..len)?).ok()?.to_string();
+        b = &b[len..];
+        out.push(Notice::Task {
+            shard,
+            version,
+            run_at,
+            id,
+        });
+    }
+    Some(out)
+}
+
+pub(crate) fn subscribe_loop(
+    client: Endpoint,
+    channel: String,
+    tx: Sender<Notice>,
+    stop: Arc<AtomicBool>,
+    io_timeout: Duration,
+) {
+    let mut backoff = Duration::from_millis(50);
+    while !stop.load(Ordering::SeqCst) {
+        let mut up = false;
+        let r = (|| -> redis::RedisResult<()> {
+            let mut con = client.pubsub_connection(io_timeout)?;
+            con.set_read_timeout(Some(Duration::from_millis(200)))?;
+            let mut ps = con.as_pubsub();
+            ps.subscribe(&channel)?;
+            up = true;
+            if tx.send(Notice::Up).is_err() {
+                return Ok(());
+            }
+            loop {
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                match ps.get_message() {
+                    Ok(msg) => {
+                        for n in parse_notice(msg.get_payload_bytes()).unwrap_or_default() {
+                            if tx.send(n).is_err() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Err(e) if e.is_timeout() => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        })();
+        if r.is_ok() {
+            return;
+        }
+        if up {
+            backoff = Duration::from_millis(50);
+            if tx.send(Notice::Down).is_err() {
+                return;
+            }
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+impl Worker {
+    pub(crate) fn handle_notice(&mut self, n: Notice) {
+        match n {
+            Notice::Task {
+                shard,
+                version,
+                run_at,
+                id,
+            } => {
+                let Some(o) = self.owned.get(&shard) else {
+                    return;
+                };
+                if o.loaded_until.is_some_and(|h| run_at <= h) {
+                    self.arm(shard, id, run_at, version);
+                }
+            }
+            Notice::Up => {
+                // Notifications may have been missed while down: load every window again.
+                self.subscribed = true;
+                for o in self.owned.values_mut() {
+                    o.loaded_until = None;
+                }
+                self.next_maintenance = 0;
+            }
+            Notice::Down => self.subscribed = false,
+            Notice::Stop => {}
+            Notice::Done(v) => v.into_iter().for_each(|d| self.settle(d)),
+        }
+    }
+}

@@ -1,0 +1,399 @@
+use super::*;
+use std::sync::atomic::AtomicU64;
+
+/// A server-clock estimate over a virtual local clock (µs).
+fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
+    let local = Arc::new(AtomicU64::new(local_us));
+    let clock = Clock {
+        local: Local::Manual(local.clone()),
+        ..Clock::new(TimeSource::Server)
+    };
+    (clock, local)
+}
+
+fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Claimed {
+    Claimed {
+        delivery: Delivery {
+            id: id.into(),
+            payload: Vec::new(),
+            due_ms,
+            attempt: 1,
+            version: 1,
+            shard,
+            epoch: 1,
+            claimed_at_ms: 0,
+            recurrence: None,
+        },
+        next: None,
+        node,
+    }
+}
+
+/// Two Cluster nodes whose clocks disagree by 50 ms, each holding a shard, and a task
+/// claimed ahead on each, both with the same run-at. Steps the local clock 100 µs at a
+/// time and records, for each delivery, what its node's clock read then: never before
+/// the run-at, and late by less than a millisecond. A single estimate fed by both nodes
+/// (the later of the two) hands node b's task out with node a's, 50 ms before node b's
+/// clock reaches the run-at. Then shard 1 moves from node b to node a (a resharding): a
+/// task claimed on node b before the move waits for node b's clock, one claimed on node a
+/// after it for node a's.
+#[test]
+fn a_claim_waits_for_the_clock_of_the_node_that_claimed_it() {
+    let t0: u64 = 1_800_000_000_000_000;
+    let (clock, local) = virtual_clock(t0);
+    let offset = |node: &str| -> i64 {
+        match node {
+            "node-a" => 30_000, // node a's clock: local + 30 ms
+            _ => -20_000,       // node b's clock: local - 20 ms
+        }
+    };
+    // Exact samples: the reply arrived the instant the node read its clock.
+    let sample = |node: &str| {
+        let now = local.load(Ordering::SeqCst);
+        clock.observe(node, now as i64 + offset(node), now)
+    };
+    let a = sample("node-a");
+    let b = sample("node-b");
+    assert_ne!(a, b);
+    let mut d = Deliverer::new(clock.clone());
+    let lease = Lease {
+        epoch: 1,
+        valid_until_us: u64::MAX,
+    };
+    d.set_leases(HashMap::from([(0, lease), (1, lease)]), &mut |_| {});
+    // Both due 200 ms from now by the local clock: node a's clock reaches that 30 ms
+    // early, node b's 20 ms late.
+    let due = t0 / 1000 + 200;
+    d.push(claimed("on-b", 1, due, b));
+    d.push(claimed("on-a", 0, due, a));
+
+    // Node clock readings at delivery, by task id.
+    let mut seen: Vec<(String, u64, u64)> = Vec::new();
+    let run = |d: &mut Deliverer, until_us: u64, seen: &mut Vec<(String, u64, u64)>| {
+        while local.load(Ordering::SeqCst) < until_us {
+            local.fetch_add(100, Ordering::SeqCst);
+            let now = local.load(Ordering::SeqCst);
+            if now % 100_000 == 0 {
+                // The clock thread's probes, every 100 ms.
+                sample("node-a");
+                sample("node-b");
+            }
+            d.deliver(
+                &mut |x| {
+                    let node = if x.id.ends_with("-a") {
+                        "node-a"
+                    } else {
+                        "node-b"
+                    };
+                    let node_now_us = (now as i64 + offset(node)) as u64;
+                    seen.push((x.id.clone(), node_now_us, x.due_ms));
+                    Outcome::Ack
+                },
+                &mut |_| {},
+            );
+        }
+    };
+    run(&mut d, t0 + 400_000, &mut seen);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (id, node_now_us, due_ms) in &seen {
+        assert!(
+            *node_now_us >= due_ms * 1000,
+            "{id} delivered {} µs before its node's clock reached its run-at",
+            due_ms * 1000 - node_now_us
+        );
+        assert!(
+            *node_now_us < due_ms * 1000 + 1_000,
+            "{id} delivered {} µs late",
+            node_now_us - due_ms * 1000
+        );
+    }
+    assert_eq!(seen[0].0, "on-a", "node a's clock reaches its run-at first");
+
+    // Shard 1 moves to node a. The claim made on node b before the move still waits for
+    // node b's clock; a claim made on node a after it waits for node a's.
+    seen.clear();
+    let base = local.load(Ordering::SeqCst);
+    let due = base / 1000 + 100;
+    d.push(claimed("before-move-b", 1, due, b));
+    d.push(claimed("after-move-a", 1, due, a));
+    run(&mut d, base + 300_000, &mut seen);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (id, node_now_us, due_ms) in &seen {
+        assert!(*node_now_us >= due_ms * 1000, "{id} early: {seen:?}");
+        assert!(*node_now_us < due_ms * 1000 + 1_000, "{id} late: {seen:?}");
+    }
+    assert_eq!(seen[0].0, "after-move-a");
+}
+
+/// A node's estimate is a lower bound: a late reply (one that waited, say, for an fsync)
+/// lowers nothing, an exact one tightens it, and without samples it slides back 1 ms a
+/// second; a node never read has no estimate at all, so nothing claimed on it could be
+/// delivered.
+#[test]
+fn node_estimates_are_lower_bounds_of_their_own_node() {
+    let t0: u64 = 1_800_000_000_000_000;
+    let (clock, local) = virtual_clock(t0);
+    let server = t0 as i64 + 5_000; // the node's clock: local + 5 ms
+                                    // A reply that took 3 ms to arrive after the node read its clock.
+    let n = clock.observe("n", server, t0 + 3_000);
+    local.store(t0 + 3_000, Ordering::SeqCst);
+    assert_eq!(clock.node_now_us(n), Some(t0 + 3_000 + 2_000));
+    // An exact reply tightens it ...
+    clock.observe("n", server + 3_000, t0 + 3_000);
+    assert_eq!(clock.node_now_us(n), Some(t0 + 3_000 + 5_000));
+    // ... a late one (10 ms on its way) does not loosen it: 10 ms later the estimate has
+    // slid back by 10 µs (1 ms a second), not by 10 ms.
+    clock.observe("n", server + 3_000, t0 + 13_000);
+    local.store(t0 + 13_000, Ordering::SeqCst);
+    assert_eq!(clock.node_now_us(n), Some(t0 + 13_000 + 5_000 - 10));
+    // Ten seconds without a sample: 10 ms behind, never ahead.
+    local.store(t0 + 10_013_000, Ordering::SeqCst);
+    assert_eq!(clock.node_now_us(n), Some(t0 + 10_013_000 + 5_000 - 10_010));
+    let never = clock.node("never-read");
+    assert_eq!(clock.node_now_us(never), None);
+    let mut d = Deliverer::new(clock.clone());
+    d.push(claimed("x", 0, 0, never));
+    assert_eq!(d.deliver(&mut |_| Outcome::Ack, &mut |_| {}), 0);
+}
+
+#[test]
+fn notices_carry_one_or_many_tasks_and_reject_garbage() {
+    let got: Vec<(u32, u64, u64, String)> = parse_notice(b"3:7:1000:2:a:8:1001:4:b:c:")
+        .unwrap()
+        .into_iter()
+        .map(|n| match n {
+            Notice::Task {
+                shard,
+                version,
+                run_at,
+                id,
+            } => (shard, version, run_at, id),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![(3, 7, 1000, "a:".into()), (3, 8, 1001, "b:c:".into())]
+    );
+    assert!(parse_notice(b"3:7:1000:9:short").is_none());
+    assert!(parse_notice(b"x:7:1000:1:a").is_none());
+    assert!(parse_notice(b"3").is_none());
+}
+
+/// On a real 3-node Redis Cluster, on the server's clock: every claim is filed under the
+/// node that holds its shard (by the node id its reply carries), the worker ends up with
+/// one estimate per node and no other, and each delivery comes when its own node's clock
+/// (read right then with `TIME` on that node) has reached its run-at. (The nodes share
+/// this machine's clock, so the disagreement itself is the unit test's above.)
+#[test]
+fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
+    let c = crate::server::RedisCluster::start(3)
+        .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"));
+    let mut cfg = Config::cluster(&c.seeds(), "clk");
+    cfg.shards = 12;
+    let mut nodes: Vec<(String, redis::Connection)> = c
+        .nodes()
+        .iter()
+        .map(|n| {
+            let mut con = redis::Client::open(n.url().as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut con).unwrap();
+            (id, con)
+        })
+        .collect();
+    let mut p = crate::Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    // Each shard's node: the one that serves its keys (the others answer MOVED).
+    let shard_node: Vec<usize> = (0..12)
+        .map(|s| {
+            let key = &w.ns.shards[s].0[3];
+            let owners: Vec<usize> = (0..nodes.len())
+                .filter(|&n| {
+                    redis::cmd("EXISTS")
+                        .arg(key)
+                        .query::<i64>(&mut nodes[n].1)
+                        .is_ok()
+                })
+                .collect();
+            assert_eq!(owners.len(), 1, "shard {s}: {owners:?}");
+            owners[0]
+        })
+        .collect();
+    let ids: Vec<String> = (0..48).map(|i| format!("task-{i}")).collect();
+    for id in &ids {
+        p.schedule(id, crate::RunAt::After(Duration::from_millis(300)), b"")
+            .unwrap();
+    }
+    // One step takes the shards, reads the windows and claims everything (due within the
+    // claim horizon): each claim must sit in its shard's node's queue.
+    w.io_step(false).unwrap();
+    let names: HashMap<u32, String> = w
+        .clock
+        .lock()
+        .ids
+        .iter()
+        .map(|(id, &i)| (i, id.clone()))
+        .collect();
+    let mut filed = 0;
+    for (i, q) in w.deliverer.ready.iter().enumerate() {
+        for c in q.values() {
+            assert_eq!(c.node, i as u32);
+            let holder = &nodes[shard_node[c.delivery.shard as usize]].0;
+            assert_eq!(
+                &names[&c.node], holder,
+                "{} filed under another node",
+                c.delivery.id
+            );
+            filed += 1;
+        }
+    }
+    assert_eq!(filed, ids.len(), "all claimed in one step");
+    let mut delivered = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while delivered < ids.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{delivered} delivered"
+        );
+        delivered += w
+            .tick(&mut |d| {
+                let con = &mut nodes[shard_node[d.shard as usize]].1;
+                let (secs, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+                let node_now_us = secs * 1_000_000 + us;
+                assert!(
+                    node_now_us >= d.due_ms * 1000,
+                    "{} delivered {} µs before its node's clock reached its run-at",
+                    d.id,
+                    d.due_ms * 1000 - node_now_us
+                );
+                Outcome::Ack
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut seen: Vec<String> = w.clock.lock().ids.keys().cloned().collect();
+    let mut all: Vec<String> = nodes.iter().map(|(id, _)| id.clone()).collect();
+    seen.sort();
+    all.sort();
+    assert_eq!(seen, all, "one estimate per node, and only those");
+    assert!(w.clock.lock().clocks.iter().all(Option::is_some));
+
+    // The clock thread alone reads every primary, each under its own id.
+    let clock = Clock::new(TimeSource::Server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (client, clock, stop) = (cfg.client().unwrap(), clock.clone(), stop.clone());
+        std::thread::spawn(move || clock_loop(client, clock, stop, Duration::from_secs(5)))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut probed: Vec<String> = Vec::new();
+    while std::time::Instant::now() < deadline {
+        probed = clock.lock().ids.keys().cloned().collect();
+        probed.sort();
+        if probed == all {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Later rounds read the primaries one by one: every estimate stays fresh.
+    std::thread::sleep(Duration::from_millis(350));
+    let fresh = clock
+        .lock()
+        .clocks
+        .iter()
+        .all(|c| c.is_some_and(|c| c.observed_at_us + 250_000 > local_us()));
+    stop.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+    assert_eq!(probed, all);
+    assert!(fresh, "{:?}", clock.lock());
+}
+
+/// A claim Redis applied whose reply never came (the connection died on the way back):
+/// the worker sends it again, forced, on its next step, and the task is delivered at its
+/// run-at, not after the visibility timeout (30 s here). Nothing is delivered before the
+/// run-at, and a claim whose reply is lost again stays unsure until one comes back. Each
+/// applied claim counts as an attempt (here 3: two lost, one delivered). Manual clock.
+#[test]
+fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
+    let server = crate::server::RedisServer::start()
+        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+    let t0 = 1_000_000;
+    let time = crate::ManualTime::new(t0);
+    let mut cfg = Config::new(server.url(), "lost");
+    cfg.shards = 2;
+    cfg.time = TimeSource::Manual(time.clone());
+    let mut p = crate::Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    p.schedule("lost", crate::RunAt::AtMillis(t0 + 500), b"x")
+        .unwrap();
+    let mut got: Vec<(String, u32, u64)> = Vec::new();
+    let tick = |w: &mut Worker, got: &mut Vec<(String, u32, u64)>| {
+        w.tick(&mut |d| {
+            got.push((d.id.clone(), d.attempt, time.now_ms()));
+            Outcome::Ack
+        })
+    };
+    // The first step claims it (due within claim_ahead); the reply is lost.
+    w.lose_claim_replies = true;
+    assert!(matches!(tick(&mut w, &mut got), Err(Error::Redis(_))));
+    let in_flight = |p: &mut crate::Producer| {
+        matches!(
+            p.state("lost").unwrap(),
+            crate::TaskState::InFlight { attempt: 1, .. }
+        )
+    };
+    assert!(in_flight(&mut p), "Redis applied the claim");
+    // Lost again: still unsure.
+    time.set_ms(t0 + 100);
+    w.lose_claim_replies = true;
+    let lost_again = tick(&mut w, &mut got).is_err();
+    // The next step claims it again and holds it until its run-at.
+    time.set_ms(t0 + 499);
+    assert_eq!(tick(&mut w, &mut got).unwrap(), 0);
+    time.set_ms(t0 + 500);
+    assert_eq!(tick(&mut w, &mut got).unwrap(), 1);
+    assert_eq!(got, vec![("lost".to_string(), 3, t0 + 500)]);
+    assert!(lost_again, "the second step sent the claim again");
+    assert_eq!(
+        p.state("lost").unwrap(),
+        crate::TaskState::Unknown,
+        "acknowledged"
+    );
+}
+/// The reply to a lease acquisition is lost (Redis restarted just after applying it): the
+/// shard is the worker's in Redis, unknown to the worker. Asking again takes it at once,
+/// not after the lease runs out.
+#[test]
+fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
+    let server = crate::server::RedisServer::start()
+        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+    let t0 = 1_000_000;
+    let time = crate::ManualTime::new(t0);
+    let mut cfg = Config::new(server.url(), "lost-lease");
+    cfg.shards = 1;
+    cfg.time = TimeSource::Manual(time.clone());
+    let mut p = crate::Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"x")
+        .unwrap();
+    // The worker's own acquisition, applied by Redis; its reply never reached the worker.
+    let lease = cfg.lease.as_millis().to_string();
+    let (id, now) = (w.id().to_string(), cfg.now_arg());
+    let r = w
+        .shard_call(&scripts().acquire, 0, &[now, id, lease, "0".into()])
+        .unwrap();
+    assert!(int(&array(r).unwrap()[0]).unwrap() > 0, "acquired in Redis");
+    let mut got = Vec::new();
+    for ms in [0, 50, 100] {
+        time.set_ms(t0 + ms);
+        w.tick(&mut |d| {
+            got.push((d.id.clone(), time.now_ms()));
+            Outcome::Ack
+        })
+        .unwrap();
+    }
+    assert_eq!(w.owned_shards(), [0], "the worker holds its shard");
+    assert_eq!(got, [("a".to_string(), t0 + 100)], "delivered on time");
+}
