@@ -2,7 +2,8 @@
 //! `tickwheel-redis-worker` processes share a namespace while the test, one fault a cycle,
 //! SIGKILLs a worker (and starts a new one at once), SIGSTOPs one past its lease (then
 //! SIGCONTs it), or kills Redis and starts it again on its append-only file (`appendonly
-//! yes`, `appendfsync always`: see `tickwheel_redis::server`). Meanwhile the test's producer
+//! yes`, `appendfsync always`: see `tickwheel_redis::server`) after half a lease, a lease and
+//! a second, or at once, in turn. Meanwhile the test's producer
 //! schedules the tasks a few seconds ahead of their run-at (half of them 3 s ahead, inside
 //! the workers' window, half 12 s ahead, beyond it), cancels 1 % of them and reschedules
 //! another 1 %, recording what each call answered. Every delivery is logged by its worker
@@ -11,7 +12,7 @@
 //! lateness per fault kind and in fault-free stretches) and fails on the targets.
 //!
 //! Default (`cargo test`): 3 000 tasks, 3 cycles, 1 s lease, about 30 s. The full run, about
-//! 3.5 minutes:
+//! 3.5 minutes in release:
 //! `TICKWHEEL_REDIS_FAULT_TASKS=100000 TICKWHEEL_REDIS_FAULT_CYCLES=12 TICKWHEEL_REDIS_FAULT_LEASE_MS=5000 cargo test -p tickwheel-redis --release --test crash -- --nocapture`
 
 mod common;
@@ -71,9 +72,17 @@ impl Size {
         }
     }
 
-    /// A stop lasts lease + 1 s; then the shards settle (lease + 1 s), then a calm stretch.
+    /// A stop (or the longest Redis outage) lasts lease + 1 s; then the shards settle
+    /// (lease + 1 s), then a calm stretch.
     fn cycle_ms(&self) -> u64 {
-        2 * self.lease_ms + 4000
+        2 * self.lease_ms + 5000
+    }
+
+    /// How long Redis stays down at its `k`-th restart: half the lease (every lease
+    /// survives), the lease + 1 s (every lease expires), or not at all (a crash and an
+    /// immediate restart).
+    fn down_ms(&self, k: usize) -> u64 {
+        [self.lease_ms / 2, self.lease_ms + 1000, 0][k % 3]
     }
 
     fn span_ms(&self) -> u64 {
@@ -143,7 +152,15 @@ fn fault_test(
         let fault = match kind {
             Kind::Kill => workers.kill(victim),
             Kind::Stop => workers.stop(victim, size.lease_ms, &mut run),
-            Kind::Restart => restart(redis.as_deref_mut().unwrap(), &mut run.producer),
+            Kind::Restart => {
+                let k = run
+                    .faults
+                    .iter()
+                    .filter(|f| f.kind == Kind::Restart)
+                    .count();
+                let down = size.down_ms(k);
+                restart(redis.as_deref_mut().unwrap(), down, &mut run.producer)
+            }
         };
         run.faults.push(fault);
     }
@@ -334,9 +351,12 @@ impl Run {
     }
 }
 
-/// Kills Redis and starts it again; the fault ends when Redis answers a read.
-fn restart(redis: &mut RedisServer, producer: &mut Producer) -> Fault {
+/// Kills Redis and starts it again `down_ms` later (the test's producer waits meanwhile); the
+/// fault ends when Redis answers a read.
+fn restart(redis: &mut RedisServer, down_ms: u64, producer: &mut Producer) -> Fault {
     let start = now_ms();
+    redis.kill();
+    std::thread::sleep(Duration::from_millis(down_ms));
     redis.restart().expect("restart redis-server");
     let client = redis::Client::open(redis.url()).unwrap();
     let until = Instant::now() + Duration::from_secs(60);
@@ -495,17 +515,17 @@ fn owners(url: &str, ns: &str) -> Vec<String> {
         Some(hosts) => {
             let seeds: Vec<String> = hosts.split(',').map(|h| format!("redis://{h}/")).collect();
             let client = redis::cluster::ClusterClient::new(seeds).unwrap();
-            owners_on(&mut client.get_connection().unwrap(), ns)
+            owners_on(&mut client.get_connection().unwrap(), ns, SHARDS)
         }
         None => {
             let client = redis::Client::open(url).unwrap();
-            owners_on(&mut client.get_connection().unwrap(), ns)
+            owners_on(&mut client.get_connection().unwrap(), ns, SHARDS)
         }
     }
 }
 
-fn owners_on(con: &mut impl redis::ConnectionLike, ns: &str) -> Vec<String> {
-    (0..SHARDS)
+fn owners_on(con: &mut impl redis::ConnectionLike, ns: &str, shards: u32) -> Vec<String> {
+    (0..shards)
         .map(|s| {
             redis::cmd("HGET")
                 .arg(format!("tw:{{{ns}:{s}}}:state"))
@@ -515,16 +535,6 @@ fn owners_on(con: &mut impl redis::ConnectionLike, ns: &str) -> Vec<String> {
                 .unwrap_or_default()
         })
         .collect()
-}
-
-#[test]
-fn the_delivery_log_keeps_any_id_whole() {
-    let line = "a\\sb\\\\c\\td\\ne\\rf 5 1 6 7 2 3 99";
-    let l = faults::parse_line(line).unwrap();
-    assert_eq!(l.id, "a b\\c\td\ne\rf");
-    assert_eq!((l.due, l.attempt, l.at, l.pid), (5, 1, 6, 99));
-    assert!(faults::parse_line("a b 5 1 6 7 2 3 99").is_err());
-    assert!(faults::unescape_id("a\\x").is_err());
 }
 
 /// SIGTERM: the worker process releases its shards and leaves, so another worker takes them
@@ -552,18 +562,7 @@ fn sigterm_releases_the_shards_at_once() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let owners = |con: &mut redis::Connection| -> Vec<String> {
-        (0..4)
-            .map(|s| {
-                redis::cmd("HGET")
-                    .arg(format!("tw:{{{ns}:{s}}}:state"))
-                    .arg("owner")
-                    .query::<Option<String>>(con)
-                    .unwrap()
-                    .unwrap_or_default()
-            })
-            .collect()
-    };
+    let owners = |con: &mut redis::Connection| owners_on(con, ns, 4);
     let mut a = Proc { child: start(&log) };
     let until = Instant::now() + Duration::from_secs(10);
     while owners(&mut con).iter().any(String::is_empty) {

@@ -473,6 +473,16 @@ impl fmt::Display for Report {
              stored after their run-at {}",
             self.stored_late
         )?;
+        let outages: Vec<u64> = self
+            .faults
+            .iter()
+            .filter(|f| f.kind == Kind::Restart)
+            .map(|f| f.end - f.start)
+            .collect();
+        writeln!(
+            f,
+            "Redis outages (kill to answering again), ms: {outages:?}"
+        )?;
         writeln!(
             f,
             "lost {}, early {}, after a successful cancel {}, stranded {}, never scheduled {}",
@@ -513,4 +523,14 @@ impl Report {
             quantile(&self.calm, 1.0)
         )
     }
+}
+
+#[test]
+fn the_delivery_log_keeps_any_id_whole() {
+    let line = "a\\sb\\\\c\\td\\ne\\rf 5 1 6 7 2 3 99";
+    let l = parse_line(line).unwrap();
+    assert_eq!(l.id, "a b\\c\td\ne\rf");
+    assert_eq!((l.due, l.attempt, l.at, l.pid), (5, 1, 6, 99));
+    assert!(parse_line("a b 5 1 6 7 2 3 99").is_err());
+    assert!(unescape_id("a\\x").is_err());
 }
