@@ -1,0 +1,101 @@
+-- PRELUDE: the functions every script may use. The Rust side prepends it, after
+-- `local BUCKET_MS = <the bucket width in ms>`, to every script but PROBE (src/scripts.rs).
+--
+-- Every change that touches more than one key runs as one script, so it is atomic, and every
+-- shard script touches the keys of one shard only (one hash slot in a Redis Cluster).
+--
+-- Shard keys, in the order every shard script takes them:
+-- KEYS[1] the bucket index (sorted set of bucket numbers, each scored by itself), whose
+-- name followed by `:<bucket>` names a bucket list; KEYS[2] the task hash (id ->
+-- `version:attempt:due:recurrence length:recurrence payload`, see `parse`); KEYS[3] the
+-- in-flight set (sorted set id -> visibility deadline ms); KEYS[4] the shard state hash
+-- (`owner`, `epoch`, `expires`, `horizon`, `seq`, `gen`, and `b:<bucket>` -> pending tasks
+-- in that bucket).
+--
+-- A task is in flight when the in-flight set holds its id, pending otherwise; a pending
+-- task's `due` is its run-at. Pending tasks are indexed by time in buckets of BUCKET_MS:
+-- bucket `b` holds run-ats in `[b * BUCKET_MS, (b + 1) * BUCKET_MS)`, and its list holds its
+-- generation (a number unique in the shard, given when the list is created) and then the
+-- ids pushed into it, in push order. A list entry whose task has since left the bucket
+-- (claimed, cancelled, replaced, rescheduled) stays until the bucket's count of pending
+-- tasks reaches zero, when the list, the count and the index entry go together; readers
+-- skip such entries by checking the task hash.
+--
+-- Time: the first argument of a script that reads the clock is either empty (use the
+-- server's `TIME`, the one clock every producer and worker shares) or a number of
+-- milliseconds (a manual clock, for tests on virtual time).
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function clock_us(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) * 1000 end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- The node that runs the script, whose clock `TIME` read: its Cluster node id when `flag` is
+-- `1` (a Cluster), else '' (one server).
+local function node_id(flag)
+  if flag == '1' then return redis.call('CLUSTER', 'MYID') end
+  return ''
+end
+-- A task's value: `version:attempt:due:recurrence length:` then the recurrence (empty for
+-- a one-shot task) then the payload. Returns version, attempt, due, payload, recurrence.
+local function parse(h)
+  local a = string.find(h, ':', 1, true)
+  local b = string.find(h, ':', a + 1, true)
+  local c = string.find(h, ':', b + 1, true)
+  local d = string.find(h, ':', c + 1, true)
+  local n = tonumber(string.sub(h, c + 1, d - 1))
+  return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1 + n),
+         string.sub(h, d + 1, d + n)
+end
+local function header(v, a, d, rec)
+  return string.format('%d:%d:%d:%d:', v, a, d, #rec) .. rec
+end
+-- A notification names a shard and one or more tasks: `shard:` then, per task,
+-- `version:run_at:id length:id`. One PUBLISH per script call, however many tasks it stored.
+local function entry(v, run_at, id)
+  return string.format('%d:%d:%d:', v, run_at, #id) .. id
+end
+local function notify(channel, shard, entries)
+  if #entries > 0 then
+    redis.call('PUBLISH', channel, shard .. ':' .. table.concat(entries))
+  end
+end
+local function epoch_is(state, e)
+  return tonumber(redis.call('HGET', state, 'epoch') or '0') == tonumber(e)
+end
+local function bucket(ms)
+  return string.format('%d', math.floor(tonumber(ms) / BUCKET_MS))
+end
+-- A bucket list that does not exist yet starts with its generation: a number no other list
+-- of the shard ever had. Window reads resume at (bucket, generation, offset): a list that
+-- was deleted and created again between two reads has another generation, and is read from
+-- its start (every entry it holds came after the last read).
+local function open_list(list)
+  redis.call('RPUSH', list, redis.call('HINCRBY', KEYS[4], 'gen', 1))
+end
+-- Pending tasks enter a bucket (`n` of them, their ids in `ids`) ...
+local function push(b, ids, n)
+  local list = KEYS[1] .. ':' .. b
+  if redis.call('HINCRBY', KEYS[4], 'b:' .. b, n) == n then
+    redis.call('ZADD', KEYS[1], b, b)
+    open_list(list)
+  end
+  redis.call('RPUSH', list, unpack(ids))
+end
+-- ... and leave it (its list entry stays until the bucket is empty).
+local function unpush(run_at)
+  local b = bucket(run_at)
+  if redis.call('HINCRBY', KEYS[4], 'b:' .. b, -1) <= 0 then
+    redis.call('HDEL', KEYS[4], 'b:' .. b)
+    redis.call('DEL', KEYS[1] .. ':' .. b)
+    redis.call('ZREM', KEYS[1], b)
+  end
+end
+local function in_flight(id)
+  return redis.call('ZSCORE', KEYS[3], id)
+end

@@ -1,0 +1,121 @@
+-- SCHEDULE: stores tasks (one call, one shard).
+-- KEYS: the shard's keys (see prelude.lua).
+--
+-- ARGV: now, channel, shard, then per task: id, run-at (`<ms>` an instant, `-<ms>` a delay
+-- from now), and the value's tail `<recurrence length>:<recurrence><payload>` (see `parse`;
+-- the recurrence is empty for a one-shot task).
+-- Returns how many tasks replaced an existing one (an id given twice in one call counts
+-- twice, as two calls would; the earlier task takes a version, and is replaced at once).
+-- A call costs a handful of variadic commands whatever its size: one `HMGET` of the ids,
+-- one `HSET` of all the values, per bucket touched one `RPUSH` of its ids, one `HMGET` and
+-- one `HSET` of those buckets' counts, one `ZADD` of those buckets, and one notification
+-- naming every task at or before the horizon (see `notify`); replacing a stored task adds
+-- a `ZREM`, and one `HINCRBY` per bucket it leaves. Variadic commands go in slices of
+-- `CHUNK` elements (Lua's C stack bounds `unpack`).
+local CHUNK = 2000
+local function call_chunked(cmd, key, args, step)
+  local i = 1
+  while i <= #args do
+    local j = math.min(#args, i + CHUNK - 1)
+    j = j - ((j - i + 1) % step)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+local n = (#ARGV - 3) / 3
+local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
+local v = redis.call('HINCRBY', KEYS[4], 'seq', n) - n
+local now = nil
+local replaced = 0
+local ids, ms_at, at, last = {}, {}, {}, {}
+local dup = false
+for k = 1, n do
+  local i = 3 * k + 1
+  local id, when = ARGV[i], ARGV[i + 1]
+  local ms = tonumber(when)
+  if string.byte(when, 1) == 45 then -- '-': a delay
+    now = now or clock(ARGV[1])
+    ms = now - ms
+    when = string.format('%d', ms)
+  end
+  ids[k], ms_at[k], at[k] = id, ms, when
+  if last[id] then
+    replaced = replaced + 1
+    dup = true
+  end
+  last[id] = k
+end
+-- The distinct ids, each with its last task; what each replaces among the stored tasks.
+local uniq, h, note = ids, {}, {}
+if dup then uniq = {} end
+local by, order = {}, {}
+for k = 1, n do
+  local id = ids[k]
+  if last[id] == k then
+    if dup then uniq[#uniq + 1] = id end
+    local ms, run_at = ms_at[k], at[k]
+    h[#h + 1] = id
+    h[#h + 1] = (v + k) .. ':0:' .. run_at .. ':' .. ARGV[3 * k + 3]
+    if ms <= horizon then note[#note + 1] = entry(v + k, run_at, id) end
+    local b = math.floor(ms / BUCKET_MS)
+    local list = by[b]
+    if not list then
+      list = {}
+      by[b] = list
+      order[#order + 1] = b
+    end
+    list[#list + 1] = id
+  end
+end
+local left = {}
+local i = 1
+while i <= #uniq do
+  local j = math.min(#uniq, i + CHUNK - 1)
+  local old = redis.call('HMGET', KEYS[2], unpack(uniq, i, j))
+  for m = 1, j - i + 1 do
+    if old[m] then
+      replaced = replaced + 1
+      if redis.call('ZREM', KEYS[3], uniq[i + m - 1]) == 0 then
+        local _, _, d = parse(old[m])
+        local b = bucket(d)
+        left[b] = (left[b] or 0) + 1
+      end
+    end
+  end
+  i = j + 1
+end
+-- Replaced pending tasks leave their buckets before the new ones enter (see `unpush`).
+for b, c in pairs(left) do
+  if redis.call('HINCRBY', KEYS[4], 'b:' .. b, -c) <= 0 then
+    redis.call('HDEL', KEYS[4], 'b:' .. b)
+    redis.call('DEL', KEYS[1] .. ':' .. b)
+    redis.call('ZREM', KEYS[1], b)
+  end
+end
+call_chunked('HSET', KEYS[2], h, 2)
+-- The buckets' counts: read together (an empty bucket's list is opened, see `open_list`),
+-- written together.
+local index, fields, counts = {}, {}, {}
+for o, b in ipairs(order) do
+  local bs = string.format('%d', b)
+  index[2 * o - 1], index[2 * o] = bs, bs
+  fields[o] = 'b:' .. bs
+end
+i = 1
+while i <= #fields do
+  local j = math.min(#fields, i + CHUNK - 1)
+  local c = redis.call('HMGET', KEYS[4], unpack(fields, i, j))
+  for m = 1, j - i + 1 do
+    local b = order[i + m - 1]
+    local list = KEYS[1] .. ':' .. string.format('%d', b)
+    if not c[m] then open_list(list) end
+    call_chunked('RPUSH', list, by[b], 1)
+    counts[2 * (i + m - 1) - 1] = fields[i + m - 1]
+    counts[2 * (i + m - 1)] = string.format('%d', tonumber(c[m] or '0') + #by[b])
+  end
+  i = j + 1
+end
+call_chunked('HSET', KEYS[4], counts, 2)
+call_chunked('ZADD', KEYS[1], index, 2)
+notify(ARGV[2], ARGV[3], note)
+return replaced
