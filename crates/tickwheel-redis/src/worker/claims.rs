@@ -11,19 +11,7 @@ impl Worker {
     /// (`appendfsync always`).
     pub(crate) fn claim_due(&mut self) -> Result<(), Error> {
         let ahead = self.cfg.ahead_ms();
-        let now = self.now_ms();
-        let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        while let Some((_, k)) = self.wheel.poll_expired(now + ahead) {
-            self.index.remove(&k);
-            due.entry(k.0).or_default().push(k.1);
-        }
-        // Claims whose reply was lost, still under the epoch they were sent with.
-        let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for (shard, epoch, id) in std::mem::take(&mut self.unsure) {
-            if self.owned.get(&shard).is_some_and(|o| o.epoch == epoch) {
-                unsure.entry(shard).or_default().push(id);
-            }
-        }
+        let (due, unsure) = self.claims_wanted(self.now_ms() + ahead);
         if due.is_empty() && unsure.is_empty() {
             return Ok(());
         }
@@ -106,49 +94,7 @@ impl Worker {
                 continue;
             }
             for entry in reply {
-                let mut e = array(entry)?.into_iter();
-                let mut next = || {
-                    e.next()
-                        .ok_or_else(|| Error::Protocol("DELIVER entry".into()))
-                };
-                match int(&next()?)? {
-                    1 => {
-                        let id = string(next()?)?;
-                        let version = int(&next()?)? as u64;
-                        let attempt = int(&next()?)? as u32;
-                        let due_ms = int(&next()?)? as u64;
-                        let payload = bytes(next()?)?;
-                        let rec = string(next()?)?;
-                        let visible_at = int(&next()?)? as u64;
-                        // Claimed again if still unacknowledged at its visibility deadline.
-                        self.arm(shard, id.clone(), visible_at + ahead, version);
-                        let (recurrence, next_run) = self.next_run(&rec, due_ms, server_now);
-                        self.deliverer.push(Claimed {
-                            delivery: Delivery {
-                                id,
-                                payload,
-                                due_ms,
-                                attempt,
-                                version,
-                                shard,
-                                epoch,
-                                claimed_at_ms: server_now,
-                                recurrence,
-                            },
-                            next: next_run,
-                            node,
-                        });
-                    }
-                    2 => {
-                        let id = string(next()?)?;
-                        let at = int(&next()?)? as u64;
-                        let version = int(&next()?)? as u64;
-                        // Not before the next millisecond, should the estimate be ahead.
-                        let at = at.max(self.now_ms() + ahead + 1);
-                        self.arm(shard, id, at, version);
-                    }
-                    _ => {}
-                }
+                self.take_claim(shard, epoch, node, server_now, entry)?;
             }
         }
         Ok(())
@@ -181,5 +127,80 @@ impl Worker {
             ),
             None => (Recurrence::decode(rec).ok().flatten(), Some(None)),
         }
+    }
+
+    /// What to claim now: the wheel's tasks due by `until` (the claim horizon), and the
+    /// claims whose reply was lost, still under the epoch they were sent with; by shard.
+    #[allow(clippy::type_complexity)]
+    fn claims_wanted(&mut self, until: u64) -> (BTreeMap<u32, Vec<String>>, BTreeMap<u32, Vec<String>>) {
+        let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        while let Some((_, k)) = self.wheel.poll_expired(until) {
+            self.index.remove(&k);
+            due.entry(k.0).or_default().push(k.1);
+        }
+        let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (shard, epoch, id) in std::mem::take(&mut self.unsure) {
+            if self.owned.get(&shard).is_some_and(|o| o.epoch == epoch) {
+                unsure.entry(shard).or_default().push(id);
+            }
+        }
+        (due, unsure)
+    }
+
+    /// Takes in one entry of a DELIVER reply: a claim goes to the deliverer (and is armed
+    /// again at its visibility deadline), a task not yet claimable is armed at its time.
+    fn take_claim(
+        &mut self,
+        shard: u32,
+        epoch: u64,
+        node: u32,
+        server_now: u64,
+        entry: Value,
+    ) -> Result<(), Error> {
+        let ahead = self.cfg.ahead_ms();
+        let mut e = array(entry)?.into_iter();
+        let mut next = || {
+            e.next()
+                .ok_or_else(|| Error::Protocol("DELIVER entry".into()))
+        };
+        match int(&next()?)? {
+            1 => {
+                let id = string(next()?)?;
+                let version = int(&next()?)? as u64;
+                let attempt = int(&next()?)? as u32;
+                let due_ms = int(&next()?)? as u64;
+                let payload = bytes(next()?)?;
+                let rec = string(next()?)?;
+                let visible_at = int(&next()?)? as u64;
+                // Claimed again if still unacknowledged at its visibility deadline.
+                self.arm(shard, id.clone(), visible_at + ahead, version);
+                let (recurrence, next_run) = self.next_run(&rec, due_ms, server_now);
+                self.deliverer.push(Claimed {
+                    delivery: Delivery {
+                        id,
+                        payload,
+                        due_ms,
+                        attempt,
+                        version,
+                        shard,
+                        epoch,
+                        claimed_at_ms: server_now,
+                        recurrence,
+                    },
+                    next: next_run,
+                    node,
+                });
+            }
+            2 => {
+                let id = string(next()?)?;
+                let at = int(&next()?)? as u64;
+                let version = int(&next()?)? as u64;
+                // Not before the next millisecond, should the estimate be ahead.
+                let at = at.max(self.now_ms() + ahead + 1);
+                self.arm(shard, id, at, version);
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }

@@ -67,12 +67,19 @@ impl Worker {
         lease - lease / 20
     }
 
+    /// Maintenance: held acknowledgements out (under their epoch, before any shard may be
+    /// released), the heartbeat and every renewal, then rebalancing towards a fair share.
     pub(crate) fn maintain(&mut self) -> Result<(), Error> {
-        // Before any shard may be released: held acknowledgements go out under their epoch.
         self.flush_acks()?;
+        self.renew()?;
+        self.rebalance()
+    }
+
+    /// The heartbeat and every renewal in one pipeline: one round trip (one fsync). Whatever
+    /// fails to renew is lost.
+    fn renew(&mut self) -> Result<(), Error> {
         let lease = self.cfg.lease.as_millis() as u64;
         let (now_arg, id) = (self.cfg.now_arg(), self.id.clone());
-        // The heartbeat and every renewal in one pipeline: one round trip (one fsync).
         let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA")
@@ -109,7 +116,6 @@ impl Worker {
         if let (Some(us), Some(node)) = (reply.get(2), reply.get(3)) {
             self.clock.observe(&string(node.clone())?, int(us)?, after);
         }
-        // Whatever fails to renew is lost.
         for ((s, _), r) in held.into_iter().zip(replies) {
             let r = array(r)?;
             if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
@@ -122,8 +128,12 @@ impl Worker {
                 }
             }
         }
+        Ok(())
+    }
 
-        // Rebalance towards a fair share.
+    /// Releases shards above a fair share (`ceil(shards / live workers)`), or takes free ones
+    /// up to it, trying them from a point of its own so that workers spread out.
+    fn rebalance(&mut self) -> Result<(), Error> {
         let total = self.ns.shards.len() as u64;
         let fair = total.div_ceil(self.live) as usize;
         while self.owned.len() > fair {
@@ -137,37 +147,35 @@ impl Worker {
                 if self.owned.contains_key(&s) {
                     continue;
                 }
-                let sent = self.clock.lease_us();
-                let r = array(self.shard_call(
-                    &scripts().acquire,
-                    s,
-                    &[
-                        now_arg.clone(),
-                        id.clone(),
-                        lease.to_string(),
-                        "0".to_string(),
-                    ],
-                )?)?;
-                let epoch = int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)?;
-                if epoch > 0 {
-                    self.stats.acquired += 1;
-                    self.owned.insert(
-                        s,
-                        Owned {
-                            epoch: epoch as u64,
-                            valid_until_us: sent + self.lease_us_reckoned(),
-                            loaded_until: None,
-                            resume: Resume::default(),
-                            more: false,
-                        },
-                    );
-                    if self.owned.len() >= fair {
-                        break;
-                    }
+                if self.acquire(s)? && self.owned.len() >= fair {
+                    break;
                 }
             }
         }
-
         Ok(())
+    }
+
+    /// Tries to take shard `s` (epoch 0: a lease this worker does not know of, its own
+    /// included should an earlier acquisition's reply have been lost). Returns whether it did.
+    fn acquire(&mut self, s: u32) -> Result<bool, Error> {
+        let lease = self.cfg.lease.as_millis().to_string();
+        let args = [self.cfg.now_arg(), self.id.clone(), lease, "0".to_string()];
+        let sent = self.clock.lease_us();
+        let r = array(self.shard_call(&scripts().acquire, s, &args)?)?;
+        let epoch = int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)?;
+        if epoch <= 0 {
+            return Ok(false);
+        }
+        self.stats.acquired += 1;
+        let valid_until_us = sent + self.lease_us_reckoned();
+        self.owned.insert(
+            s,
+            Owned {
+                epoch: epoch as u64,
+                valid_until_us,
+                window: Window::Unloaded,
+            },
+        );
+        Ok(true)
     }
 }

@@ -88,11 +88,8 @@ struct Owned {
     epoch: u64,
     /// Local instant (µs, [`Clock::lease_us`]) until which the lease surely holds.
     valid_until_us: u64,
-    /// End of the window loaded into the wheel (the shard's horizon); `None`: load it.
-    loaded_until: Option<u64>,
-    /// Where the next read goes on; `more` when the last read stopped at its limit.
-    resume: Resume,
-    more: bool,
+    /// What of the shard's pending tasks the wheel holds.
+    window: Window,
 }
 
 /// A worker: holds leases on a fair share of the namespace's shards, keeps their next window

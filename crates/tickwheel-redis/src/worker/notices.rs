@@ -108,7 +108,7 @@ impl Worker {
                 let Some(o) = self.owned.get(&shard) else {
                     return;
                 };
-                if o.loaded_until.is_some_and(|h| run_at <= h) {
+                if o.window.covers(run_at) {
                     self.arm(shard, id, run_at, version);
                 }
             }
@@ -116,7 +116,7 @@ impl Worker {
                 // Notifications may have been missed while down: load every window again.
                 self.subscribed = true;
                 for o in self.owned.values_mut() {
-                    o.loaded_until = None;
+                    o.window = Window::Unloaded;
                 }
                 self.next_maintenance = 0;
             }

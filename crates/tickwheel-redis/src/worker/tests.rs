@@ -397,3 +397,52 @@ fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
     assert_eq!(w.owned_shards(), [0], "the worker holds its shard");
     assert_eq!(got, [("a".to_string(), t0 + 100)], "delivered on time");
 }
+
+/// The window's table: when it reads, from where, what notices it takes, and which LOAD
+/// replies break its invariants.
+#[test]
+fn window_table() {
+    let resume = |bucket: u64, generation: &str, offset: u64| Resume {
+        bucket,
+        generation: generation.to_string(),
+        offset,
+    };
+    let loaded = |horizon: u64, r: Resume, more: bool| Window::Loaded {
+        horizon,
+        resume: r,
+        more,
+    };
+    let w = 10_000;
+    // (window, now, expected next read)
+    let reads = [
+        (Window::Unloaded, 0, Some(None)),
+        (loaded(19_999, resume(20, "", 0), false), 10_000, None),
+        (
+            loaded(19_999, resume(20, "", 0), false),
+            12_500,
+            Some(Some(resume(20, "", 0))),
+        ),
+        (
+            loaded(19_999, resume(20, "7", 100), true),
+            0,
+            Some(Some(resume(20, "7", 100))),
+        ),
+    ];
+    for (window, now, want) in reads {
+        assert_eq!(window.next_read(now, w), want, "{window:?} at {now}");
+        assert_eq!(window.check_invariants(), Ok(()), "{window:?}");
+    }
+    let full = loaded(19_999, resume(20, "", 0), false);
+    assert!(full.covers(19_999) && !full.covers(20_000));
+    assert!(
+        !Window::Unloaded.covers(0),
+        "an unloaded window takes no notice"
+    );
+    for broken in [
+        loaded(19_998, resume(20, "", 0), false), // the horizon is not a bucket's end
+        loaded(19_999, resume(20, "", 5), true),  // an offset without a generation
+        loaded(19_999, resume(20, "7", 5), false), // a complete read inside a bucket
+    ] {
+        assert!(broken.check_invariants().is_err(), "{broken:?}");
+    }
+}
