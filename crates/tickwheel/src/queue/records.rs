@@ -25,6 +25,27 @@
 //! insert pops the stack and prefetches the records the insert [`PREFETCH_AHEAD`] pops later
 //! will reuse.
 //!
+//! # What a cancel costs at a million timers
+//!
+//! At 10^6 timers the records no longer fit in cache, and a cancel waits for its hot
+//! record's miss. The split makes the array it misses in 16 MB for a `Wheel<u32>` (four
+//! records a cache line) where one array of whole entries (deadline, place, generation,
+//! value) was 32 MB, and the items 4 bytes instead of 8; that speeds up inserts and expiry
+//! (fewer, smaller arrays to fill and walk) more than the cancel itself, which still waits
+//! on a record in main memory. The value sits in the hot record rather than in an array of
+//! its own because `remove` returns it and expiry hands it out, so it is read with the
+//! record anyway. A large value makes the hot record large: a timer whose payload is big is
+//! cheaper to cancel with the payload boxed, or kept in the caller's own array and named by
+//! an index.
+//!
+//! A cancel still costs about twice what the lazy `BinaryHeap` peer's does at 10^6: that
+//! cancel writes a 4-byte generation and keeps no structure current, while a queue with
+//! bounded memory must also count what left each slot and compact the slots that cancels
+//! thinned out, a second random look-up per stale item. The wheels of
+//! `cargo run --release -p tickwheel-lab --example queue_floors`, which do less than this
+//! contract, show how far a layout alone can go (the workloads are defined in
+//! `docs/ARCHITECTURE.md`); `docs/DESIGN-NOTES.md` has the figures.
+//!
 //! # Generations
 //!
 //! A record's generation starts at 1 and is bumped every time the record is reused; a

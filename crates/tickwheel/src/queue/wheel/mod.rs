@@ -38,23 +38,15 @@
 //!
 //! # Pacing
 //!
-//! Every `poll_expired` that returns `None` (it has caught up with `t`) does a bounded step
-//! of absorption on each level: the share of what remains of the slot that the ticks since
-//! the level's last step make of the ticks left to finish it (a driver that polled late
-//! takes in the steps it missed), plus a floor of [`MIN_STEP`] items. The ticks left end
-//! one slot of the level before the parent slot starts, so the level below can take in its
-//! first child ahead of time too. [`next_expiration`](TimerQueue::next_expiration) asks for
-//! a step at least 64 times over that window, and more often for a large slot, about every
-//! `STEP_ITEMS` items: a level-2 slot of millions of timers at a fine resolution is moved
-//! a thousand items at a time over a whole rotation. It answers the earlier of the earliest
-//! slot and the tick the next absorption step is due (never later than the earliest
-//! deadline, as the contract requires). A driver that polls
-//! late, or jumps far ahead, gets the remaining work done at once in `poll_expired`: the
-//! classic cascade, as a fallback.
-//!
-//! Moving ahead of time also saves work: a timer inserted less than one parent rotation ahead
-//! goes straight to the level that will fire it. In the "6 million delayed tasks" workload
-//! (delays up to 1000 ticks) every timer is placed on level 0 or 1 and moves at most once.
+//! Every `poll_expired` that returns `None` (it has caught up) does a bounded step of
+//! absorption on each level: the share of what remains of the slot that the ticks since the
+//! level's last step make of the ticks left to finish it, plus a floor of [`MIN_STEP`]
+//! items, so that a slot is moved down in steps spread over the time before it is due.
+//! [`next_expiration`](TimerQueue::next_expiration) asks for those steps (never later than
+//! the earliest deadline, as the contract requires). A driver that polls late, or jumps far
+//! ahead, gets the remaining work done at once in `poll_expired`: the classic cascade, as a
+//! fallback. The arithmetic of a level's slots and this pacing belong to the `Level` type
+//! (`wheel/level.rs`), whose docs give the details.
 //!
 //! # Storage: vectors of items, split records, tombstones
 //!
@@ -114,26 +106,8 @@
 //! their high-water size. The wheel itself is `LEVELS * RING` slot headers (44 KiB),
 //! allocated once.
 //!
-//! # What a cancel costs at a million timers
-//!
-//! At 10^6 timers the records no longer fit in cache, and a cancel waits for its hot
-//! record's miss. The split makes the array it misses in 16 MB for a `Wheel<u32>` (four
-//! records a cache line) where one array of whole entries (deadline, place, generation,
-//! value) was 32 MB, and the items 4 bytes instead of 8; that speeds up inserts and expiry
-//! (fewer, smaller arrays to fill and walk) more than the cancel itself, which still waits
-//! on a record in main memory. The value sits in the hot record rather than in an array of
-//! its own because `remove` returns it and expiry hands it out, so it is read with the
-//! record anyway. A large value makes the hot record large: a timer whose payload is big is
-//! cheaper to cancel with the payload boxed, or kept in the caller's own array and named by
-//! an index.
-//!
-//! A cancel still costs about twice what the lazy `BinaryHeap` peer's does at 10^6: that
-//! cancel writes a 4-byte generation and keeps no structure current, while a queue with
-//! bounded memory must also count what left each slot and compact the slots that cancels
-//! thinned out, a second random look-up per stale item. The wheels of
-//! `cargo run --release -p tickwheel-lab --example queue_floors`, which do less than this
-//! contract, show how far a layout alone can go (the workloads are defined in
-//! `docs/ARCHITECTURE.md`); `docs/DESIGN-NOTES.md` has the figures.
+//! What a cancel costs at a million timers, and why the records are split as they are, is
+//! in `records.rs`.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -143,16 +117,13 @@ use super::records::{Place, Records};
 use super::slab::{grow, NIL};
 use super::{TimerKey, TimerQueue};
 
-/// Bits of the deadline resolved by one level.
-pub const LEVEL_BITS: u32 = 6;
-/// Slots in one rotation of a level: one per value of its [`LEVEL_BITS`] bits.
-pub const SLOTS: usize = 1 << LEVEL_BITS;
-/// Slots a level keeps: two rotations, the current one and the next.
-pub const RING: usize = 2 * SLOTS;
-/// Levels needed to cover all 64 bits of a tick: `ceil(64 / LEVEL_BITS)`.
-pub const LEVELS: usize = u64::BITS.div_ceil(LEVEL_BITS) as usize;
-/// Mask of a ring slot number.
-const RING_MASK: u64 = RING as u64 - 1;
+mod level;
+#[cfg(test)]
+mod tests;
+
+use level::{ring, start, Level};
+pub use level::{LEVELS, LEVEL_BITS, MIN_STEP, RING, SLOTS};
+
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one (plus
 /// [`COMPACT_SLACK`]): stale items then cost at most 8 bytes a pending timer (16 with the
 /// vector's spare capacity), and draining a slot by removals scans about
@@ -161,16 +132,9 @@ const RING_MASK: u64 = RING as u64 - 1;
 const COMPACT_RATIO: usize = 3;
 /// Stale items a slot may hold beyond its live ones before it is compacted.
 const COMPACT_SLACK: usize = 32;
-/// Items an absorption step moves at least, so that small slots go in one step.
-pub const MIN_STEP: usize = 256;
 /// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
 const TOUCH: usize = 16;
-/// Steps an absorption is spread over, at least when it has the time (see [`Wheel::pace`]).
-const STEPS: u64 = SLOTS as u64;
-/// About the most items one absorption step moves when the time before the slot is due
-/// allows more steps: a step this size takes tens of microseconds.
-const STEP_ITEMS: usize = 1024;
 
 /// One slot: items in insertion order, some of them stale.
 #[derive(Default)]
@@ -179,50 +143,6 @@ struct Slot {
     items: Vec<u32>,
     /// Valid items (in the ready slot and a slot being absorbed: valid and not yet taken).
     live: usize,
-}
-
-/// The state of one level.
-#[derive(Clone, Copy)]
-struct Level {
-    /// Occupied ring slots, bit `i` for ring slot `i`.
-    occupied: u128,
-    /// The last parent slot (an index at the level above) whose timers this level holds.
-    absorbed: u64,
-    /// While this level takes in parent slot `absorbed + 1`: how many of that slot's items
-    /// it has moved.
-    absorbing: Option<usize>,
-    /// The tick of this level's last absorption step (or of its start).
-    stepped: u64,
-}
-
-/// Bits below level `level`.
-#[inline]
-const fn shift(level: usize) -> u32 {
-    level as u32 * LEVEL_BITS
-}
-
-/// The slot index of `tick` at `level` (`level < LEVELS`, so the shift is at most 60).
-#[inline]
-pub(crate) fn index(tick: u64, level: usize) -> u64 {
-    tick >> shift(level)
-}
-
-/// The parent slot of `tick` at `level`: its index at `level + 1` (0 above the top level).
-#[inline]
-pub(crate) fn parent(tick: u64, level: usize) -> u64 {
-    tick.checked_shr(shift(level + 1)).unwrap_or(0)
-}
-
-/// The first tick of slot `index` at `level`, `u64::MAX` if that is past the end of time.
-#[inline]
-pub(crate) fn start(index: u64, level: usize) -> u64 {
-    u64::try_from(u128::from(index) << shift(level)).unwrap_or(u64::MAX)
-}
-
-/// The ring slot of slot index `index`.
-#[inline]
-fn ring(index: u64) -> usize {
-    (index & RING_MASK) as usize
 }
 
 /// A hierarchical timing wheel: O(1) insert, remove and reset, exact firing at every tick
@@ -278,12 +198,7 @@ impl<T> Wheel<T> {
         Wheel {
             records: Records::new(),
             slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
-            levels: Box::new(core::array::from_fn(|level| Level {
-                occupied: 0,
-                absorbed: parent(tick, level),
-                absorbing: None,
-                stepped: tick,
-            })),
+            levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
             cursor: 0,
             now: tick,
             settled: UNSETTLED,
@@ -325,7 +240,7 @@ impl<T> Wheel<T> {
     #[inline]
     fn level_of(&self, deadline: u64) -> usize {
         let mut level = 0;
-        while level < LEVELS - 1 && parent(deadline, level) > self.levels[level].absorbed {
+        while level < LEVELS - 1 && !self.levels[level].reaches(deadline) {
             level += 1;
         }
         level
@@ -336,7 +251,7 @@ impl<T> Wheel<T> {
     /// it made callers' loops around `reset` measurably slower.
     #[inline(never)]
     fn link_at(&mut self, record: u32, deadline: u64, level: usize) {
-        let number = level * RING + ring(index(deadline, level));
+        let number = self.levels[level].slot_of(deadline);
         let pos = self.push_item(number, record);
         self.records.set_place(record, number as u32, pos as u32);
     }
@@ -352,7 +267,7 @@ impl<T> Wheel<T> {
         }
         target.items.push(record);
         target.live += 1;
-        self.levels[number / RING].occupied |= 1 << (number % RING);
+        self.levels[number / RING].occupy(number % RING);
         pos
     }
 
@@ -394,10 +309,7 @@ impl<T> Wheel<T> {
     /// The slot number level `level` is absorbing, if it is.
     #[inline]
     fn source(&self, level: usize) -> Option<usize> {
-        let state = &self.levels[level];
-        state
-            .absorbing
-            .map(|_| (level + 1) * RING + ring(state.absorbed + 1))
+        self.levels[level].source()
     }
 
     /// The level absorbing slot `number`, if one is.
@@ -412,13 +324,11 @@ impl<T> Wheel<T> {
     #[inline]
     fn clear_slot(&mut self, number: usize) {
         if let Some(level) = self.absorber(number) {
-            let state = &mut self.levels[level];
-            state.absorbing = None;
-            state.absorbed += 1;
+            self.levels[level].absorbed_next();
         }
         self.slots[number].items.clear();
         self.slots[number].live = 0;
-        self.levels[number / RING].occupied &= !(1 << (number % RING));
+        self.levels[number / RING].vacate(number % RING);
         if number == self.ready_slot() {
             self.cursor = 0;
         }
@@ -461,17 +371,10 @@ impl<T> Wheel<T> {
         self.slots[number].items = items;
     }
 
-    /// The first occupied slot of `level` after `now`'s own (the ready slot included at level
-    /// 0): its index.
+    /// The first occupied slot of `level` after `now`'s own: its index.
     #[inline]
     fn first_slot(&self, level: usize) -> Option<u64> {
-        let bits = self.levels[level].occupied;
-        if bits == 0 {
-            return None;
-        }
-        let own = index(self.now, level);
-        let offset = bits.rotate_right(ring(own) as u32).trailing_zeros();
-        Some(own + u64::from(offset))
+        self.levels[level].first_slot(self.now)
     }
 
     /// The lowest non-empty level above 0 and the first tick of its first occupied slot.
@@ -483,48 +386,13 @@ impl<T> Wheel<T> {
     /// The last tick level 0 covers.
     #[inline]
     fn end0(&self) -> u64 {
-        let end = (u128::from(self.levels[0].absorbed) + 1) << LEVEL_BITS;
-        u64::try_from(end - 1).unwrap_or(u64::MAX)
+        self.levels[0].last_tick()
     }
 
-    /// The first tick of the parent slot `level` absorbs (or would absorb next).
-    #[inline]
-    fn next_parent_start(&self, level: usize) -> u64 {
-        start(self.levels[level].absorbed + 1, level + 1)
-    }
-
-    /// Ticks from `now` until [`next_parent_start`](Self::next_parent_start).
-    #[inline]
-    fn ticks_left(&self, level: usize) -> u64 {
-        self.next_parent_start(level).saturating_sub(self.now)
-    }
-
-    /// How `level`'s absorption in progress is paced, as `(window, gap)`: the ticks left to
-    /// finish it (at least 1), and the ticks between two steps.
-    ///
-    /// The window ends one slot of `level` before the parent slot starts, so that the level
-    /// below can start taking in that slot's first child ahead of time too. It is spread
-    /// over at least [`STEPS`] steps and, when the window is long enough, over as many as
-    /// make steps of about [`STEP_ITEMS`] items: a slot of millions of timers a whole
-    /// rotation ahead (an upper level at a fine resolution) is moved a small step at a time
-    /// over that rotation, not in 64 steps of tens of thousands of items each.
-    fn pace(&self, level: usize, remaining: usize) -> (u64, u64) {
-        let margin = if level == 0 { 0 } else { 1 << shift(level) };
-        let window = self.ticks_left(level).saturating_sub(margin).max(1);
-        let steps = (remaining.div_ceil(STEP_ITEMS) as u64)
-            .max(STEPS)
-            .min(window);
-        (window, (window / steps).max(1))
-    }
-
-    /// Whether `level` may start absorbing its next parent slot: the clock has left the bank
-    /// it will reuse, and the level above holds that slot whole.
+    /// Whether `level` may start absorbing its next parent slot (see [`Level::can_absorb`]).
     #[inline]
     fn can_absorb(&self, level: usize) -> bool {
-        let state = &self.levels[level];
-        state.absorbing.is_none()
-            && state.absorbed == parent(self.now, level)
-            && (state.absorbed + 1) >> LEVEL_BITS <= self.levels[level + 1].absorbed
+        self.levels[level].can_absorb(self.now, &self.levels[level + 1])
     }
 
     /// Starts absorbing the next parent slot at `level`; an empty one is absorbed at once.
@@ -576,7 +444,8 @@ impl<T> Wheel<T> {
     fn finish_absorbing(&mut self, tick: u64) -> bool {
         let mut any = false;
         for level in 0..LEVELS - 1 {
-            if self.levels[level].absorbing.is_some() && self.next_parent_start(level) <= tick {
+            let state = &self.levels[level];
+            if state.absorbing.is_some() && state.next_parent_start() <= tick {
                 self.absorb(level, usize::MAX);
                 any = true;
             }
@@ -613,19 +482,8 @@ impl<T> Wheel<T> {
                 continue;
             };
             let remaining = self.slots[number].items.len() - cursor;
-            let (window, _) = self.pace(level, remaining);
-            // The share of the ticks since the last step (several when the driver polled
-            // late: it gets the steps it missed too, so that the slot is still done in time
-            // instead of all at once at its start, the fallback in `finish_absorbing`).
-            let elapsed = self
-                .now
-                .saturating_sub(self.levels[level].stepped)
-                .clamp(1, window);
-            self.levels[level].stepped = self.now;
-            let share = remaining
-                .saturating_mul(elapsed as usize)
-                .div_ceil(window as usize);
-            self.absorb(level, share + MIN_STEP);
+            let quota = self.levels[level].quota(self.now, remaining);
+            self.absorb(level, quota);
         }
         // A level may start only now that the one above it moved on in this same pass.
         if (0..LEVELS - 1)
@@ -640,10 +498,8 @@ impl<T> Wheel<T> {
     fn jump(&mut self, to: u64) {
         self.now = to;
         self.settled = UNSETTLED;
-        for (level, state) in self.levels.iter_mut().enumerate() {
-            // Empty levels catch up; a non-empty level already reaches `to` (its timers are
-            // later than `to`, and lie within its absorbed range).
-            state.absorbed = state.absorbed.max(parent(to, level));
+        for level in self.levels.iter_mut() {
+            level.catch_up(to);
         }
     }
 
@@ -712,8 +568,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let deadline = deadline.max(self.now);
-        let level = self.level_of(deadline);
-        let number = level * RING + ring(index(deadline, level));
+        let number = self.levels[self.level_of(deadline)].slot_of(deadline);
         let pos = self.slots[number].items.len();
         // The record is placed as it is stored: no second visit to write its place.
         let (index, key) = self
@@ -785,7 +640,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
                 (self.source(below), self.levels[below].absorbing)
             {
                 let remaining = self.slots[number].items.len() - cursor;
-                self.now.saturating_add(self.pace(below, remaining).1)
+                self.levels[below].next_step(self.now, remaining)
             } else {
                 start(first - 1, level).max(self.now.saturating_add(1))
             };
@@ -848,332 +703,5 @@ impl<T> fmt::Debug for Wheel<T> {
             .field("now", &self.now)
             .field("len", &self.len())
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use alloc::vec::Vec;
-
-    /// `64^level`, the first deadline (from `now = 0`) that needs `level` on a fresh wheel.
-    fn boundary(level: usize) -> Option<u64> {
-        1u64.checked_shl(shift(level))
-    }
-
-    /// The level a timer's current item is on.
-    fn level_of_key<T>(wheel: &Wheel<T>, key: TimerKey) -> usize {
-        let index = wheel.records.find(key).expect("live key");
-        wheel.records.place(index).expect("live record").slot as usize / RING
-    }
-
-    #[test]
-    fn levels_cover_u64_exactly() {
-        assert_eq!(LEVELS, 11);
-        assert!(LEVELS as u32 * LEVEL_BITS >= u64::BITS);
-        assert!((LEVELS as u32 - 1) * LEVEL_BITS < u64::BITS);
-        assert_eq!(index(u64::MAX, LEVELS - 1), 15);
-        assert_eq!(parent(u64::MAX, LEVELS - 1), 0);
-        assert_eq!(parent(u64::MAX, LEVELS - 2), 15);
-    }
-
-    #[test]
-    fn start_and_index_are_inverse_at_every_level() {
-        for level in 0..LEVELS {
-            let slots = if level == LEVELS - 1 { 16 } else { RING as u64 };
-            for slot in 0..slots {
-                let first = start(slot, level);
-                assert_eq!(first, slot << shift(level));
-                assert_eq!(index(first, level), slot);
-                if let Some(last) = first.checked_add((1u64 << shift(level)) - 1) {
-                    assert_eq!(index(last, level), slot, "last tick of the slot");
-                    assert_eq!(parent(last, level), slot >> LEVEL_BITS);
-                }
-            }
-        }
-        // Past the end of time `start` saturates instead of wrapping.
-        assert_eq!(start(16, LEVELS - 1), u64::MAX);
-        assert_eq!(start(1 << 58, 1), u64::MAX);
-    }
-
-    #[test]
-    fn placement_at_every_level_boundary() {
-        // A fresh wheel holds one rotation a level: the classic rule.
-        let mut wheel = Wheel::new();
-        for level in 1..LEVELS {
-            let b = boundary(level).unwrap();
-            let below = wheel.insert(b - 1, ());
-            let at = wheel.insert(b, ());
-            assert_eq!(
-                level_of_key(&wheel, below),
-                level - 1,
-                "just below 64^{level}"
-            );
-            assert_eq!(level_of_key(&wheel, at), level, "at 64^{level}");
-        }
-        let max = wheel.insert(u64::MAX, ());
-        assert_eq!(level_of_key(&wheel, max), LEVELS - 1);
-
-        // Once it has polled, each level has absorbed the next (empty) rotation: two.
-        let mut wheel = Wheel::new();
-        assert!(wheel.poll_expired(0).is_none());
-        for level in 1..LEVELS {
-            let Some(b) = boundary(level).and_then(|b| b.checked_mul(2)) else {
-                continue;
-            };
-            let below = wheel.insert(b - 1, ());
-            let at = wheel.insert(b, ());
-            assert_eq!(
-                level_of_key(&wheel, below),
-                level - 1,
-                "just below 2·64^{level}"
-            );
-            assert_eq!(level_of_key(&wheel, at), level, "at 2·64^{level}");
-        }
-    }
-
-    #[test]
-    fn fires_exactly_at_each_level_boundary() {
-        for level in 0..LEVELS {
-            let Some(b) = boundary(level) else { continue };
-            for deadline in [b - 1, b, b + 1, 2 * b - 1, 2 * b, 2 * b + 1]
-                .into_iter()
-                .filter(|&d| d > 0)
-            {
-                let mut wheel = Wheel::new();
-                wheel.insert(deadline, ());
-                assert!(wheel.next_expiration().unwrap() <= deadline);
-                assert!(
-                    wheel.poll_expired(deadline - 1).is_none(),
-                    "early at {deadline}"
-                );
-                assert_eq!(wheel.now(), deadline - 1);
-                assert!(wheel.poll_expired(deadline).is_some(), "missed {deadline}");
-                assert!(wheel.is_empty());
-            }
-        }
-    }
-
-    #[test]
-    fn moving_down_keeps_insertion_order() {
-        let mut wheel = Wheel::new();
-        // Same deadline, inserted from different `now`s so they start on different levels.
-        wheel.insert(5_000, 'a');
-        assert!(wheel.poll_expired(4_900).is_none());
-        wheel.insert(5_000, 'b');
-        assert!(wheel.poll_expired(4_999).is_none());
-        wheel.insert(5_000, 'c');
-        wheel.insert(4_000, 'p'); // already past: due now, after nothing
-        let fired: Vec<_> = wheel.drain_expired(5_000).map(|(_, v)| v).collect();
-        assert_eq!(fired, ['p', 'a', 'b', 'c']);
-    }
-
-    /// A level-1 slot of 64 000 timers (a 64-tick stretch of a million timers a second at
-    /// 1 ms) is moved down over the polls of the rotation before it, in small steps, and
-    /// every timer still fires at its tick in insertion order — including timers inserted
-    /// into the slot while it was half moved.
-    #[test]
-    /// A driver that polls only every tenth tick still gets the slot moved before it is due:
-    /// each step takes in the steps it missed too, instead of leaving the rest to one move
-    /// of the whole remainder when the slot comes due (a stall of milliseconds at 10^5 items).
-    fn a_late_driver_still_gets_the_slot_moved_ahead_of_time() {
-        const N: u64 = 64_000;
-        let mut wheel = Wheel::new();
-        assert!(wheel.poll_expired(0).is_none());
-        let mut expected: Vec<(u64, u64)> = (0..N).map(|id| (128 + id * 7 % 64, id)).collect();
-        for &(deadline, id) in &expected {
-            wheel.insert(deadline, id);
-        }
-        let mut fired = Vec::new();
-        for tick in (10..=200).step_by(10) {
-            fired.extend(wheel.drain_expired(tick).map(|(_, id)| id));
-            if tick == 120 {
-                assert!(
-                    wheel.levels[0].absorbing.is_none(),
-                    "the slot due at 128 is moved by the last poll before it"
-                );
-                assert_eq!(wheel.levels[0].absorbed, 2);
-            }
-        }
-        expected.sort_by_key(|&(deadline, _)| deadline); // stable: insertion order kept
-        let ids: Vec<u64> = expected.into_iter().map(|(_, id)| id).collect();
-        assert_eq!(fired, ids);
-        assert!(wheel.is_empty());
-    }
-
-    /// An upper-level slot is paced over the rotation before it is due, in steps of about
-    /// `STEP_ITEMS`, also for a driver that polls only when `next_expiration` asks: a level-2
-    /// slot of 100 000 timers (4096 ticks, as at a fine resolution) is not moved in 64
-    /// steps of a 64th each, nor all at once at the first step.
-    #[test]
-    fn an_upper_slot_is_paced_over_its_rotation_in_small_steps() {
-        const N: u64 = 100_000;
-        let mut wheel = Wheel::new();
-        assert!(wheel.poll_expired(0).is_none());
-        // Ticks 8192.. are level 2's slot 2, past level 1's two rotations.
-        let expected: Vec<u64> = (0..N).map(|id| 8192 + id * 4093 % 4096).collect();
-        for (id, &deadline) in expected.iter().enumerate() {
-            let key = wheel.insert(deadline, id as u64);
-            assert_eq!(level_of_key(&wheel, key), 2);
-        }
-        let (mut largest_step, mut polls_absorbing) = (0, 0);
-        let mut fired = Vec::new();
-        while let Some(at) = wheel.next_expiration() {
-            let before = wheel.levels[1].absorbing;
-            let len = wheel
-                .source(1)
-                .map_or(0, |number| wheel.slots[number].items.len());
-            fired.extend(wheel.drain_expired(at).map(|(_, id)| (at, id)));
-            // The items this poll moved: up to the new cursor, or to the end of the slot.
-            let step = match (before, wheel.levels[1].absorbing) {
-                (before, Some(after)) => after - before.unwrap_or(0),
-                (Some(before), None) => len - before,
-                (None, None) => 0,
-            };
-            largest_step = largest_step.max(step);
-            polls_absorbing += usize::from(step > 0);
-        }
-        assert!(
-            largest_step <= 2 * STEP_ITEMS + MIN_STEP,
-            "a step moved {largest_step}"
-        );
-        assert!(polls_absorbing >= 64, "{polls_absorbing} steps");
-        let mut order: Vec<(u64, u64)> = expected
-            .iter()
-            .enumerate()
-            .map(|(id, &d)| (d, id as u64))
-            .collect();
-        order.sort();
-        assert_eq!(
-            fired, order,
-            "every timer fires once, at its deadline, in order"
-        );
-    }
-
-    #[test]
-    fn a_full_slot_moves_down_in_steps_ahead_of_time() {
-        const N: u64 = 64_000;
-        let mut wheel = Wheel::new();
-        assert!(wheel.poll_expired(0).is_none()); // level 0 now reaches tick 127
-        let mut expected: Vec<(u64, u64)> = Vec::new(); // (deadline, id)
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        for id in 0..N {
-            let deadline = 128 + next() % 64; // level 1, the slot after level 0's reach
-            let key = wheel.insert(deadline, id);
-            assert_eq!(level_of_key(&wheel, key), 1);
-            expected.push((deadline, id));
-        }
-        let mut fired = Vec::new();
-        let mut largest_step = 0;
-        let mut extra = N;
-        for tick in 1..=191 {
-            let before = wheel.levels[0].absorbing.unwrap_or(0);
-            fired.extend(wheel.drain_expired(tick).map(|(_, id)| (tick, id)));
-            if let Some(after) = wheel.levels[0].absorbing {
-                largest_step = largest_step.max(after - before);
-                // Timers for the slot arrive while it is half moved: they go behind.
-                let deadline = 128 + next() % 64;
-                wheel.insert(deadline, extra);
-                expected.push((deadline, extra));
-                extra += 1;
-            }
-            if tick == 127 {
-                assert!(
-                    wheel.levels[0].absorbing.is_none(),
-                    "moved before it is due"
-                );
-                assert_eq!(wheel.levels[0].absorbed, 2);
-            }
-        }
-        assert!(extra > N, "the slot was moved in more than one step");
-        let bound = (N as usize).div_ceil(STEPS as usize) * 2 + MIN_STEP;
-        assert!(
-            largest_step <= bound,
-            "a step moved {largest_step} > {bound}"
-        );
-        expected.sort_by_key(|&(deadline, _)| deadline); // stable: insertion order kept
-        assert_eq!(fired, expected);
-        assert!(wheel.is_empty());
-    }
-
-    #[test]
-    fn next_expiration_asks_for_the_steps() {
-        let mut wheel = Wheel::new();
-        assert!(wheel.poll_expired(0).is_none());
-        for id in 0..10_000u32 {
-            wheel.insert(130 + u64::from(id % 50), id);
-        }
-        // Level 0 may take the slot in once the clock is in ticks 64..128.
-        assert_eq!(wheel.next_expiration(), Some(64));
-        assert!(wheel.poll_expired(64).is_none());
-        assert!(wheel.levels[0].absorbing.is_some(), "one step, not all");
-        // The next step is due within a 64th of the time left, not at tick 128.
-        assert_eq!(wheel.next_expiration(), Some(65));
-        while wheel.levels[0].absorbing.is_some() {
-            let tick = wheel.next_expiration().unwrap();
-            assert!(tick < 128);
-            assert!(wheel.poll_expired(tick).is_none());
-        }
-        assert_eq!(wheel.next_expiration(), Some(130));
-    }
-
-    /// Owned values through every path that moves or frees a record — insert, reset, remove,
-    /// a move down a level, compaction, firing, `shrink_to_fit` and dropping the wheel with
-    /// timers pending — small enough for Miri, which checks that each value is dropped once.
-    #[test]
-    fn owned_values_survive_every_path() {
-        use alloc::string::{String, ToString};
-        let mut wheel: Wheel<String> = Wheel::new();
-        let keys: Vec<_> = (0..120u64)
-            .map(|i| wheel.insert(i % 3 + 100, i.to_string()))
-            .collect();
-        // Resets leave stale items behind; removals leave tombstones; both get compacted.
-        for (i, &key) in keys.iter().enumerate() {
-            match i % 4 {
-                0 => assert_eq!(wheel.remove(key), Some(i.to_string())),
-                1 => assert!(wheel.reset(key, 70)),
-                _ => {}
-            }
-        }
-        for _ in 0..10 {
-            for &key in keys.iter().skip(1).step_by(4) {
-                assert!(wheel.reset(key, 70));
-            }
-        }
-        let items: usize = wheel.slots.iter().map(|slot| slot.items.len()).sum();
-        assert!(
-            items < 120 + 10 * 30,
-            "stale items were compacted away: {items}"
-        );
-        assert_eq!(wheel.remove(keys[0]), None);
-        wheel.get_mut(keys[2]).unwrap().push('!');
-        let fired: Vec<_> = wheel.drain_expired(70).map(|(_, v)| v).collect();
-        assert_eq!(fired.len(), 30);
-        assert_eq!(fired[0], "1");
-        assert_eq!(wheel.deadline(keys[2]), Some(102));
-        wheel.shrink_to_fit();
-        assert_eq!(wheel.get_mut(keys[2]).map(|v| v.as_str()), Some("2!"));
-        assert_eq!(wheel.len(), 60);
-        // The rest are dropped with the wheel.
-    }
-
-    #[test]
-    fn huge_gap_is_a_jump() {
-        let mut wheel = Wheel::new();
-        wheel.insert(u64::MAX, "max");
-        wheel.insert(1 << 62, "far");
-        assert!(wheel.poll_expired(1 << 60).is_none());
-        assert_eq!(wheel.now(), 1 << 60);
-        assert_eq!(wheel.poll_expired(u64::MAX).map(|(_, v)| v), Some("far"));
-        assert_eq!(wheel.now(), 1 << 62);
-        assert_eq!(wheel.poll_expired(u64::MAX).map(|(_, v)| v), Some("max"));
-        assert_eq!(wheel.now(), u64::MAX);
-        assert!(wheel.poll_expired(u64::MAX).is_none());
     }
 }
