@@ -176,10 +176,11 @@
 //! A namespace records the schema version of its layout, and a client of another version gets
 //! [`Error::IncompatibleNamespace`] instead of misreading it.
 //!
-//! **Tools.** [`server`] starts a private `redis-server` (tests, benchmarks, demos); [`bench`](mod@bench)
-//! is the durable workload beside a polled sorted set (`tickwheel bench --durable`, or the
-//! `tickwheel-redis-bench` binary); the `tickwheel-redis-worker` binary is a worker process
-//! that logs its deliveries, for crash tests.
+//! **Tools** (not part of the library's API). Feature `testing`: the `server` module starts
+//! a private `redis-server` or Redis Cluster (tests, benchmarks, demos), and the `bench`
+//! module is the durable workload beside a polled sorted set (`tickwheel bench --durable`).
+//! Feature `worker-bin`: the `tickwheel-redis-worker` binary, a worker process that logs its
+//! deliveries (crash tests, demos) and releases its shards on SIGTERM.
 //!
 //! **Redis Cluster.** A URL `redis+cluster://host:port[,host:port...]` ([`CLUSTER_SCHEME`],
 //! or [`Config::cluster`] from a list of seed nodes) makes producers and workers Cluster
@@ -193,22 +194,28 @@
 //! shards per node so its load spreads (the shard count is fixed when it is created).
 //! Workers read each node's id with `CLUSTER MYID` (in their claim scripts and clock probes,
 //! see *Clock*), so a Cluster whose ACLs or configuration refuse that command cannot serve
-//! them: their claims fail and are retried. [`server::RedisCluster`] forms a private Cluster
-//! for tests.
+//! them: their claims fail and are retried.
 
+mod config;
+mod connection;
+mod error;
 mod namespace;
 mod producer;
 mod recurrence;
 mod scripts;
+#[cfg(feature = "testing")]
 pub mod server;
+mod task;
 mod worker;
 
+#[cfg(feature = "testing")]
 pub mod bench;
 
-pub use namespace::{
-    Config, Error, ManualTime, RunAt, TaskState, TimeSource, CLUSTER_SCHEME, DEFAULT_MAX_PAYLOAD,
-    MAX_ID_LEN, SCHEMA_VERSION,
-};
+pub use config::{Config, ManualTime, TimeSource};
+pub use connection::CLUSTER_SCHEME;
+pub use error::Error;
+pub use namespace::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Producer, Task};
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
+pub use task::{RunAt, TaskState};
 pub use worker::{Delivery, Outcome, StopHandle, Worker, WorkerStats};

@@ -48,10 +48,7 @@ impl Producer {
     /// Errors: [`Error::InvalidUrl`], [`Error::InvalidNamespace`], [`Error::InvalidConfig`],
     /// [`Error::IncompatibleNamespace`], or [`Error::Redis`] when Redis cannot be reached.
     pub fn connect(cfg: &Config) -> Result<Producer, Error> {
-        cfg.validate()?;
-        let client = cfg.client()?;
-        let mut con = connect(cfg, &client)?;
-        let ns = Namespace::open(cfg, &mut con)?;
+        let (client, con, ns) = crate::namespace::open(cfg)?;
         Ok(Producer {
             cfg: cfg.clone(),
             client,

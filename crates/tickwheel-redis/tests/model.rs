@@ -163,6 +163,7 @@ fn a_worker_that_lost_its_lease_can_neither_ack_nor_claim() {
     let s = common::server();
     let (mut cfg, time) = common::manual(&s, "fence", 1);
     cfg.lease = Duration::from_secs(1);
+    cfg.maintenance_interval = cfg.lease / 3;
     cfg.batch = 1;
     let mut p = Producer::connect(&cfg).unwrap();
     let mut a = Worker::connect(&cfg).unwrap();
@@ -226,6 +227,7 @@ fn a_stale_claim_or_retry_is_fenced_inside_the_script() {
     let s = common::server();
     let (mut cfg, time) = common::manual(&s, "fence2", 1);
     cfg.lease = Duration::from_secs(1);
+    cfg.maintenance_interval = cfg.lease / 3;
     let mut p = Producer::connect(&cfg).unwrap();
     let mut a = Worker::connect(&cfg).unwrap();
     a.tick(&mut |_| Outcome::Ack).unwrap(); // A takes the shard; its next renewal is 333 ms away
@@ -383,6 +385,7 @@ fn random_operations_match_the_reference_model() {
     let s = common::server();
     let (mut cfg, time) = common::manual(&s, "model", 3);
     cfg.window = Duration::from_millis(700); // tasks cross window boundaries often
+    cfg.claim_ahead = cfg.window / 2;
     let ahead = 250;
     cfg.claim_ahead = Duration::from_millis(ahead);
     let mut p = Producer::connect(&cfg).unwrap();

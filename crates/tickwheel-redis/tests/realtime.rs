@@ -58,6 +58,7 @@ fn new_tasks_inside_the_window_and_beyond_it_are_delivered_on_time() {
     let mut cfg = Config::new(s.url(), "rt");
     cfg.shards = 4;
     cfg.window = Duration::from_millis(800);
+    cfg.claim_ahead = cfg.window / 2;
     cfg.maintenance_interval = Duration::from_millis(100);
     let mut p = Producer::connect(&cfg).unwrap();
     let (stop, rx, h) = spawn_worker(&cfg);

@@ -132,7 +132,10 @@ impl Worker {
     /// What to claim now: the wheel's tasks due by `until` (the claim horizon), and the
     /// claims whose reply was lost, still under the epoch they were sent with; by shard.
     #[allow(clippy::type_complexity)]
-    fn claims_wanted(&mut self, until: u64) -> (BTreeMap<u32, Vec<String>>, BTreeMap<u32, Vec<String>>) {
+    fn claims_wanted(
+        &mut self,
+        until: u64,
+    ) -> (BTreeMap<u32, Vec<String>>, BTreeMap<u32, Vec<String>>) {
         let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         while let Some((_, k)) = self.wheel.poll_expired(until) {
             self.index.remove(&k);

@@ -162,10 +162,7 @@ impl Worker {
     /// Connects, checks the namespace and subscribes to its notifications. The worker takes
     /// shards on its first [`tick`](Worker::tick) or in [`run`](Worker::run).
     pub fn connect(cfg: &Config) -> Result<Worker, Error> {
-        cfg.validate()?;
-        let client = cfg.client()?;
-        let mut con = connect(cfg, &client)?;
-        let ns = Namespace::open(cfg, &mut con)?;
+        let (client, con, ns) = crate::namespace::open(cfg)?;
         let random = RandomState::new().hash_one(local_us());
         let id = format!("{}-{:016x}", std::process::id(), random);
         let (tx, notices) = mpsc::channel();
@@ -181,7 +178,10 @@ impl Worker {
             std::thread::Builder::new()
                 .name("tickwheel-redis-sub".into())
                 .spawn(move || subscribe_loop(client, channel, tx, stop, timeout))
-                .map_err(|e| Error::Server(format!("cannot start the subscriber thread: {e}")))?;
+                .map_err(|source| Error::Thread {
+                    thread: "subscriber",
+                    source,
+                })?;
         }
         let clock = Clock::new(cfg.time.clone());
         if let TimeSource::Server = &cfg.time {
@@ -190,7 +190,10 @@ impl Worker {
             std::thread::Builder::new()
                 .name("tickwheel-redis-clock".into())
                 .spawn(move || clock_loop(c, clock, stop, timeout))
-                .map_err(|e| Error::Server(format!("cannot start the clock thread: {e}")))?;
+                .map_err(|source| Error::Thread {
+                    thread: "clock",
+                    source,
+                })?;
         }
         let mut w = Worker {
             cfg: cfg.clone(),
@@ -226,9 +229,9 @@ impl Worker {
             Ok(Notice::Up) => w.subscribed = true,
             Ok(other) => w.handle_notice(other),
             Err(_) => {
-                return Err(Error::Protocol(
-                    "no pub/sub subscription within io_timeout".into(),
-                ))
+                return Err(Error::NoSubscription {
+                    waited: cfg.io_timeout,
+                })
             }
         }
         w.wheel = Wheel::with_start(w.now_ms());
@@ -332,7 +335,7 @@ impl Worker {
         }
         if self.now_ms() >= self.next_maintenance {
             self.maintain()?;
-            let every = self.cfg.maintenance_interval.min(self.cfg.lease / 3);
+            let every = self.cfg.maintenance_interval;
             self.next_maintenance = self.now_ms() + every.as_millis() as u64;
         }
         if claims_first {
@@ -366,7 +369,10 @@ impl Worker {
             let io = std::thread::Builder::new()
                 .name("tickwheel-redis-io".into())
                 .spawn_scoped(scope, || self.io_loop())
-                .map_err(|e| Error::Server(format!("cannot start the I/O thread: {e}")))?;
+                .map_err(|source| Error::Thread {
+                    thread: "I/O",
+                    source,
+                })?;
             // Should the handler panic, the I/O thread stops too (and releases the shards).
             struct StopOnDrop(StopHandle);
             impl Drop for StopOnDrop {

@@ -1,0 +1,241 @@
+//! Where and how to connect, where "now" comes from, and a namespace's tunables.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::Client;
+
+use crate::connection::{Endpoint, CLUSTER_SCHEME};
+use crate::error::Error;
+use crate::namespace::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
+
+/// A manual clock in milliseconds since the Unix epoch, shared by clones.
+#[derive(Clone, Debug, Default)]
+pub struct ManualTime(Arc<AtomicU64>);
+
+impl ManualTime {
+    /// A clock reading `ms`.
+    pub fn new(ms: u64) -> ManualTime {
+        ManualTime(Arc::new(AtomicU64::new(ms)))
+    }
+    /// The current reading.
+    pub fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    /// Sets the reading.
+    pub fn set_ms(&self, ms: u64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+    /// Moves the reading forward.
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
+/// Where "now" comes from.
+#[derive(Clone, Debug, Default)]
+pub enum TimeSource {
+    /// The Redis server's clock (`TIME`), shared by every client. The default.
+    #[default]
+    Server,
+    /// A clock the caller sets: for tests on virtual time. Every client of a namespace must use
+    /// the same one.
+    Manual(ManualTime),
+}
+
+/// Where and how to connect, and the namespace's tunables. Producers and workers of one
+/// namespace should share one `Config`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The Redis URL: one server (`redis://[user:password@]host[:port][/db]`, or
+    /// `redis+unix:///path`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
+    /// its seed nodes: see [`Config::cluster`]).
+    pub url: String,
+    /// The namespace: all keys start with `tw:{namespace`.
+    pub namespace: String,
+    /// Shards of a namespace this client creates (default 16). An existing namespace keeps
+    /// the count it was created with.
+    pub shards: u32,
+    /// The largest payload accepted, in bytes (default [`DEFAULT_MAX_PAYLOAD`], at most 64 MiB).
+    pub max_payload: usize,
+    /// Where "now" comes from (default: the Redis server's clock).
+    pub time: TimeSource,
+    /// How long a worker's shard lease lasts without renewal (default 5 s). A dead worker's
+    /// shards are taken over after at most this plus [`Config::maintenance_interval`].
+    pub lease: Duration,
+    /// How long a delivered, unacknowledged task waits before it is delivered again (default
+    /// 30 s). Handlers that run longer should be given more.
+    pub visibility_timeout: Duration,
+    /// How far ahead a worker loads its shards' tasks into its wheel (default 10 s).
+    pub window: Duration,
+    /// How long before its run-at a worker claims a task (default 1 s; zero: at its run-at).
+    /// A claimed task waits in the worker's memory and is handed to the handler at its run-at
+    /// (never early by the worker's estimate of the server's clock, which never runs ahead),
+    /// and only while the worker's lease on its shard is still valid by the worker's own,
+    /// conservative reckoning. Claiming ahead takes Redis's latency (an fsync under
+    /// `appendfsync always`) off the delivery path. The price: a task claimed ahead counts
+    /// as in flight, so [`Producer::cancel`](crate::Producer::cancel) and
+    /// [`Producer::reschedule`](crate::Producer::reschedule) answer `false` for it during
+    /// that last stretch before its run-at, and replacing it then does not stop the claimed
+    /// delivery (both versions are delivered; the old one's acknowledgement is refused as
+    /// stale). At most half the [`Config::window`] (a larger value is a configuration error: a
+    /// worker must read a task into its wheel before it claims it). On a Redis Cluster each node has
+    /// a clock of its own: a task claimed ahead waits for the worker's estimate of the clock
+    /// of the node that claimed it, so node clocks that disagree never make it early.
+    pub claim_ahead: Duration,
+    /// How often a worker renews leases, rebalances and refills (default 500 ms; at most a
+    /// third of the lease, so that two renewals can fail before it lapses: a larger value is a
+    /// configuration error).
+    pub maintenance_interval: Duration,
+    /// Most tasks claimed or acknowledged in one script call (default 256).
+    pub batch: usize,
+    /// Most tasks a worker reads into its windows per step (default 10 000, shared by the
+    /// shards read; a step holds Redis for about a microsecond a task): a larger window is
+    /// read over several steps, between claims. Each step is a write round trip (it records
+    /// the shard's horizon), an fsync wait under `appendfsync always`, so the limit also
+    /// bounds how fast a worker can read tasks while Redis is busy.
+    pub window_limit: usize,
+    /// Timeout of each connection attempt and of each reply (default 5 s).
+    pub io_timeout: Duration,
+    /// How long [`Worker::connect`](crate::Worker::connect) and
+    /// [`Producer::connect`](crate::Producer::connect) keep trying while Redis cannot be
+    /// reached or is still loading its data (default 10 s; attempts 50 ms apart, doubling up
+    /// to 1 s). Zero: one attempt. Errors a retry cannot fix (a bad URL, a refused password,
+    /// an incompatible namespace) return at once.
+    pub connect_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults for `url` and `namespace`.
+    pub fn new(url: impl Into<String>, namespace: impl Into<String>) -> Config {
+        Config {
+            url: url.into(),
+            namespace: namespace.into(),
+            shards: 16,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            time: TimeSource::Server,
+            lease: Duration::from_secs(5),
+            visibility_timeout: Duration::from_secs(30),
+            window: Duration::from_secs(10),
+            claim_ahead: Duration::from_secs(1),
+            maintenance_interval: Duration::from_millis(500),
+            batch: 256,
+            window_limit: 10_000,
+            io_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Defaults for a Redis Cluster given by seed nodes (`host:port`, or `redis://host:port/`
+    /// URLs): the URL becomes `redis+cluster://host:port,...`. The client learns the other
+    /// nodes and the slot map from the seeds, routes every script and command by its shard's
+    /// slot and follows `MOVED`/`ASK` redirections.
+    pub fn cluster<S: AsRef<str>>(nodes: &[S], namespace: impl Into<String>) -> Config {
+        let hosts: Vec<&str> = nodes
+            .iter()
+            .map(|n| {
+                let n = n.as_ref();
+                let n = n.strip_prefix("redis://").unwrap_or(n);
+                n.strip_suffix('/').unwrap_or(n)
+            })
+            .collect();
+        Config::new(format!("{CLUSTER_SCHEME}{}", hosts.join(",")), namespace)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let ns = &self.namespace;
+        if ns.is_empty()
+            || ns.len() > 64
+            || ns
+                .chars()
+                .any(|c| c == '{' || c == '}' || c.is_whitespace())
+        {
+            return Err(Error::InvalidNamespace(ns.clone()));
+        }
+        let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        if self.shards == 0 || self.shards > 16384 {
+            return bad("shards must be 1..=16384");
+        }
+        if self.max_payload > MAX_PAYLOAD_LIMIT {
+            return bad("max_payload must be at most 64 MiB");
+        }
+        if self.lease < Duration::from_millis(100) {
+            return bad("lease must be at least 100 ms");
+        }
+        if self.visibility_timeout < Duration::from_millis(1) {
+            return bad("visibility_timeout must be at least 1 ms");
+        }
+        if self.window < Duration::from_millis(10) {
+            return bad("window must be at least 10 ms");
+        }
+        if self.batch == 0 || self.window_limit == 0 {
+            return bad("batch and window_limit must be positive");
+        }
+        if self.io_timeout.is_zero() {
+            return bad("io_timeout must be positive");
+        }
+        if self.maintenance_interval.is_zero() || self.maintenance_interval > self.lease / 3 {
+            return bad("maintenance_interval must be positive and at most a third of the lease");
+        }
+        if self.claim_ahead > self.window / 2 {
+            return bad("claim_ahead must be at most half the window");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn client(&self) -> Result<Endpoint, Error> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: self.url.clone(),
+            reason,
+        };
+        if let Some(rest) = self.url.strip_prefix(CLUSTER_SCHEME) {
+            let hosts = rest.strip_suffix('/').unwrap_or(rest);
+            if hosts.is_empty() || hosts.contains('/') {
+                return Err(invalid(
+                    "expected redis+cluster://host:port[,host:port...][/]".into(),
+                ));
+            }
+            let mut nodes = Vec::new();
+            for host in hosts.split(',') {
+                let url = format!("redis://{host}/");
+                nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
+            }
+            let cluster =
+                ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
+                    .connection_timeout(self.io_timeout)
+                    .response_timeout(self.io_timeout)
+                    .build()
+                    .map_err(|e| invalid(e.to_string()))?;
+            return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
+        }
+        if !(self.url.starts_with("redis://")
+            || self.url.starts_with("rediss://")
+            || self.url.starts_with("redis+unix://")
+            || self.url.starts_with("unix://"))
+        {
+            return Err(invalid(
+                "expected redis://host[:port][/db] or redis+cluster://host:port[,host:port...]"
+                    .into(),
+            ));
+        }
+        Client::open(self.url.as_str())
+            .map(Endpoint::Single)
+            .map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The claim horizon, ms: [`Config::claim_ahead`] (at most half the window, see
+    /// `validate`).
+    pub(crate) fn ahead_ms(&self) -> u64 {
+        self.claim_ahead.as_millis() as u64
+    }
+
+    /// The `now` argument of a script: empty for the server clock.
+    pub(crate) fn now_arg(&self) -> String {
+        match &self.time {
+            TimeSource::Server => String::new(),
+            TimeSource::Manual(t) => t.now_ms().to_string(),
+        }
+    }
+}

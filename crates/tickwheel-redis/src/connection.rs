@@ -1,0 +1,162 @@
+//! Connections to one server or a Redis Cluster, pipelines, and reply decoding.
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
+use redis::{
+    Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisResult, Value,
+};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::scripts::scripts;
+
+/// The URL scheme of a Redis Cluster: `redis+cluster://` and a comma-separated list of seed
+/// nodes (`host:port`); the client learns the rest of the cluster from them.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// Where a client connects: one server, or a Redis Cluster (its seed nodes kept as plain
+/// clients for the notification subscription).
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    Single(Client),
+    Cluster(Box<ClusterClient>, Vec<Client>),
+}
+
+impl Endpoint {
+    /// A plain connection for the notification subscription. In a Cluster a `PUBLISH` reaches
+    /// every node, so any reachable seed node will do.
+    pub(crate) fn pubsub_connection(&self, timeout: Duration) -> RedisResult<Connection> {
+        match self {
+            Endpoint::Single(c) => c.get_connection_with_timeout(timeout),
+            Endpoint::Cluster(_, nodes) => {
+                let mut last = None;
+                for c in nodes {
+                    match c.get_connection_with_timeout(timeout) {
+                        Ok(con) => return Ok(con),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.expect("a cluster URL names at least one node"))
+            }
+        }
+    }
+}
+
+/// A connection to one server or to a Redis Cluster. Single commands and scripts go through
+/// [`ConnectionLike`] (a Cluster connection routes them by their first key's slot and follows
+/// `MOVED`/`ASK`); pipelines go through [`query_pipe`], which a Cluster splits by node.
+pub(crate) enum Con {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Con {
+    fn inner(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Con::Single(c) => c,
+            Con::Cluster(c) => &mut **c,
+        }
+    }
+}
+
+impl ConnectionLike for Con {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.inner().req_packed_command(cmd)
+    }
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.inner().req_packed_commands(cmd, offset, count)
+    }
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.inner().req_command(cmd)
+    }
+    fn get_db(&self) -> i64 {
+        match self {
+            Con::Single(c) => c.get_db(),
+            Con::Cluster(c) => c.get_db(),
+        }
+    }
+    fn check_connection(&mut self) -> bool {
+        self.inner().check_connection()
+    }
+    fn is_open(&self) -> bool {
+        match self {
+            Con::Single(c) => c.is_open(),
+            Con::Cluster(c) => c.is_open(),
+        }
+    }
+}
+
+/// Runs a pipeline: in one round trip on one server; on a Cluster as a cluster pipeline, which
+/// sends each command to the node of its slot (one round trip per node involved) and returns
+/// the replies in the pipeline's order. Every command here touches one shard's keys, so each
+/// is routable on its own.
+pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> RedisResult<T> {
+    match con {
+        Con::Single(c) => pipe.query(c),
+        Con::Cluster(c) => {
+            let mut cp = ClusterPipeline::new();
+            for cmd in pipe.cmd_iter() {
+                cp.add_command(cmd.clone());
+            }
+            cp.query(c)
+        }
+    }
+}
+
+/// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
+/// Cluster).
+pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
+    let mut con = match client {
+        Endpoint::Single(client) => {
+            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
+            con.set_read_timeout(Some(cfg.io_timeout))?;
+            con.set_write_timeout(Some(cfg.io_timeout))?;
+            Con::Single(con)
+        }
+        Endpoint::Cluster(client, _) => Con::Cluster(Box::new(client.get_connection()?)),
+    };
+    scripts().load_all(&mut con)?;
+    Ok(con)
+}
+
+/// Reply decoding helpers.
+pub(crate) fn int(v: &Value) -> Result<i64, Error> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(|f| f as i64)
+            .ok_or_else(|| Error::Protocol(format!("not a number: {v:?}"))),
+        Value::SimpleString(s) => s
+            .parse::<f64>()
+            .map(|f| f as i64)
+            .map_err(|_| Error::Protocol(format!("not a number: {v:?}"))),
+        _ => Err(Error::Protocol(format!("not a number: {v:?}"))),
+    }
+}
+
+pub(crate) fn array(v: Value) -> Result<Vec<Value>, Error> {
+    match v {
+        Value::Array(a) => Ok(a),
+        v => Err(Error::Protocol(format!("not an array: {v:?}"))),
+    }
+}
+
+pub(crate) fn bytes(v: Value) -> Result<Vec<u8>, Error> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        v => Err(Error::Protocol(format!("not a string: {v:?}"))),
+    }
+}
+
+pub(crate) fn string(v: Value) -> Result<String, Error> {
+    String::from_utf8(bytes(v)?).map_err(|_| Error::Protocol("id is not UTF-8".into()))
+}

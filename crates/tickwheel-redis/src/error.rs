@@ -1,0 +1,134 @@
+//! What can go wrong, as one error type for the whole crate.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::namespace::MAX_ID_LEN;
+#[allow(unused_imports)] // doc links
+use crate::{Config, SCHEMA_VERSION};
+
+/// What can go wrong. Every variant names its cause; none is a panic.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached or answered with an error.
+    Redis(redis::RedisError),
+    /// The URL given is not a Redis URL.
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The namespace name is empty, longer than 64 bytes, or contains `{`, `}` or whitespace.
+    InvalidNamespace(String),
+    /// A task id is empty or longer than [`MAX_ID_LEN`] bytes.
+    InvalidId {
+        /// The id's length in bytes.
+        len: usize,
+    },
+    /// A payload is larger than [`Config::max_payload`].
+    PayloadTooLarge {
+        /// The payload's length in bytes.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A run-at instant before the Unix epoch, or beyond what a millisecond score can hold.
+    InvalidRunAt,
+    /// A configuration value is out of range (the message says which).
+    InvalidConfig(String),
+    /// A recurrence that cannot be stored or evaluated: a zero period, a cron pattern or time
+    /// zone that does not parse, or one longer than [`MAX_RECURRENCE_LEN`](crate::MAX_RECURRENCE_LEN).
+    InvalidRecurrence(String),
+    /// The namespace was created by another, incompatible version of this crate (or its meta
+    /// key holds something else).
+    IncompatibleNamespace {
+        /// The namespace.
+        namespace: String,
+        /// What the namespace's meta key holds.
+        found: String,
+        /// [`SCHEMA_VERSION`].
+        expected: u32,
+    },
+    /// Redis answered in a shape this crate does not expect.
+    Protocol(String),
+    /// A worker's notification subscription did not come up within [`Config::io_timeout`].
+    NoSubscription {
+        /// How long the worker waited.
+        waited: Duration,
+    },
+    /// A thread of the worker could not be started.
+    Thread {
+        /// Which thread.
+        thread: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `redis-server` could not be started (the `server` module of feature `testing`).
+    Server(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::InvalidUrl { url, reason } => write!(f, "invalid Redis URL {url:?}: {reason}"),
+            Error::InvalidNamespace(ns) => write!(
+                f,
+                "invalid namespace {ns:?}: 1 to 64 bytes, without '{{', '}}' or whitespace"
+            ),
+            Error::InvalidId { len } => {
+                write!(
+                    f,
+                    "invalid task id of {len} bytes: ids are 1 to {MAX_ID_LEN} bytes"
+                )
+            }
+            Error::PayloadTooLarge { len, max } => {
+                write!(
+                    f,
+                    "payload of {len} bytes is larger than the limit of {max} bytes"
+                )
+            }
+            Error::InvalidRunAt => {
+                write!(f, "run-at instant out of range (before the Unix epoch?)")
+            }
+            Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
+            Error::InvalidRecurrence(m) => write!(f, "invalid recurrence: {m}"),
+            Error::IncompatibleNamespace {
+                namespace,
+                found,
+                expected,
+            } => write!(
+                f,
+                "namespace {namespace:?} holds schema {found}, this client uses schema \
+                 {expected}: use another namespace, or drain and delete this one"
+            ),
+            Error::Protocol(m) => write!(f, "unexpected reply from Redis: {m}"),
+            Error::NoSubscription { waited } => write!(
+                f,
+                "no notification subscription within {waited:?}: is pub/sub allowed for this user?"
+            ),
+            Error::Thread { thread, source } => {
+                write!(f, "cannot start the worker's {thread} thread: {source}")
+            }
+            Error::Server(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Thread { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Error {
+        Error::Redis(e)
+    }
+}
