@@ -441,6 +441,10 @@ impl Workers {
             .arg(log)
             .args(["--lease-ms", &self.lease_ms.to_string()])
             .args(["--visibility-ms", &(2 * self.lease_ms).to_string()])
+            .args([
+                "--maintenance-ms",
+                &(self.lease_ms / 3).min(500).to_string(),
+            ])
             .stdin(Stdio::null())
             .spawn()
             .expect("start the worker binary");

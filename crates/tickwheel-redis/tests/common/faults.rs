@@ -215,9 +215,9 @@ pub struct Report {
     /// Deliveries of ids the test never scheduled.
     pub strangers: usize,
     pub duplicates: BTreeMap<Cause, usize>,
-    /// Tasks delivered during a Redis outage, and how many of them again after it.
-    pub outage_delivered: usize,
-    pub outage_again: usize,
+    /// Per Redis restart: how long Redis was out (kill to answering again), the tasks
+    /// delivered during the outage, and how many of them again after it.
+    pub outages: Vec<(u64, usize, usize)>,
     /// The worst lateness of the tasks each kind of fault held.
     pub worst: BTreeMap<Kind, u64>,
     /// Lateness of the tasks due in fault-free stretches, sorted.
@@ -238,6 +238,7 @@ pub fn analyze(plans: &[TaskPlan], lines: Vec<Line>, faults: &[Fault], l: Limits
         tasks: plans.len(),
         deliveries: lines.len(),
         faults: faults.to_vec(),
+        outages: restarts(faults).map(|f| (f.end - f.start, 0, 0)).collect(),
         ..Report::default()
     };
     let mut by_id = group(lines);
@@ -279,8 +280,11 @@ fn count_calls(p: &TaskPlan, r: &mut Report) {
     }
 }
 
+/// Records an offending task: at most 4 of a kind, 12 in all.
 fn example(r: &mut Report, what: &str, p: &TaskPlan, ds: &[Line]) {
-    if r.examples.len() < 12 {
+    let kind = what.split(' ').next().unwrap_or_default();
+    let same = r.examples.iter().filter(|e| e.starts_with(kind)).count();
+    if r.examples.len() < 12 && same < 4 {
         let at: Vec<(u64, u32)> = ds.iter().map(|d| (d.at, d.pid)).collect();
         r.examples.push(format!(
             "{what}: {:?} run-at {} stored {} cancel {:?} reschedule {:?} delivered (at, pid) {at:?}",
@@ -372,19 +376,25 @@ fn count_duplicates(p: &TaskPlan, ds: &[Line], faults: &[Fault], r: &mut Report)
     for pair in ds.windows(2) {
         let c = cause(&pair[0], faults);
         *r.duplicates.entry(c).or_default() += 1;
-        if c == Cause::Other {
-            example(r, "duplicate not explained by a fault", p, ds);
+        match c {
+            Cause::Other => example(r, "unexplained duplicate", p, ds),
+            Cause::Outage => example(r, "outage duplicate", p, ds),
+            _ => {}
         }
     }
 }
 
+fn restarts(faults: &[Fault]) -> impl Iterator<Item = &Fault> {
+    faults.iter().filter(|f| f.kind == Kind::Restart)
+}
+
 /// Per Redis restart: was the task delivered during the outage, and again after it?
 fn count_outage(ds: &[Line], faults: &[Fault], r: &mut Report) {
-    for f in faults.iter().filter(|f| f.kind == Kind::Restart) {
+    for (k, f) in restarts(faults).enumerate() {
         if let Some(i) = ds.iter().position(|d| in_outage(f, d.at)) {
-            r.outage_delivered += 1;
+            r.outages[k].1 += 1;
             if ds.len() > i + 1 {
-                r.outage_again += 1;
+                r.outages[k].2 += 1;
             }
         }
     }
@@ -400,6 +410,12 @@ pub fn quantile(sorted: &[u64], p: f64) -> u64 {
 }
 
 impl Report {
+    /// Tasks delivered during a Redis outage, and how many of them again after it.
+    pub fn outage_totals(&self) -> (usize, usize) {
+        let delivered = self.outages.iter().map(|o| o.1).sum();
+        (delivered, self.outages.iter().map(|o| o.2).sum())
+    }
+
     fn duplicates_of(&self, c: Cause) -> usize {
         self.duplicates.get(&c).copied().unwrap_or(0)
     }
@@ -421,10 +437,11 @@ impl Report {
             self.duplicates_of(Cause::Other),
             "duplicates not in flight at a kill, a stop or an outage",
         );
-        if self.outage_again * 100 > self.outage_delivered {
+        let (delivered, again) = self.outage_totals();
+        if again * 100 > delivered {
             out.push(format!(
-                "{} of {} tasks delivered during a Redis outage delivered again (target 1 %)",
-                self.outage_again, self.outage_delivered
+                "{again} of {delivered} tasks delivered during a Redis outage delivered again \
+                 (target 1 %)"
             ));
         }
         self.lateness_failures(l, &mut out);
@@ -473,15 +490,16 @@ impl fmt::Display for Report {
              stored after their run-at {}",
             self.stored_late
         )?;
-        let outages: Vec<u64> = self
-            .faults
-            .iter()
-            .filter(|f| f.kind == Kind::Restart)
-            .map(|f| f.end - f.start)
+        let mut outages: Vec<String> = (self.outages.iter())
+            .map(|(ms, delivered, again)| format!("{ms} ms: {again}/{delivered}"))
             .collect();
+        if outages.is_empty() {
+            outages.push("none".into());
+        }
         writeln!(
             f,
-            "Redis outages (kill to answering again), ms: {outages:?}"
+            "Redis outages (kill to answering again: tasks delivered during it again/all): {}",
+            outages.join(", ")
         )?;
         writeln!(
             f,
@@ -495,8 +513,8 @@ impl fmt::Display for Report {
             self.duplicates_of(Cause::Kill),
             self.duplicates_of(Cause::Stop),
             self.duplicates_of(Cause::Outage),
-            self.outage_again,
-            self.outage_delivered,
+            self.outage_totals().1,
+            self.outage_totals().0,
             self.duplicates_of(Cause::Other)
         )?;
         self.fmt_lateness(f)
