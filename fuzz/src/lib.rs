@@ -1,6 +1,7 @@
 //! What the fuzz targets share: an operation language for a [`TimerQueue`], a `BTreeMap`
 //! model of the contract, and [`run`], which applies operations to both and panics at the
-//! first difference.
+//! first difference or at the first broken invariant of the queue
+//! (`TimerQueue::check_invariants`, after every operation).
 //!
 //! Ticks are chosen relative to the queue's clock (the past, the next ticks, wheel level
 //! boundaries, powers of two ahead, `u64::MAX`), so that arbitrary bytes keep reaching the
@@ -155,6 +156,7 @@ pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
         }
         assert_eq!(q.len(), model.timers.len(), "len after {op:?}");
         assert_eq!(q.now(), model.now, "now after {op:?}");
+        q.check_invariants();
     }
     let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
     let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();

@@ -11,14 +11,22 @@ use std::rc::Rc;
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, SplitMix64, WheelFlavor};
 use tickwheel::{TimerKey, TimerQueue};
 
-/// Polls once at `t` and returns the value.
+/// Polls once at `t` and returns the value; the queue's invariants are checked before and
+/// after.
 fn poll<T, Q: TimerQueue<T>>(q: &mut Q, t: u64) -> Option<T> {
-    q.poll_expired(t).map(|(_, v)| v)
+    q.check_invariants();
+    let fired = q.poll_expired(t).map(|(_, v)| v);
+    q.check_invariants();
+    fired
 }
 
-/// Drains everything due at `t` and returns the values in firing order.
+/// Drains everything due at `t` and returns the values in firing order; the queue's
+/// invariants are checked before and after.
 fn drain<T, Q: TimerQueue<T>>(q: &mut Q, t: u64) -> Vec<T> {
-    q.drain_expired(t).map(|(_, v)| v).collect()
+    q.check_invariants();
+    let fired = q.drain_expired(t).map(|(_, v)| v).collect();
+    q.check_invariants();
+    fired
 }
 
 fn empty_queue_is_quiet<F: Flavor>() {

@@ -1,5 +1,6 @@
 //! Model-based property tests: every queue flavor against a `BTreeMap` reference model of the
-//! `TimerQueue` contract, operation by operation, with equal outputs demanded after each one.
+//! `TimerQueue` contract, operation by operation, with equal outputs demanded after each one
+//! and the queue's own invariants checked (`TimerQueue::check_invariants`).
 //!
 //! The model orders pending timers by `(effective deadline, insertion seq)`; a reset takes a
 //! new seq. Deadlines and poll targets are generated *relative to the queue's clock* at the
@@ -162,6 +163,7 @@ fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
         apply(&mut q, &mut model, &mut keys, op, value)?;
         prop_assert_eq!(q.len(), model.timers.len(), "len after {:?}", op);
         prop_assert_eq!(q.now(), model.now, "now after {:?}", op);
+        q.check_invariants();
     }
     // Whatever is left fires, in model order.
     let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
@@ -372,6 +374,11 @@ fn long_run<F: Flavor>(seed: u64, total: u64) {
                 "len after operation {done} ({op:?})"
             );
             assert_eq!(q.now(), model.now, "now after operation {done} ({op:?})");
+            // Every operation while the queue is small, then every 64th (a check visits
+            // every timer).
+            if q.len() <= 1024 || done % 64 == 0 {
+                q.check_invariants();
+            }
             // A burst or a storm counts as the queue operations it makes.
             let weight = match op {
                 Op::Burst(_, count, _) | Op::CancelStorm(_, count) => u64::from(count),

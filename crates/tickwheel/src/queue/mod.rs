@@ -186,6 +186,12 @@ pub trait TimerQueue<T> {
     /// Releases memory held for timers that are gone. Existing keys stay valid.
     fn shrink_to_fit(&mut self);
 
+    /// Checks the queue's internal invariants and panics naming the first one broken. It may
+    /// visit every timer: for tests, fuzzing and debugging, not for hot paths. The default
+    /// checks nothing; the [`Wheel`] checks the five invariants its module docs state
+    /// ([`Wheel::check_invariants`]).
+    fn check_invariants(&self) {}
+
     /// Ticks from `now` until [`next_expiration`](TimerQueue::next_expiration): `Some(0)` if a
     /// timer is already due, `None` when the queue is empty. For loops that pass a timeout to
     /// `poll`/`epoll_wait` (the libco style).
