@@ -218,4 +218,7 @@ pub use namespace::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Producer, Task};
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, TaskState};
-pub use worker::{Delivery, Outcome, StopHandle, Worker, WorkerStats};
+pub use worker::{
+    Delivery, Outcome, ShardLoss, ShardStatus, StopHandle, Worker, WorkerEvent, WorkerSnapshot,
+    WorkerStats, WorkerStatus,
+};

@@ -90,7 +90,7 @@ impl Worker {
             let node = self.clock.observe(&string(head()?)?, server_us, after);
             if status < 0 {
                 self.stats.fenced += 1;
-                self.drop_shard(shard);
+                self.drop_shard(shard, ShardLoss::Fenced);
                 continue;
             }
             for entry in reply {

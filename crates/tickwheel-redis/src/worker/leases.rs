@@ -21,11 +21,16 @@ impl Worker {
     }
 
     /// Forgets a shard (lost or released): its tasks leave the wheel.
-    pub(crate) fn drop_shard(&mut self, shard: u32) {
-        if self.owned.remove(&shard).is_none() {
+    pub(crate) fn drop_shard(&mut self, shard: u32, cause: ShardLoss) {
+        let Some(o) = self.owned.remove(&shard) else {
             return;
-        }
+        };
         self.stats.dropped += 1;
+        self.emit(WorkerEvent::ShardLost {
+            shard,
+            epoch: o.epoch,
+            cause,
+        });
         let keys: Vec<(u32, String)> = self
             .index
             .keys()
@@ -56,7 +61,7 @@ impl Worker {
         if let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) {
             let id = self.id.clone();
             let _ = self.shard_call(&scripts().release, shard, &[id, epoch.to_string()]);
-            self.drop_shard(shard);
+            self.drop_shard(shard, ShardLoss::Released);
         }
     }
 
@@ -71,7 +76,12 @@ impl Worker {
     /// released), the heartbeat and every renewal, then rebalancing towards a fair share.
     pub(crate) fn maintain(&mut self) -> Result<(), Error> {
         self.flush_acks()?;
-        self.renew()?;
+        if let Err(e) = self.renew() {
+            self.emit(WorkerEvent::RenewalFailed {
+                error: e.to_string(),
+            });
+            return Err(e);
+        }
         self.rebalance()
     }
 
@@ -120,7 +130,7 @@ impl Worker {
             let r = array(r)?;
             if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
                 self.stats.fenced += 1;
-                self.drop_shard(s);
+                self.drop_shard(s, ShardLoss::NotRenewed);
             } else {
                 let until = sent + self.lease_us_reckoned();
                 if let Some(o) = self.owned.get_mut(&s) {
@@ -167,6 +177,10 @@ impl Worker {
             return Ok(false);
         }
         self.stats.acquired += 1;
+        self.emit(WorkerEvent::ShardAcquired {
+            shard: s,
+            epoch: epoch as u64,
+        });
         let valid_until_us = sent + self.lease_us_reckoned();
         self.owned.insert(
             s,

@@ -23,6 +23,7 @@ mod delivery;
 mod leases;
 mod notices;
 mod outcomes;
+mod status;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -32,36 +33,8 @@ use delivery::*;
 pub use delivery::{Delivery, Outcome};
 use notices::*;
 use outcomes::*;
+pub use status::{ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus};
 use window::*;
-
-/// Counters of one worker.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// Deliveries handed to the handler.
-    pub delivered: u64,
-    /// Acknowledgements Redis accepted.
-    pub acked: u64,
-    /// Acknowledgements of deliveries that were no longer current (the task was replaced).
-    pub stale_acks: u64,
-    /// Retries accepted.
-    pub retried: u64,
-    /// Claims, acknowledgements, retries or loads refused because the shard's epoch moved on.
-    pub fenced: u64,
-    /// Shards this worker took.
-    pub acquired: u64,
-    /// Shards this worker lost (fenced or lease not renewed) or gave up to rebalance.
-    pub dropped: u64,
-    /// Redis errors the run loop recovered from (with backoff and a reconnect).
-    pub redis_errors: u64,
-    /// Acknowledgements not sent because the run's stored recurrence cannot be evaluated here
-    /// (a time zone this machine does not know, say): the run is left in flight and delivered
-    /// again after the visibility timeout, never dropped.
-    pub bad_recurrences: u64,
-    /// Claimed tasks not handed to the handler because the worker could no longer be sure of
-    /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
-    /// they stay in flight in Redis and the shard's next owner delivers them.
-    pub lapsed: u64,
-}
 
 /// Stops a running [`Worker::run`] from any thread.
 #[derive(Clone, Debug)]
@@ -138,6 +111,8 @@ pub struct Worker {
     rules: HashMap<String, Option<(Recurrence, Rule)>>,
     live: u64,
     stats: WorkerStats,
+    /// What `status()` handles read, and the event subscribers.
+    status: WorkerStatus,
 }
 
 impl std::fmt::Debug for Worker {
@@ -223,6 +198,7 @@ impl Worker {
             rules: HashMap::new(),
             live: 1,
             stats: WorkerStats::default(),
+            status: WorkerStatus::default(),
         };
         // Wait for the subscription: windows are loaded only while notifications flow.
         match w.notices.recv_timeout(cfg.io_timeout) {
@@ -314,7 +290,9 @@ impl Worker {
     /// the acknowledgements. Returns how many deliveries it made. Tests on a manual clock
     /// call it directly; [`run`](Worker::run) does the same work on two threads.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
-        self.io_step(false)?;
+        let step = self.io_step(false);
+        self.publish_status(step.is_ok());
+        step?;
         let leases = self.leases();
         let mut done = Vec::new();
         self.deliverer.set_leases(leases, &mut |d| done.push(d));
@@ -322,7 +300,9 @@ impl Worker {
         for d in done {
             self.settle(d);
         }
-        self.send_outcomes(true)?;
+        let sent = self.send_outcomes(true);
+        self.publish_status(sent.is_ok());
+        sent?;
         Ok(n)
     }
 
@@ -393,19 +373,30 @@ impl Worker {
     /// `run`'s I/O thread.
     fn io_loop(&mut self) -> Result<(), Error> {
         let mut backoff = Duration::from_millis(50);
+        let mut disconnected = false;
         let r = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
             match self.io_step(true) {
                 Ok(()) => {
+                    if std::mem::take(&mut disconnected) {
+                        self.emit(WorkerEvent::Reconnected);
+                    }
                     backoff = Duration::from_millis(50);
+                    self.publish_status(true);
                     self.forward(false);
                     self.wait();
                 }
-                Err(Error::Redis(_)) => {
+                Err(Error::Redis(e)) => {
                     self.stats.redis_errors += 1;
+                    if !std::mem::replace(&mut disconnected, true) {
+                        self.emit(WorkerEvent::Disconnected {
+                            error: e.to_string(),
+                        });
+                    }
                     self.reset();
+                    self.publish_status(false);
                     self.forward(false);
                     let until = std::time::Instant::now() + backoff;
                     while std::time::Instant::now() < until && !self.stop.load(Ordering::SeqCst) {

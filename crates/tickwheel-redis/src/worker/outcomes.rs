@@ -125,7 +125,7 @@ impl Worker {
             let mut reply = array(reply)?.into_iter();
             if int(&reply.next().ok_or_else(|| Error::Protocol("ACK".into()))?)? < 0 {
                 self.stats.fenced += 1;
-                self.drop_shard(shard);
+                self.drop_shard(shard, ShardLoss::Fenced);
                 continue;
             }
             for (i, ok) in idx.into_iter().zip(reply) {
@@ -180,7 +180,7 @@ impl Worker {
                 }
                 -1 => {
                     self.stats.fenced += 1;
-                    self.drop_shard(d.shard);
+                    self.drop_shard(d.shard, ShardLoss::Fenced);
                 }
                 _ => self.stats.stale_acks += 1,
             }

@@ -209,7 +209,7 @@ impl Worker {
     fn apply_load(&mut self, shard: u32, reply: Value) -> Result<bool, Error> {
         let Some((window, lists)) = decode_load(reply)? else {
             self.stats.fenced += 1;
-            self.drop_shard(shard);
+            self.drop_shard(shard, ShardLoss::Fenced);
             return Ok(false);
         };
         // Pending tasks are armed at their run-at, in-flight ones at their visibility

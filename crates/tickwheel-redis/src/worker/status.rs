@@ -1,0 +1,205 @@
+//! What a running worker shows: counters, shards and leases, readable from any thread, and
+//! events as they happen (a shard taken or lost, a renewal that failed, Redis back).
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Counters of one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Deliveries handed to the handler.
+    pub delivered: u64,
+    /// Acknowledgements Redis accepted.
+    pub acked: u64,
+    /// Acknowledgements of deliveries that were no longer current (the task was replaced).
+    pub stale_acks: u64,
+    /// Retries accepted.
+    pub retried: u64,
+    /// Claims, acknowledgements, retries or loads refused because the shard's epoch moved on.
+    pub fenced: u64,
+    /// Shards this worker took.
+    pub acquired: u64,
+    /// Shards this worker lost (fenced or lease not renewed) or gave up to rebalance.
+    pub dropped: u64,
+    /// Redis errors the run loop recovered from (with backoff and a reconnect).
+    pub redis_errors: u64,
+    /// Acknowledgements not sent because the run's stored recurrence cannot be evaluated here
+    /// (a time zone this machine does not know, say): the run is left in flight and delivered
+    /// again after the visibility timeout, never dropped.
+    pub bad_recurrences: u64,
+    /// Claimed tasks not handed to the handler because the worker could no longer be sure of
+    /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
+    /// they stay in flight in Redis and the shard's next owner delivers them.
+    pub lapsed: u64,
+}
+
+/// One shard a worker holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// The shard.
+    pub shard: u32,
+    /// The epoch of this worker's lease (the fencing token).
+    pub epoch: u64,
+    /// How long the lease surely holds by the worker's own reckoning (zero: it delivers no
+    /// more from this shard until a renewal succeeds).
+    pub lease_left: Duration,
+    /// The end of the window loaded into the wheel, ms since the Unix epoch (`None`: being
+    /// read).
+    pub loaded_until_ms: Option<u64>,
+}
+
+/// A worker's state at one moment, as [`WorkerStatus::snapshot`] returns it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerSnapshot {
+    /// The worker's id (its lease owner name).
+    pub id: String,
+    /// Its counters.
+    pub stats: WorkerStats,
+    /// The shards it holds, in shard order.
+    pub shards: Vec<ShardStatus>,
+    /// Tasks in its wheel (its loaded windows and in-flight deliveries).
+    pub in_wheel: usize,
+    /// Outcomes (acknowledgements, retries, lapsed claims) not yet answered by Redis.
+    pub held_outcomes: usize,
+    /// Whether the last step reached Redis.
+    pub connected: bool,
+}
+
+/// Why a worker no longer holds a shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShardLoss {
+    /// Given up: to rebalance, or on shutdown.
+    Released,
+    /// Its renewal was refused: the lease had expired and another worker took the shard.
+    NotRenewed,
+    /// A claim, acknowledgement, retry or window read was refused: the shard's epoch moved
+    /// on (another worker took it while this one stalled).
+    Fenced,
+}
+
+/// Something that happened to a worker, as [`WorkerStatus::events`] receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// The worker took a shard, under this epoch.
+    ShardAcquired {
+        /// The shard.
+        shard: u32,
+        /// The new epoch.
+        epoch: u64,
+    },
+    /// The worker no longer holds a shard.
+    ShardLost {
+        /// The shard.
+        shard: u32,
+        /// The epoch it held.
+        epoch: u64,
+        /// Why.
+        cause: ShardLoss,
+    },
+    /// Maintenance could not reach Redis: the leases were not renewed this time (the worker
+    /// stops delivering from a shard once its lease may have lapsed).
+    RenewalFailed {
+        /// The error, as text.
+        error: String,
+    },
+    /// A step failed on a Redis error; the worker reconnects with backoff.
+    Disconnected {
+        /// The error, as text.
+        error: String,
+    },
+    /// The first step that reached Redis again after [`WorkerEvent::Disconnected`].
+    Reconnected,
+}
+
+/// A handle on a worker's state, readable from any thread while the worker runs
+/// ([`Worker::status`]). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerStatus {
+    shared: Arc<StatusShared>,
+}
+
+#[derive(Debug, Default)]
+struct StatusShared {
+    snapshot: Mutex<WorkerSnapshot>,
+    subscribers: Mutex<Vec<Sender<WorkerEvent>>>,
+}
+
+impl WorkerStatus {
+    /// The worker's state after its last step.
+    pub fn snapshot(&self) -> WorkerSnapshot {
+        self.shared
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A new receiver of the worker's events from now on (each receiver gets every event;
+    /// a dropped receiver is forgotten).
+    pub fn events(&self) -> Receiver<WorkerEvent> {
+        let (tx, rx) = mpsc::channel();
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        rx
+    }
+
+    fn emit(&self, event: WorkerEvent) {
+        let mut subs = self
+            .shared
+            .subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        subs.retain(|tx| tx.send(event.clone()).is_ok());
+    }
+
+    fn set(&self, snapshot: WorkerSnapshot) {
+        *self
+            .shared
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = snapshot;
+    }
+}
+
+impl Worker {
+    /// A handle on this worker's state and events, readable from any thread, while
+    /// [`run`](Worker::run) runs too.
+    pub fn status(&self) -> WorkerStatus {
+        self.status.clone()
+    }
+
+    pub(crate) fn emit(&self, event: WorkerEvent) {
+        self.status.emit(event);
+    }
+
+    /// Publishes the worker's state to its status handles (once a step).
+    pub(crate) fn publish_status(&self, connected: bool) {
+        let now_us = self.clock.lease_us();
+        let shards = self
+            .owned
+            .iter()
+            .map(|(&shard, o)| ShardStatus {
+                shard,
+                epoch: o.epoch,
+                lease_left: Duration::from_micros(o.valid_until_us.saturating_sub(now_us)),
+                loaded_until_ms: match &o.window {
+                    Window::Loaded { horizon, .. } => Some(*horizon),
+                    Window::Unloaded => None,
+                },
+            })
+            .collect();
+        self.status.set(WorkerSnapshot {
+            id: self.id.clone(),
+            stats: self.stats,
+            shards,
+            in_wheel: self.wheel.len(),
+            held_outcomes: self.pending_acks.len() + self.pending_retries.len(),
+            connected,
+        });
+    }
+}
