@@ -2,9 +2,10 @@
 //! the lateness histogram, CPU time and memory. Uses the services family's W4 machinery
 //! and checks (every task runs once, never early).
 
+use crate::error::Result;
 use crate::machine::Machine;
-use crate::report::pretty_n;
 use crate::services::{self, report::ServiceSample, ServiceEntrant, TickwheelSetup};
+use crate::units::pretty_n;
 use indicatif::{ProgressBar, ProgressStyle};
 use tickwheel_lab::workloads;
 
@@ -24,7 +25,7 @@ pub struct DemoSettings {
 }
 
 /// Runs the demo.
-pub fn run(s: &DemoSettings) -> Result<(), String> {
+pub fn run(s: &DemoSettings) -> Result<()> {
     let machine = Machine::detect();
     say!(
         "{} delayed tasks (delays 0..={} ms) on {} — {} ({} cores), {} build",
@@ -59,7 +60,7 @@ pub fn run(s: &DemoSettings) -> Result<(), String> {
 
 /// The hidden `service-worker` subcommand: one W4 run, progress on stderr, the sample as
 /// JSON on stdout (see `services::run_isolated`).
-pub fn worker(s: &DemoSettings) -> Result<(), String> {
+pub fn worker(s: &DemoSettings) -> Result<()> {
     let delays = workloads::w4(s.seed, s.n, s.max_delay_ms);
     let bar = ProgressBar::new(s.n as u64);
     if let Ok(style) =

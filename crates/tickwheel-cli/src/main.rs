@@ -1,10 +1,10 @@
 //! `tickwheel`: timer numbers on your own machine, side by side with the timers you use today.
 //!
-//! * `tickwheel bench` runs workloads W1–W5 (defined in `docs/ARCHITECTURE.md`,
+//! * `tickwheel bench` runs workloads W1–W7 (defined in `docs/ARCHITECTURE.md`,
 //!   "Workloads") on two families of entrants, each with identical seeded input, verifies
 //!   every firing, and writes a table, CSV, JSON and SVG plots:
 //!   - [`queues`]: timer queues on virtual time (W1 schedule + cancel, W2 schedule + fire,
-//!     W3 reset, W5 churn): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
+//!     W3 reset, W5 churn, W7 steady state): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
 //!     `BinaryHeap`, the `priority-queue` crate, `BTreeMap` à la async-io, tokio-util's
 //!     `DelayQueue` and `hierarchical_hash_wheel_timer`;
 //!   - [`services`]: timer services on the real clock (W4): tickwheel's `TimerService`
@@ -39,12 +39,14 @@ mod bench;
 mod demo;
 mod durable;
 mod entrant;
+mod error;
 mod machine;
 mod memory;
 mod plot;
 mod queues;
 mod report;
 mod services;
+mod units;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -69,7 +71,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run workloads W1–W5 against peer timers; print a table, write CSV, JSON and SVG plots.
+    /// Run workloads W1–W7 against peer timers; print a table, write CSV, JSON and SVG plots.
     Bench(BenchArgs),
     /// Schedule millions of delayed tasks on a real clock and report lateness, CPU and memory.
     Demo(DemoArgs),
@@ -84,16 +86,16 @@ struct BenchArgs {
     /// Seed of the SplitMix64 input generator (identical input for every entrant).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Timer counts for the queue workloads (W1, W2, W3, W5), comma separated (accepts 1e6
+    /// Timer counts for the queue workloads (W1, W2, W3, W5, W7), comma separated (accepts 1e6
     /// and 1_000_000).
     #[arg(long, value_delimiter = ',', value_parser = parse_count,
           default_value = "10000,100000,1000000")]
     n: Vec<usize>,
-    /// Also run N = 6·10^6 (W1, W2, W3, W5) and 6·10^6 tasks in W4.
+    /// Also run N = 6·10^6 (W1, W2, W3, W5, W7) and 6·10^6 tasks in W4.
     #[arg(long)]
     full: bool,
     /// Workloads to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5")]
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w7")]
     workloads: Vec<Workload>,
     /// Entrants to run, comma separated (default: all). Names as in the results table.
     #[arg(long, value_delimiter = ',', value_parser = parse_entrant)]
@@ -233,8 +235,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(error) => {
+            eprintln!("error: {error}");
             ExitCode::FAILURE
         }
     }

@@ -99,7 +99,14 @@ impl PeakMeter {
         PeakMeter { baseline }
     }
 
-    /// The most bytes live at once above the baseline since the start.
+    /// Forgets the peak so far: from now on the peak is the most bytes live at once since
+    /// this call, still counted above the baseline of [`PeakMeter::start`].
+    pub fn restart_peak(&self) {
+        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// The most bytes live at once above the baseline since the start (or the last
+    /// [`PeakMeter::restart_peak`]).
     pub fn peak_growth(&self) -> u64 {
         PEAK.load(Ordering::Relaxed)
             .saturating_sub(self.baseline)

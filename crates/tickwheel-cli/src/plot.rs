@@ -2,6 +2,7 @@
 //! lateness CDF. Text is plain SVG `<text>` (plotters without font features), so no system
 //! font library is needed to build or run.
 
+use crate::error::Error;
 use crate::queues::report::QueueSample;
 use crate::queues::QueueEntrant;
 use crate::report::Report;
@@ -42,29 +43,36 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
 
 /// The file name of a queue workload's plot.
 pub fn scaling_file(w: Workload) -> String {
-    let unit = if w == Workload::Churn { "op" } else { "timer" };
+    let unit = if w.is_churn() { "op" } else { "timer" };
     format!("{}-ns-per-{unit}.svg", w.label().to_lowercase())
 }
 
 /// Writes every plot the report has data for; returns the files written.
-pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let mut written = Vec::new();
     for w in Workload::ALL {
         if report.queues.iter().any(|s| s.workload == w) {
             let path = dir.join(scaling_file(w));
-            scaling_plot(report, w, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
+            scaling_plot(report, w, &path).map_err(|e| plot_error(&path, &*e))?;
             written.push(path);
         }
     }
     if !report.services.is_empty() {
         let path = dir.join("w4-lateness-cdf.svg");
-        lateness_cdf(report, &path).map_err(|e| format!("plot {}: {e}", path.display()))?;
+        lateness_cdf(report, &path).map_err(|e| plot_error(&path, &*e))?;
         written.push(path);
     }
     Ok(written)
 }
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+fn plot_error(path: &Path, e: &dyn std::error::Error) -> Error {
+    Error::Plot {
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
 
 fn padded_log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (lo, hi) = values.fold((f64::MAX, f64::MIN_POSITIVE), |(lo, hi), v| {
@@ -89,7 +97,7 @@ fn scaling_plot(report: &Report, w: Workload, path: &Path) -> PlotResult {
     chart
         .configure_mesh()
         .x_desc("N (timers)")
-        .y_desc(if w == Workload::Churn {
+        .y_desc(if w.is_churn() {
             "ns per operation (median)"
         } else {
             "ns per timer (median)"
@@ -162,7 +170,7 @@ fn lateness_cdf(report: &Report, path: &Path) -> PlotResult {
         .map_or((0, 0), |s| (s.n, s.max_delay_ms));
     let caption = format!(
         "W4 lateness CDF: {} tasks, delays 0..={max_delay} ms, real clock",
-        crate::report::pretty_n(n)
+        crate::units::pretty_n(n)
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 18))

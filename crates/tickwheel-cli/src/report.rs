@@ -1,10 +1,14 @@
 //! Everything one `tickwheel bench` produced, and the files it writes: `results.csv` and
 //! `results.json`, one row per (workload, entrant, N) across families.
 //!
+//! It sits above the families' own report modules (it gathers their rows); they never import
+//! from it, and share [`crate::units`] with it instead.
+//!
 //! Invariant: every number printed or written comes from a sample whose run passed its
 //! checks (a failed check aborts the run before any output is written).
 
 use crate::durable::report::DurableSample;
+use crate::error::{Error, Result};
 use crate::machine::Machine;
 use crate::queues::report::{self as queue_report, QueueSample};
 use crate::services::report::ServiceSample;
@@ -38,21 +42,8 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// A timer count the way people read it: `10^4`, `6·10^6`, `2500`.
-pub fn pretty_n(n: usize) -> String {
-    let digits = n.to_string();
-    let trimmed = digits.trim_end_matches('0');
-    let zeros = digits.len() - trimmed.len();
-    match (trimmed, zeros) {
-        (_, 0..=2) => digits,
-        ("1", z) => format!("10^{z}"),
-        (t, z) if t.len() == 1 => format!("{t}·10^{z}"),
-        _ => digits,
-    }
-}
-
 /// Writes `results.csv`: one row per (workload, entrant, N), every family.
-pub fn write_csv(report: &Report, path: &Path) -> Result<(), String> {
+pub fn write_csv(report: &Report, path: &Path) -> Result<()> {
     let mut csv = String::from(CSV_HEADER);
     for s in &report.queues {
         csv.push_str(&queue_report::csv_row(&report.queues, s));
@@ -63,11 +54,11 @@ pub fn write_csv(report: &Report, path: &Path) -> Result<(), String> {
     for s in &report.durable {
         csv.push_str(&crate::durable::report::csv_row(s));
     }
-    std::fs::write(path, csv).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(path, csv).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
 /// Writes `results.json`: machine, command line, seed, notes and every sample.
-pub fn write_json(report: &Report, path: &Path) -> Result<(), String> {
+pub fn write_json(report: &Report, path: &Path) -> Result<()> {
     let m = &report.machine;
     let queues: Vec<Value> = report
         .queues
@@ -93,22 +84,14 @@ pub fn write_json(report: &Report, path: &Path) -> Result<(), String> {
         "durable": durable,
         "durable_zadd_per_s": report.durable_zadd_per_s,
     });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let text = serde_json::to_string_pretty(&doc)
+        .map_err(|e| Error::io(format!("cannot encode {}", path.display()), e.into()))?;
+    std::fs::write(path, text).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_print_as_powers() {
-        assert_eq!(pretty_n(10_000), "10^4");
-        assert_eq!(pretty_n(6_000_000), "6·10^6");
-        assert_eq!(pretty_n(2_500), "2500");
-        assert_eq!(pretty_n(100), "100");
-        assert_eq!(pretty_n(1000), "10^3");
-    }
 
     #[test]
     fn every_row_has_every_column() {

@@ -1,12 +1,12 @@
 //! The workloads `tickwheel bench` runs, and the family of entrants each one measures.
 //!
-//! Workloads W1–W5 are defined in `docs/ARCHITECTURE.md` ("Workloads"); their seeded inputs
+//! Workloads W1–W7 are defined in `docs/ARCHITECTURE.md` ("Workloads"); their seeded inputs
 //! come from `tickwheel_lab::workloads`, the one definition shared with the library's
 //! benches.
 
 use clap::ValueEnum;
 
-/// A workload, named on the command line `w1` … `w5`.
+/// A workload, named on the command line `w1` … `w7`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
 pub enum Workload {
     /// W1: schedule N timers (delays 1..=60000 ticks), cancel all in random order.
@@ -27,12 +27,16 @@ pub enum Workload {
     /// W6: durable tasks on Redis, delays 0..=60 s, 1..=4 workers; needs redis-server.
     #[value(name = "w6")]
     DurableTasks,
+    /// W7: W5's churn with timeouts 1..=2000 ticks, timed after a warm-up of 4000 ticks, at
+    /// equilibrium.
+    #[value(name = "w7")]
+    SteadyState,
 }
 
 /// What kind of timer a workload measures; each family has its own entrants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
-    /// Timer queues driven on virtual ticks by the harness (W1, W2, W3, W5).
+    /// Timer queues driven on virtual ticks by the harness (W1, W2, W3, W5, W7).
     Queues,
     /// Timer services with their own threads, on the real clock (W4).
     Services,
@@ -42,16 +46,17 @@ pub enum Family {
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::ScheduleCancel,
         Workload::ScheduleFire,
         Workload::Reset,
         Workload::Churn,
+        Workload::SteadyState,
         Workload::RealTimeTasks,
         Workload::DurableTasks,
     ];
 
-    /// The short label used in tables, files and docs: `W1` … `W5`.
+    /// The short label used in tables, files and docs: `W1` … `W7`.
     pub fn label(self) -> &'static str {
         match self {
             Workload::ScheduleCancel => "W1",
@@ -60,7 +65,14 @@ impl Workload {
             Workload::RealTimeTasks => "W4",
             Workload::Churn => "W5",
             Workload::DurableTasks => "W6",
+            Workload::SteadyState => "W7",
         }
+    }
+
+    /// Whether this is a churn workload (W5, W7): counted in operations, not timers, with
+    /// peak heap per live timer reported.
+    pub fn is_churn(self) -> bool {
+        matches!(self, Workload::Churn | Workload::SteadyState)
     }
 
     /// The family of entrants this workload measures.
@@ -90,6 +102,10 @@ impl Workload {
             Workload::Churn => {
                 "W5 churn (N live timers, 1..=60000 ticks; 1000 ticks of firing + N/100 \
                  resets/cancels a tick; verified)"
+            }
+            Workload::SteadyState => {
+                "W7 steady state (N live timers, 1..=2000 ticks; W5's operations; 1000 ticks \
+                 timed after 4000 of warm-up; verified)"
             }
             Workload::DurableTasks => {
                 "W6 durable tasks on Redis (N tasks, delays 0..=60 s, 1..=4 workers; schedule \

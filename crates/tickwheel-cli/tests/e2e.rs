@@ -80,6 +80,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "w2-ns-per-timer.svg",
         "w3-ns-per-timer.svg",
         "w5-ns-per-op.svg",
+        "w7-ns-per-op.svg",
         "w4-lateness-cdf.svg",
     ] {
         let path = out.join(file);
@@ -90,6 +91,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
     assert!(svg.starts_with("<svg") && svg.contains("tickwheel-wheel"));
     assert!(stdout.contains("every timer fired exactly once, never early"));
     assert!(stdout.contains("W5 churn") && stdout.contains("priority-queue"));
+    assert!(stdout.contains("W7 steady state"));
     assert!(stdout.contains("command: ") && stdout.contains("machine: "));
     assert!(stdout.contains("resolution: tickwheel entrants 10µs; peers their own"));
     assert!(stdout.contains("aft p50 ms") && stdout.contains("tickwheel-service-handle"));
@@ -101,7 +103,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         .contains("--w4-n 300"));
     assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
     let results = json["queues"].as_array().unwrap();
-    for workload in ["W1", "W2", "W3", "W5"] {
+    for workload in ["W1", "W2", "W3", "W5", "W7"] {
         for entrant in QUEUES {
             for n in [300, 1000] {
                 let found = results
@@ -111,7 +113,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
                 assert_eq!(r["verified"], true);
                 assert!(r["ns_per_op"].as_f64().unwrap() > 0.0);
                 assert!(r["ops"].as_u64().unwrap() >= n);
-                if workload == "W5" {
+                if workload == "W5" || workload == "W7" {
                     let heap = r["peak_heap_bytes"].as_u64().unwrap();
                     assert!(heap >= 4 * n, "{entrant}: {heap} heap bytes for {n} timers");
                 }
@@ -159,7 +161,7 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert_eq!(
         csv.lines().count(),
-        1 + 4 * QUEUES.len() * 2 + SERVICES.len()
+        1 + 5 * QUEUES.len() * 2 + SERVICES.len()
     );
 }
 

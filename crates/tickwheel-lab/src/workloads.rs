@@ -1,4 +1,4 @@
-//! The inputs of workloads W1–W5, generated from a seed before any timing, identical for
+//! The inputs of workloads W1–W5 and W7, generated from a seed before any timing, identical for
 //! every entrant. `docs/ARCHITECTURE.md` ("Workloads") defines what each workload does with
 //! its input; this module is the one place that defines the inputs themselves.
 //!
@@ -26,7 +26,16 @@ pub const W5_TIMEOUTS: RangeInclusive<u64> = 1..=60_000;
 /// How many ticks W5 runs after its timers are in place.
 pub const W5_TICKS: u64 = 1_000;
 /// The share of W5's operations that are resets, in percent; the rest are cancel + insert.
+/// W7 has the same mix.
 pub const W5_RESET_PERCENT: u64 = 80;
+/// W7's timeout range in ticks: short timeouts, so that a run reaches its equilibrium.
+pub const W7_TIMEOUTS: RangeInclusive<u64> = 1..=2_000;
+/// How many ticks W7 runs, untimed, before its timed stretch: two whole timeout ranges, so
+/// that every timer of the start has fired or been replaced and every structure holds what
+/// it holds at equilibrium (garbage it has not reclaimed included).
+pub const W7_WARMUP_TICKS: u64 = 2 * *W7_TIMEOUTS.end();
+/// How many ticks W7 times after its warm-up.
+pub const W7_TICKS: u64 = 1_000;
 
 /// The input of W1 (schedule + cancel), W2 (schedule + fire) or W3 (reset).
 #[derive(Debug, Clone)]
@@ -99,7 +108,7 @@ pub fn w4(seed: u64, n: usize, max_delay_ms: u64) -> Vec<u64> {
     draws(&mut rng, n, range)
 }
 
-/// One W5 operation on a timer slot. Each of the `n` slots always holds exactly one live
+/// One churn operation (W5, W7) on a timer slot. Each of the `n` slots always holds exactly one live
 /// timer, so "a random live timer" is a random slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChurnOp {
@@ -107,20 +116,23 @@ pub enum ChurnOp {
     Reset {
         /// The slot, in `0..n`.
         slot: u32,
-        /// Ticks from now, in [`W5_TIMEOUTS`].
+        /// Ticks from now, in the input's timeout range.
         timeout: u64,
     },
     /// Cancel the slot's timer and insert a new one at `now + timeout` in its place.
     Replace {
         /// The slot, in `0..n`.
         slot: u32,
-        /// Ticks from now, in [`W5_TIMEOUTS`].
+        /// Ticks from now, in the input's timeout range.
         timeout: u64,
     },
 }
 
-/// The input of W5 (churn): `n` live timers, then [`ChurnInput::ticks`] ticks of firing,
-/// refilling and [`ChurnInput::ops_per_tick`] seeded operations.
+/// The input of a churn workload: `n` live timers, then [`ChurnInput::warmup`] +
+/// [`ChurnInput::ticks`] ticks of firing, refilling and [`ChurnInput::ops_per_tick`] seeded
+/// operations, every timeout in [`ChurnInput::timeouts`]. W5 has no warm-up and long
+/// timeouts ([`W5_TIMEOUTS`]); W7 has short ones ([`W7_TIMEOUTS`]) and runs
+/// [`W7_WARMUP_TICKS`] before the ticks a harness times.
 ///
 /// Operations and refill timeouts are generated on demand, per tick, from the seed (a
 /// harness generates a tick's operations before timing it), so the input of 6·10^6 timers
@@ -130,8 +142,11 @@ pub enum ChurnOp {
 pub struct ChurnInput {
     /// Deadline tick of the timer first in slot `i` (inserted at tick 0).
     pub deadlines: Vec<u64>,
-    /// Ticks to run: the clock goes 1, 2, …, `ticks`.
+    /// Ticks to run before the timed stretch: the clock goes 1, 2, …, `warmup`.
+    pub warmup: u64,
+    /// Ticks to time after the warm-up: the clock goes on to `warmup + ticks`.
     pub ticks: u64,
+    timeouts: RangeInclusive<u64>,
     ops_seed: u64,
     refill_seed: u64,
 }
@@ -142,6 +157,16 @@ impl ChurnInput {
         self.deadlines.len()
     }
 
+    /// The range of every timeout: the initial deadlines, resets, replacements and refills.
+    pub fn timeouts(&self) -> RangeInclusive<u64> {
+        self.timeouts.clone()
+    }
+
+    /// The last tick: `warmup + ticks`.
+    pub fn last_tick(&self) -> u64 {
+        self.warmup + self.ticks
+    }
+
     /// Operations per tick: ⌈n / 100⌉ (so a small `n` still churns).
     pub fn ops_per_tick(&self) -> usize {
         self.n().div_ceil(100)
@@ -149,7 +174,7 @@ impl ChurnInput {
 
     /// Replaces `out`'s contents with tick `tick`'s operations, in order: each picks a slot
     /// uniformly; [`W5_RESET_PERCENT`] % are [`ChurnOp::Reset`], the rest
-    /// [`ChurnOp::Replace`]; timeouts are uniform in [`W5_TIMEOUTS`].
+    /// [`ChurnOp::Replace`]; timeouts are uniform in [`ChurnInput::timeouts`].
     pub fn ops_at(&self, tick: u64, out: &mut Vec<ChurnOp>) {
         out.clear();
         let mut rng = SplitMix64::stream(self.ops_seed, tick);
@@ -157,7 +182,7 @@ impl ChurnInput {
         for _ in 0..self.ops_per_tick() {
             let slot = rng.index(n) as u32;
             let reset = rng.below(100) < W5_RESET_PERCENT;
-            let timeout = rng.in_range(W5_TIMEOUTS);
+            let timeout = rng.in_range(self.timeouts());
             out.push(if reset {
                 ChurnOp::Reset { slot, timeout }
             } else {
@@ -170,7 +195,7 @@ impl ChurnInput {
     /// (a slot fires at most once per tick, since every timeout is at least 1).
     pub fn refill_timeout(&self, slot: u32, tick: u64) -> u64 {
         let key = (tick << 32) | u64::from(slot);
-        SplitMix64::new(self.refill_seed ^ key).in_range(W5_TIMEOUTS)
+        SplitMix64::new(self.refill_seed ^ key).in_range(self.timeouts())
     }
 }
 
@@ -183,11 +208,39 @@ pub fn w5(seed: u64, n: usize) -> ChurnInput {
 /// W5 over `ticks` ticks instead of [`W5_TICKS`] (for quick checks; same timers and
 /// operations for the ticks both run).
 pub fn w5_with_ticks(seed: u64, n: usize, ticks: u64) -> ChurnInput {
-    let mut rng = SplitMix64::stream(seed, 5);
-    let deadlines = draws(&mut rng, n, W5_TIMEOUTS);
+    churn(SplitMix64::stream(seed, 5), n, W5_TIMEOUTS, 0, ticks)
+}
+
+/// W7 (steady state): `n` initial deadlines in [`W7_TIMEOUTS`], then W5's mix of operations
+/// with timeouts in the same range, over [`W7_WARMUP_TICKS`] + [`W7_TICKS`] ticks.
+pub fn w7(seed: u64, n: usize) -> ChurnInput {
+    w7_with_ticks(seed, n, W7_TICKS)
+}
+
+/// W7 timing `ticks` ticks after the same warm-up instead of [`W7_TICKS`].
+pub fn w7_with_ticks(seed: u64, n: usize, ticks: u64) -> ChurnInput {
+    churn(
+        SplitMix64::stream(seed, 7),
+        n,
+        W7_TIMEOUTS,
+        W7_WARMUP_TICKS,
+        ticks,
+    )
+}
+
+fn churn(
+    mut rng: SplitMix64,
+    n: usize,
+    timeouts: RangeInclusive<u64>,
+    warmup: u64,
+    ticks: u64,
+) -> ChurnInput {
+    let deadlines = draws(&mut rng, n, timeouts.clone());
     ChurnInput {
         deadlines,
+        warmup,
         ticks,
+        timeouts,
         ops_seed: rng.next_u64(),
         refill_seed: rng.next_u64(),
     }
@@ -241,5 +294,25 @@ mod tests {
         assert_eq!(input.refill_timeout(3, 7), input.refill_timeout(3, 7));
         assert_ne!(input.refill_timeout(3, 7), input.refill_timeout(3, 8));
         assert!((0..1000).all(|s| W5_TIMEOUTS.contains(&input.refill_timeout(s, 9))));
+    }
+
+    #[test]
+    fn steady_state_has_short_timeouts_and_a_warm_up_of_two_ranges() {
+        let input = w7(42, 10_000);
+        assert_eq!((input.warmup, input.ticks), (4_000, W7_TICKS));
+        assert_eq!(input.last_tick(), 5_000);
+        assert_eq!(input.ops_per_tick(), 100);
+        assert!(input.deadlines.iter().all(|d| W7_TIMEOUTS.contains(d)));
+        let mut ops = Vec::new();
+        for tick in [1, 4_001, 5_000] {
+            input.ops_at(tick, &mut ops);
+            for op in &ops {
+                let (ChurnOp::Reset { timeout, .. } | ChurnOp::Replace { timeout, .. }) = *op;
+                assert!(W7_TIMEOUTS.contains(&timeout));
+            }
+        }
+        assert!((0..1000).all(|s| W7_TIMEOUTS.contains(&input.refill_timeout(s, 9))));
+        assert_ne!(input.deadlines, w5(42, 10_000).deadlines);
+        assert_eq!(w5(42, 10).warmup, 0);
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod report;
 
+use crate::error::{Error, Result};
 use report::DurableSample;
 use tickwheel_redis::bench::{self, BenchConfig};
 
@@ -63,7 +64,7 @@ pub struct DurableSettings {
 pub fn run(
     entrants: &[DurableEntrant],
     s: &DurableSettings,
-) -> Result<(Vec<DurableSample>, Option<f64>), String> {
+) -> Result<(Vec<DurableSample>, Option<f64>)> {
     let cfg = BenchConfig {
         url: s.redis_url.clone(),
         tasks: s.n as u64,
@@ -75,7 +76,7 @@ pub fn run(
     };
     let own_server = s.redis_url.is_none();
     let (runs, zadd) = bench::run_with_reference(&cfg, own_server, |m| eprintln!("W6: {m}"))
-        .map_err(|e| format!("W6 (durable tasks on Redis): {e}"))?;
+        .map_err(Error::Durable)?;
     let samples = runs
         .into_iter()
         .map(|r| DurableSample {

@@ -1,11 +1,14 @@
-//! Runs W5 (churn) on one queue and checks every firing as it happens.
+//! Runs the churn workloads, W5 (churn) and W7 (steady state), on one queue and checks every
+//! firing as it happens.
 //!
 //! Each of the N slots always holds exactly one live timer. Setup (untimed) inserts the N
-//! first timers at tick 0. Then for each tick 1..=T: the tick's operations are generated
-//! (untimed), and the timed part advances the clock one tick, replaces every timer that
+//! first timers at tick 0. Then for each tick 1..=warm-up + T: the tick's operations are
+//! generated (untimed), and the queue advances the clock one tick, replaces every timer that
 //! fired with a new one (timeout from [`ChurnInput::refill_timeout`]), and applies the
 //! operations: a reset moves the slot's timer to now + timeout, a replace cancels it (the
-//! cancel must find it pending) and inserts a new one.
+//! cancel must find it pending) and inserts a new one. Only the last T ticks are timed and
+//! counted; the warm-up (none in W5, two timeout ranges in W7) brings every queue to its
+//! equilibrium first.
 //!
 //! Invariants checked, so a number is only reported for a correct queue:
 //! * A timer fires exactly at its last deadline: the fired slot's expected deadline must
@@ -14,16 +17,18 @@
 //! * None is lost: before an operation touches a slot, and for every slot after the last
 //!   tick, the slot's deadline must lie in the future.
 //!
-//! Peak heap is measured from the empty queue to the end, so a queue that defers its
-//! garbage (the lazy heap) shows it here.
+//! Peak heap is the most the queue holds above the empty queue: over the whole run in W5
+//! (setup included), over the timed stretch in W7 (at equilibrium). Either way a queue that
+//! defers its garbage (the lazy heap) shows it here.
 
 use super::{Outcome, VirtualTimeQueue};
+use crate::error::{Error, Result};
 use crate::memory::PeakMeter;
 use std::time::{Duration, Instant};
 use tickwheel_lab::workloads::{ChurnInput, ChurnOp};
 
-/// W5 on `q`.
-pub fn run<Q: VirtualTimeQueue>(q: &mut Q, input: &ChurnInput) -> Result<Outcome, String> {
+/// W5 or W7 (whichever `input` is) on `q`.
+pub fn run<Q: VirtualTimeQueue>(q: &mut Q, input: &ChurnInput) -> Result<Outcome> {
     let n = input.n();
     let mut expected = input.deadlines.clone();
     let mut handles = Vec::with_capacity(n);
@@ -35,7 +40,17 @@ pub fn run<Q: VirtualTimeQueue>(q: &mut Q, input: &ChurnInput) -> Result<Outcome
     }
     let mut elapsed = Duration::ZERO;
     let mut counted = 0u64;
-    for now in 1..=input.ticks {
+    for now in 1..=input.warmup {
+        input.ops_at(now, &mut ops);
+        fired.clear();
+        q.advance(now, &mut fired);
+        refill(q, input, now, &fired, &mut expected, &mut handles)?;
+        apply(q, now, &ops, &mut expected, &mut handles)?;
+    }
+    if input.warmup > 0 {
+        meter.restart_peak();
+    }
+    for now in input.warmup + 1..=input.last_tick() {
         input.ops_at(now, &mut ops);
         fired.clear();
         let start = Instant::now();
@@ -48,11 +63,11 @@ pub fn run<Q: VirtualTimeQueue>(q: &mut Q, input: &ChurnInput) -> Result<Outcome
         counted += (fired.len() + ops.len()) as u64;
     }
     let peak_heap_bytes = meter.peak_growth();
-    if let Some(slot) = expected.iter().position(|&d| d <= input.ticks) {
-        return Err(format!(
+    if let Some(slot) = expected.iter().position(|&d| d <= input.last_tick()) {
+        return Err(Error::Check(format!(
             "timer in slot {slot} (deadline {}) never fired",
             expected[slot]
-        ));
+        )));
     }
     Ok(Outcome {
         elapsed,
@@ -70,10 +85,10 @@ fn refill<Q: VirtualTimeQueue>(
     fired: &[(u32, u64)],
     expected: &mut [u64],
     handles: &mut [Q::Handle],
-) -> Result<(), String> {
+) -> Result<()> {
     for &(slot, _) in fired {
         let Some(deadline) = expected.get_mut(slot as usize) else {
-            return Err(format!("fired unknown timer id {slot}"));
+            return Err(Error::Check(format!("fired unknown timer id {slot}")));
         };
         if *deadline != now {
             let what = if *deadline > now {
@@ -81,10 +96,10 @@ fn refill<Q: VirtualTimeQueue>(
             } else {
                 "late"
             };
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "timer in slot {slot} fired at tick {now}, its deadline is {}: {what}",
                 *deadline
-            ));
+            )));
         }
         *deadline = now + input.refill_timeout(slot, now);
         handles[slot as usize] = q.insert(slot, *deadline);
@@ -99,22 +114,24 @@ fn apply<Q: VirtualTimeQueue>(
     ops: &[ChurnOp],
     expected: &mut [u64],
     handles: &mut [Q::Handle],
-) -> Result<(), String> {
+) -> Result<()> {
     for &op in ops {
         let (ChurnOp::Reset { slot, timeout } | ChurnOp::Replace { slot, timeout }) = op;
         let s = slot as usize;
         if expected[s] <= now {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "timer in slot {slot} (deadline {}) had not fired by tick {now}",
                 expected[s]
-            ));
+            )));
         }
         expected[s] = now + timeout;
         handles[s] = match op {
             ChurnOp::Reset { .. } => q.reset(handles[s], slot, expected[s]),
             ChurnOp::Replace { .. } => {
                 if !q.cancel(handles[s]) {
-                    return Err(format!("cancel of pending slot {slot} found nothing"));
+                    return Err(Error::Check(format!(
+                        "cancel of pending slot {slot} found nothing"
+                    )));
                 }
                 q.insert(slot, expected[s])
             }
@@ -126,7 +143,7 @@ fn apply<Q: VirtualTimeQueue>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tickwheel_lab::workloads::w5_with_ticks;
+    use tickwheel_lab::workloads::{w5_with_ticks, w7_with_ticks};
 
     /// A model queue (a plain list) that can break the contract in one chosen way.
     struct Model {
@@ -185,6 +202,24 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_up_is_run_and_checked_but_not_counted() {
+        // W7 over 10 timed ticks: the 4000 ticks of warm-up fire every slot a few times (so
+        // a lost timer fails the run), yet only the timed ticks' operations count.
+        let input = w7_with_ticks(9, 1000, 10);
+        let outcome = run(&mut model("none"), &input).unwrap();
+        assert!(
+            (100..=100 + 1000).contains(&outcome.ops),
+            "{} ops",
+            outcome.ops
+        );
+        let err = run(&mut model("lose"), &input).unwrap_err().to_string();
+        assert!(
+            err.contains("never fired") || err.contains("had not fired"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn every_kind_of_broken_queue_fails() {
         let input = w5_with_ticks(9, 1000, 1000);
         for (fault, expect) in [
@@ -193,7 +228,7 @@ mod tests {
             ("ignore-reset", "fired at tick"),
             ("keep-cancelled", "fired at tick"),
         ] {
-            let err = run(&mut model(fault), &input).unwrap_err();
+            let err = run(&mut model(fault), &input).unwrap_err().to_string();
             assert!(
                 err.contains(expect) || err.contains("had not fired"),
                 "{fault}: {err}"

@@ -1,9 +1,10 @@
 //! The virtual-time queues family: timer queues the harness drives tick by tick on one
-//! thread, measured on W1 (schedule + cancel), W2 (schedule + fire), W3 (reset) and W5
-//! (churn). Workloads are defined in `docs/ARCHITECTURE.md` ("Workloads").
+//! thread, measured on W1 (schedule + cancel), W2 (schedule + fire), W3 (reset), W5
+//! (churn) and W7 (steady state). Workloads are defined in `docs/ARCHITECTURE.md`
+//! ("Workloads").
 //!
 //! Layout: [`adapters`] puts each entrant behind [`VirtualTimeQueue`]; [`runner`] runs W1–W3
-//! and [`churn`] runs W5 on any such queue, with their checks; [`report`] holds the samples
+//! and [`churn`] runs W5 and W7 on any such queue, with their checks; [`report`] holds the samples
 //! and renders their tables.
 //!
 //! Invariant: a run either passes its checks and yields an [`Outcome`], or yields an error
@@ -16,6 +17,7 @@ mod runner;
 
 pub use adapters::VirtualTimeQueue;
 
+use crate::error::{Error, Result};
 use crate::workload::Workload;
 use adapters::{
     BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, TickwheelQueue,
@@ -102,7 +104,7 @@ impl std::fmt::Display for QueueEntrant {
 pub enum Input {
     /// W1, W2 or W3.
     Batch(QueueInput),
-    /// W5.
+    /// W5 or W7.
     Churn(ChurnInput),
 }
 
@@ -114,6 +116,7 @@ impl Input {
             Workload::ScheduleFire => Input::Batch(workloads::w2(seed, n)),
             Workload::Reset => Input::Batch(workloads::w3(seed, n)),
             Workload::Churn => Input::Churn(workloads::w5(seed, n)),
+            Workload::SteadyState => Input::Churn(workloads::w7(seed, n)),
             Workload::RealTimeTasks | Workload::DurableTasks => return None,
         })
     }
@@ -125,11 +128,12 @@ pub struct Outcome {
     /// Wall time of the timed region.
     pub elapsed: Duration,
     /// Operations in the timed region: N for W1–W3 (one timer through the workload); churn
-    /// operations plus firings for W5.
+    /// operations plus firings of the timed ticks for W5 and W7.
     pub ops: u64,
-    /// Largest firing delay past the deadline, in ticks (W2, W5, and W3 when checked).
+    /// Largest firing delay past the deadline, in ticks (W2, W5, W7, and W3 when checked).
     pub max_late_ticks: Option<u64>,
-    /// Peak heap growth over the run, from the empty queue, in bytes.
+    /// Peak heap growth from the empty queue, in bytes: over the run, or over W7's timed
+    /// stretch.
     pub peak_heap_bytes: u64,
 }
 
@@ -140,13 +144,13 @@ pub fn run(
     workload: Workload,
     input: &Input,
     check: bool,
-) -> Result<Outcome, String> {
+) -> Result<Outcome> {
     if let Some(why) = entrant.cannot_run(workload) {
-        return Err(format!(
+        return Err(Error::Internal(format!(
             "{} cannot run {}: {why}",
             entrant.name(),
             workload.label()
-        ));
+        )));
     }
     let attempt = catch_unwind(AssertUnwindSafe(|| {
         dispatch(entrant, workload, input, check)
@@ -154,11 +158,16 @@ pub fn run(
     let label = workload.label();
     let name = entrant.name();
     match attempt {
-        Ok(result) => result.map_err(|e| format!("{name} failed {label}: {e}")),
-        Err(panic) => Err(format!(
-            "{name} panicked in {label}: {}",
-            panic_message(&*panic)
-        )),
+        Ok(result) => result.map_err(|e| Error::Failed {
+            entrant: name,
+            workload: label,
+            source: Box::new(e),
+        }),
+        Err(panic) => Err(Error::Panicked {
+            entrant: name,
+            workload: label,
+            message: panic_message(&*panic),
+        }),
     }
 }
 
@@ -173,7 +182,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<Outcome, String> {
+fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<Outcome> {
     match e {
         QueueEntrant::Wheel => on(TickwheelQueue(Wheel::new()), w, input, check),
         QueueEntrant::HashedWheel => on(TickwheelQueue(HashedWheel::new()), w, input, check),
@@ -183,7 +192,7 @@ fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<
         QueueEntrant::BTreeMap => on(BTreeTimers::default(), w, input, check),
         QueueEntrant::Hhwt => on(HierarchicalHashWheel::default(), w, input, check),
         QueueEntrant::DelayQueue => {
-            let queue = TokioDelayQueue::new().map_err(|e| format!("tokio runtime: {e}"))?;
+            let queue = TokioDelayQueue::new().map_err(|e| Error::io("tokio runtime", e))?;
             on(queue, w, input, check)
         }
     }
@@ -195,12 +204,15 @@ fn on<Q: VirtualTimeQueue>(
     w: Workload,
     input: &Input,
     check: bool,
-) -> Result<Outcome, String> {
+) -> Result<Outcome> {
     queue.scoped(|q| match (w, input) {
         (Workload::ScheduleCancel, Input::Batch(i)) => runner::schedule_cancel(q, i),
         (Workload::ScheduleFire, Input::Batch(i)) => runner::schedule_fire(q, i),
         (Workload::Reset, Input::Batch(i)) => runner::reset(q, i, check),
-        (Workload::Churn, Input::Churn(i)) => churn::run(q, i),
-        _ => Err(format!("{} got the input of another workload", w.label())),
+        (Workload::Churn | Workload::SteadyState, Input::Churn(i)) => churn::run(q, i),
+        _ => Err(Error::Internal(format!(
+            "{} got the input of another workload",
+            w.label()
+        ))),
     })
 }

@@ -5,7 +5,7 @@
 //! fastest *peer's* at the same workload and N (below 1 = faster than every peer).
 
 use super::QueueEntrant;
-use crate::report::pretty_n;
+use crate::units::pretty_n;
 use crate::workload::Workload;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 /// The repeats of one (workload, entrant, N) on virtual time.
 #[derive(Debug, Clone)]
 pub struct QueueSample {
-    /// W1, W2, W3 or W5.
+    /// W1, W2, W3, W5 or W7.
     pub workload: Workload,
     /// Who ran it.
     pub entrant: QueueEntrant,
@@ -23,7 +23,7 @@ pub struct QueueSample {
     pub ops: u64,
     /// Wall time of each repeat's timed region, in ns.
     pub runs_ns: Vec<u64>,
-    /// Largest lateness seen in ticks (W2 and W5 always; W3 when its drain check ran).
+    /// Largest lateness seen in ticks (W2, W5 and W7 always; W3 when its drain check ran).
     pub max_late_ticks: Option<u64>,
     /// Largest peak heap growth over the repeats, in bytes.
     pub peak_heap_bytes: u64,
@@ -68,7 +68,7 @@ pub fn ratio(samples: &[QueueSample], sample: &QueueSample) -> Option<f64> {
 
 /// The unit one operation stands for in `workload`'s table.
 fn unit(workload: Workload) -> &'static str {
-    if workload == Workload::Churn {
+    if workload.is_churn() {
         "ns per operation (reset, cancel+insert, or firing+refill)"
     } else {
         "ns per timer"
@@ -76,7 +76,7 @@ fn unit(workload: Workload) -> &'static str {
 }
 
 /// The terminal table of one workload: ns per operation (median) and ratio to the fastest
-/// peer; W5 adds peak heap bytes per live timer.
+/// peer; W5 and W7 add peak heap bytes per live timer.
 pub fn table(samples: &[QueueSample], workload: Workload) -> String {
     let mut ns: Vec<usize> = samples
         .iter()
@@ -89,7 +89,7 @@ pub fn table(samples: &[QueueSample], workload: Workload) -> String {
     if ns.is_empty() {
         return out;
     }
-    let memory = workload == Workload::Churn;
+    let memory = workload.is_churn();
     let _ = writeln!(
         out,
         "\n{}\n{}, median; (×) = ratio to the fastest peer{}",
@@ -139,7 +139,7 @@ fn row(
     let mut out = format!("{mark}{:<19}", entrant.name());
     for s in cells {
         let ratio = ratio(samples, s).map_or(String::new(), |r| format!(" ({r:.2}×)"));
-        let memory = if workload == Workload::Churn {
+        let memory = if workload.is_churn() {
             format!(" {:.0}B", s.heap_bytes_per_timer())
         } else {
             String::new()
@@ -185,7 +185,7 @@ pub fn verification_line(samples: &[QueueSample], workload: Workload) -> Option<
     ))
 }
 
-/// The sample's row of `results.csv` (columns of [`crate::report::CSV_HEADER`]).
+/// The sample's row of `results.csv`, in the columns `crate::report::CSV_HEADER` names.
 pub fn csv_row(samples: &[QueueSample], s: &QueueSample) -> String {
     format!(
         "{},{},{},{},{},{},{},{:.3},{},{},{},,,,,,,,,true\n",

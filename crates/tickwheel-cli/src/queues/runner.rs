@@ -13,6 +13,7 @@
 //! * Peak heap is measured from the empty queue (after the harness's own vectors exist).
 
 use super::{Outcome, VirtualTimeQueue};
+use crate::error::{Error, Result};
 use crate::memory::PeakMeter;
 use std::time::Instant;
 use tickwheel_lab::workloads::QueueInput;
@@ -30,10 +31,7 @@ fn insert_all<Q: VirtualTimeQueue>(q: &mut Q, deadlines: &[u64], handles: &mut V
 }
 
 /// W1: inserts every timer, then cancels each in the input's order.
-pub fn schedule_cancel<Q: VirtualTimeQueue>(
-    q: &mut Q,
-    input: &QueueInput,
-) -> Result<Outcome, String> {
+pub fn schedule_cancel<Q: VirtualTimeQueue>(q: &mut Q, input: &QueueInput) -> Result<Outcome> {
     let mut handles = Vec::with_capacity(input.n());
     let meter = PeakMeter::start();
     let start = Instant::now();
@@ -44,10 +42,10 @@ pub fn schedule_cancel<Q: VirtualTimeQueue>(
     }
     let elapsed = start.elapsed();
     if cancelled != input.n() {
-        return Err(format!(
+        return Err(Error::Check(format!(
             "only {cancelled} of {} cancels found a pending timer",
             input.n()
-        ));
+        )));
     }
     Ok(Outcome {
         elapsed,
@@ -58,10 +56,7 @@ pub fn schedule_cancel<Q: VirtualTimeQueue>(
 }
 
 /// W2: inserts every timer, then advances tick by tick until all fired; verified.
-pub fn schedule_fire<Q: VirtualTimeQueue>(
-    q: &mut Q,
-    input: &QueueInput,
-) -> Result<Outcome, String> {
+pub fn schedule_fire<Q: VirtualTimeQueue>(q: &mut Q, input: &QueueInput) -> Result<Outcome> {
     let n = input.n();
     let mut handles = Vec::with_capacity(n);
     let mut fired = Vec::with_capacity(n + 16);
@@ -87,11 +82,7 @@ pub fn schedule_fire<Q: VirtualTimeQueue>(
 }
 
 /// W3: inserts every timer (untimed), then times the resets; `check` drains and verifies.
-pub fn reset<Q: VirtualTimeQueue>(
-    q: &mut Q,
-    input: &QueueInput,
-    check: bool,
-) -> Result<Outcome, String> {
+pub fn reset<Q: VirtualTimeQueue>(q: &mut Q, input: &QueueInput, check: bool) -> Result<Outcome> {
     let mut handles = Vec::with_capacity(input.n());
     let meter = PeakMeter::start();
     insert_all(q, &input.deadlines, &mut handles);
@@ -134,28 +125,33 @@ fn quiet_ticks<Q: VirtualTimeQueue>(q: &mut Q, from: u64, fired: &mut Vec<(u32, 
 
 /// Checks that every timer `id < deadlines.len()` fired exactly once, never before
 /// `deadlines[id]`; returns the largest lateness in ticks.
-pub fn verify_fired(fired: &[(u32, u64)], deadlines: &[u64]) -> Result<u64, String> {
+pub fn verify_fired(fired: &[(u32, u64)], deadlines: &[u64]) -> Result<u64> {
     let mut seen = vec![false; deadlines.len()];
     let mut max_late = 0;
     for &(id, tick) in fired {
         let Some(was_seen) = seen.get_mut(id as usize) else {
-            return Err(format!("fired unknown timer id {id}"));
+            return Err(Error::Check(format!("fired unknown timer id {id}")));
         };
         if *was_seen {
-            return Err(format!("timer {id} fired twice (again at tick {tick})"));
+            return Err(Error::Check(format!(
+                "timer {id} fired twice (again at tick {tick})"
+            )));
         }
         let deadline = deadlines[id as usize];
         if tick < deadline {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "timer {id} fired early: tick {tick}, deadline {deadline}"
-            ));
+            )));
         }
         *was_seen = true;
         max_late = max_late.max(tick - deadline);
     }
     let lost = seen.iter().filter(|s| !**s).count();
     if lost > 0 {
-        return Err(format!("{lost} of {} timers never fired", deadlines.len()));
+        return Err(Error::Check(format!(
+            "{lost} of {} timers never fired",
+            deadlines.len()
+        )));
     }
     Ok(max_late)
 }
@@ -169,18 +165,22 @@ mod tests {
     #[test]
     fn verify_catches_early_double_and_lost() {
         let deadlines = [5, 7];
-        assert_eq!(verify_fired(&[(0, 5), (1, 9)], &deadlines), Ok(2));
+        assert_eq!(verify_fired(&[(0, 5), (1, 9)], &deadlines).unwrap(), 2);
         assert!(verify_fired(&[(0, 4), (1, 7)], &deadlines)
             .unwrap_err()
+            .to_string()
             .contains("early"));
         assert!(verify_fired(&[(0, 5), (0, 6)], &deadlines)
             .unwrap_err()
+            .to_string()
             .contains("twice"));
         assert!(verify_fired(&[(0, 5)], &deadlines)
             .unwrap_err()
+            .to_string()
             .contains("never fired"));
         assert!(verify_fired(&[(9, 5)], &deadlines)
             .unwrap_err()
+            .to_string()
             .contains("unknown"));
     }
 
@@ -191,6 +191,7 @@ mod tests {
             Workload::ScheduleFire,
             Workload::Reset,
             Workload::Churn,
+            Workload::SteadyState,
         ];
         for entrant in QueueEntrant::ALL {
             for w in workloads {
@@ -253,16 +254,20 @@ mod tests {
             ("double", "twice"),
             ("lose", "never fired"),
         ] {
-            let err = on(broken(fault), Workload::ScheduleFire, &w2, true).unwrap_err();
+            let err = on(broken(fault), Workload::ScheduleFire, &w2, true)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(expect), "{fault}: {err}");
         }
         let w3 = Input::generate(Workload::Reset, 5, 50).unwrap();
         assert!(on(broken("early"), Workload::Reset, &w3, true)
             .unwrap_err()
+            .to_string()
             .contains("early"));
         let w1 = Input::generate(Workload::ScheduleCancel, 5, 50).unwrap();
         assert!(on(broken("cancel"), Workload::ScheduleCancel, &w1, true)
             .unwrap_err()
+            .to_string()
             .contains("cancels"));
         assert!(on(broken("none"), Workload::ScheduleFire, &w2, true).is_ok());
     }

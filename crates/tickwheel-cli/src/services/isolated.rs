@@ -7,6 +7,7 @@
 
 use super::report::{Lateness, ServiceSample};
 use super::{ServiceEntrant, TickwheelSetup};
+use crate::error::{Error, Result};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -19,8 +20,8 @@ pub fn run_isolated(
     n: usize,
     max_delay_ms: u64,
     setup: TickwheelSetup,
-) -> Result<ServiceSample, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+) -> Result<ServiceSample> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find own executable", e))?;
     let output = Command::new(exe)
         .args(["service-worker", "--entrant", entrant.name()])
         .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
@@ -30,21 +31,20 @@ pub fn run_isolated(
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("cannot start the W4 worker: {e}"))?;
+        .map_err(|e| Error::io("cannot start the W4 worker", e))?;
     if !output.status.success() {
-        return Err(format!(
-            "W4 worker for {} failed ({}); its message is above",
-            entrant.name(),
-            output.status
-        ));
+        return Err(Error::Worker {
+            entrant: entrant.name(),
+            problem: format!("failed ({}); its message is above", output.status),
+        });
     }
-    let json: Value = serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("W4 worker for {} printed no sample: {e}", entrant.name()))?;
-    from_json(entrant, &json).ok_or_else(|| {
-        format!(
-            "W4 worker for {} printed a malformed sample",
-            entrant.name()
-        )
+    let json: Value = serde_json::from_slice(&output.stdout).map_err(|e| Error::Worker {
+        entrant: entrant.name(),
+        problem: format!("printed no sample: {e}"),
+    })?;
+    from_json(entrant, &json).ok_or_else(|| Error::Worker {
+        entrant: entrant.name(),
+        problem: "printed a malformed sample".to_owned(),
     })
 }
 

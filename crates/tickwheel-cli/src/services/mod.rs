@@ -2,7 +2,7 @@
 //! measured on W4 (N tasks with delays; schedule rate, wall and CPU time, memory, lateness;
 //! defined in `docs/ARCHITECTURE.md`, "Workloads").
 //!
-//! Layout: [`drivers`] puts each entrant behind [`RealTimeTimer`]; this file runs W4 and
+//! Layout: [`adapters`] puts each entrant behind [`RealTimeTimer`]; this file runs W4 and
 //! checks it; [`isolated`] runs it in a child process; [`report`] holds the samples and
 //! renders their table.
 //!
@@ -27,13 +27,14 @@
 //!   `tickwheel bench` runs each entrant in its own process ([`run_isolated`]) so these are
 //!   the entrant's own.
 
+use crate::error::{Error, Result};
 use crate::machine;
 use indicatif::ProgressBar;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod drivers;
+mod adapters;
 mod isolated;
 pub mod report;
 
@@ -59,7 +60,7 @@ pub enum ServiceEntrant {
     /// A `BinaryHeap` behind a mutex plus one timer thread.
     HeapThread,
     /// A floor, not a timer: 1 ms buckets filled and run by one thread (see
-    /// [`drivers::BucketFloor`]).
+    /// [`adapters::BucketFloor`]).
     BucketFloor,
 }
 
@@ -220,7 +221,7 @@ impl Log {
 
     /// Each task's firing stamp plus one (0: never ran), read back from the entries once
     /// every task has run; `Err` names a task that ran twice.
-    fn fired_at(&self) -> Result<Vec<u64>, String> {
+    fn fired_at(&self) -> Result<Vec<u64>> {
         let mut fired_at = vec![0u64; self.n];
         let claimed = self.claimed.load(Ordering::Relaxed).min(self.tasks.len());
         let overflow = self.overflow.lock().unwrap_or_else(|p| p.into_inner());
@@ -237,10 +238,12 @@ impl Log {
             );
         for (task, stamp) in entries {
             let Some(slot) = fired_at.get_mut(task as usize) else {
-                return Err(format!("task {task} is not a task of this run"));
+                return Err(Error::Check(format!(
+                    "task {task} is not a task of this run"
+                )));
             };
             if *slot != 0 {
-                return Err(format!("task {task} ran twice"));
+                return Err(Error::Check(format!("task {task} ran twice")));
             }
             *slot = stamp + 1;
         }
@@ -277,19 +280,19 @@ pub fn start(
     entrant: ServiceEntrant,
     n: usize,
     setup: TickwheelSetup,
-) -> Result<Box<dyn RealTimeTimer>, String> {
+) -> Result<Box<dyn RealTimeTimer>> {
     Ok(match entrant {
-        ServiceEntrant::TimerService => Box::new(drivers::TickwheelService::new(setup, None)?),
+        ServiceEntrant::TimerService => Box::new(adapters::TickwheelService::new(setup, None)?),
         ServiceEntrant::TimerServiceHere => {
-            Box::new(drivers::TickwheelService::new(setup, Some(0))?)
+            Box::new(adapters::TickwheelService::new(setup, Some(0))?)
         }
         ServiceEntrant::TimerServiceHandles => {
-            Box::new(drivers::TickwheelServiceHandles::new(setup, n)?)
+            Box::new(adapters::TickwheelServiceHandles::new(setup, n)?)
         }
-        ServiceEntrant::TokioSleep => Box::new(drivers::TokioSleep::new()?),
-        ServiceEntrant::DelayQueueChannel => Box::new(drivers::DelayQueueChannel::new()?),
-        ServiceEntrant::HeapThread => Box::new(drivers::HeapThread::new()?),
-        ServiceEntrant::BucketFloor => Box::new(drivers::BucketFloor::new()?),
+        ServiceEntrant::TokioSleep => Box::new(adapters::TokioSleep::new()?),
+        ServiceEntrant::DelayQueueChannel => Box::new(adapters::DelayQueueChannel::new()?),
+        ServiceEntrant::HeapThread => Box::new(adapters::HeapThread::new()?),
+        ServiceEntrant::BucketFloor => Box::new(adapters::BucketFloor::new()?),
     })
 }
 
@@ -300,9 +303,9 @@ pub fn run(
     delays: &[u64],
     setup: TickwheelSetup,
     progress: Option<&ProgressBar>,
-) -> Result<ServiceSample, String> {
+) -> Result<ServiceSample> {
     let n = delays.len();
-    let driver = start(entrant, n, setup)?;
+    let adapter = start(entrant, n, setup)?;
     let log = Arc::new(Log::new(n));
     let mut deadlines = vec![0u64; n];
     // Touch the pages now, so the RSS baseline below already holds them.
@@ -316,7 +319,7 @@ pub fn run(
         let now = Instant::now();
         let delay = Duration::from_millis(delay_ms);
         deadlines[id] = (now - log.base).as_nanos() as u64 + delay.as_nanos() as u64;
-        driver.schedule(id as u32, now + delay, &log);
+        adapter.schedule(id as u32, now + delay, &log);
     }
     let scheduled = log.stamp();
     let schedule = Duration::from_nanos(scheduled - start);
@@ -331,10 +334,14 @@ pub fn run(
     let peak_rss = machine::peak_rss_bytes()
         .zip(rss_before)
         .map(|(a, b)| a.saturating_sub(b));
-    driver.shutdown();
-    waited.map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
-    let mut sample = summarize(&log, &deadlines, start, scheduled)
-        .map_err(|e| format!("{} failed W4: {e}", entrant.name()))?;
+    adapter.shutdown();
+    let failed = |e| Error::Failed {
+        entrant: entrant.name(),
+        workload: "W4",
+        source: Box::new(e),
+    };
+    waited.map_err(failed)?;
+    let mut sample = summarize(&log, &deadlines, start, scheduled).map_err(failed)?;
     sample.entrant = entrant;
     sample.max_delay_ms = max_delay.as_millis() as u64;
     sample.schedule = schedule;
@@ -353,7 +360,7 @@ fn thread_cpu() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
-fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Result<(), String> {
+fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Result<()> {
     let n = log.n;
     let give_up = Instant::now() + timeout;
     loop {
@@ -362,13 +369,19 @@ fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Res
             bar.set_position(fired as u64);
         }
         if fired > n {
-            return Err(format!("{} runs more than the {n} tasks", fired - n));
+            return Err(Error::Check(format!(
+                "{} runs more than the {n} tasks",
+                fired - n
+            )));
         }
         if fired == n {
             return Ok(());
         }
         if Instant::now() > give_up {
-            return Err(format!("{} of {n} tasks never ran", n - fired));
+            return Err(Error::Check(format!(
+                "{} of {n} tasks never ran",
+                n - fired
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -376,25 +389,20 @@ fn wait_all(log: &Log, timeout: Duration, progress: Option<&ProgressBar>) -> Res
 
 /// Checks every firing and sums up lateness: over all tasks, and over those due after
 /// `scheduled` (the stamp when the producer finished).
-fn summarize(
-    log: &Log,
-    deadlines: &[u64],
-    start: u64,
-    scheduled: u64,
-) -> Result<ServiceSample, String> {
+fn summarize(log: &Log, deadlines: &[u64], start: u64, scheduled: u64) -> Result<ServiceSample> {
     let mut late = Vec::with_capacity(deadlines.len());
     let mut after = Vec::new();
     let mut last = start;
     let fired_at = log.fired_at()?;
     for (id, (&slot, &deadline)) in fired_at.iter().zip(deadlines).enumerate() {
         let Some(fired) = slot.checked_sub(1) else {
-            return Err(format!("task {id} never ran"));
+            return Err(Error::Check(format!("task {id} never ran")));
         };
         if fired < deadline {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "task {id} ran {} µs early",
                 (deadline - fired) / 1000
-            ));
+            )));
         }
         last = last.max(fired);
         late.push(fired - deadline);
@@ -486,7 +494,7 @@ mod tests {
         assert_eq!(log.fired(), 2);
         assert_eq!(log.fired_at().unwrap()[1], 0, "task 1 never ran");
         log.fire(0);
-        assert_eq!(log.fired_at(), Err("task 0 ran twice".to_string()));
+        assert_eq!(log.fired_at().unwrap_err().to_string(), "task 0 ran twice");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and its rows in `results.csv` / `results.json`.
 
 use super::{quantile, ServiceEntrant};
-use crate::report::pretty_n;
+use crate::units::pretty_n;
 use crate::workload::Workload;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -188,7 +188,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// The sample's row of `results.csv` (columns of [`crate::report::CSV_HEADER`]).
+/// The sample's row of `results.csv`, in the columns `crate::report::CSV_HEADER` names.
 pub fn csv_row(s: &ServiceSample) -> String {
     format!(
         "W4,{},{},{},1,{},{},{:.3},,,,{:.0},{:.4},{},{},{},{},{},{},true\n",

@@ -3,6 +3,7 @@
 //! `BinaryHeap`-plus-thread baseline.
 
 use super::{Log, RealTimeTimer, TickwheelSetup};
+use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -16,7 +17,7 @@ use tokio_util::time::DelayQueue;
 
 /// A `TimerService` with its defaults (a worker a core, sharded wheels) but for `setup`
 /// and the worker count if `workers` is given.
-fn service(setup: TickwheelSetup, workers: Option<usize>) -> Result<TimerService, String> {
+fn service(setup: TickwheelSetup, workers: Option<usize>) -> Result<TimerService> {
     let builder = TimerService::builder()
         .resolution(setup.tick)
         .wake_interval(setup.wake_interval);
@@ -25,7 +26,7 @@ fn service(setup: TickwheelSetup, workers: Option<usize>) -> Result<TimerService
         None => builder,
     }
     .build()
-    .map_err(|e| format!("TimerService: {e}"))
+    .map_err(|e| Error::io("TimerService", e))
 }
 
 /// The run's log as a `&'static Log`: one reference leaked on the first call (a W4 run is
@@ -50,7 +51,7 @@ pub struct TickwheelService {
 
 impl TickwheelService {
     /// Starts a service as `setup` says, with `workers` workers (default: a core each).
-    pub fn new(setup: TickwheelSetup, workers: Option<usize>) -> Result<TickwheelService, String> {
+    pub fn new(setup: TickwheelSetup, workers: Option<usize>) -> Result<TickwheelService> {
         Ok(TickwheelService {
             service: service(setup, workers)?,
             log: OnceLock::new(),
@@ -87,7 +88,7 @@ pub struct TickwheelServiceHandles {
 
 impl TickwheelServiceHandles {
     /// Starts a service as `setup` says, with room for `n` handles.
-    pub fn new(setup: TickwheelSetup, n: usize) -> Result<TickwheelServiceHandles, String> {
+    pub fn new(setup: TickwheelSetup, n: usize) -> Result<TickwheelServiceHandles> {
         Ok(TickwheelServiceHandles {
             service: service(setup, None)?,
             log: OnceLock::new(),
@@ -117,11 +118,11 @@ pub struct TokioSleep {
 
 impl TokioSleep {
     /// A fresh multi-thread runtime.
-    pub fn new() -> Result<TokioSleep, String> {
+    pub fn new() -> Result<TokioSleep> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_time()
             .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
+            .map_err(|e| Error::io("tokio runtime", e))?;
         Ok(TokioSleep { runtime })
     }
 }
@@ -159,18 +160,18 @@ pub struct DelayQueueChannel {
 
 impl DelayQueueChannel {
     /// Starts the runtime thread and its queue task.
-    pub fn new() -> Result<DelayQueueChannel, String> {
+    pub fn new() -> Result<DelayQueueChannel> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
+            .map_err(|e| Error::io("tokio runtime", e))?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let log = Arc::new(OnceLock::new());
         let task_log = Arc::clone(&log);
         let thread = std::thread::Builder::new()
             .name("delay-queue".into())
             .spawn(move || runtime.block_on(delay_queue_task(receiver, &task_log)))
-            .map_err(|e| format!("cannot start the delay queue thread: {e}"))?;
+            .map_err(|e| Error::io("cannot start the delay queue thread", e))?;
         Ok(DelayQueueChannel {
             log,
             sender: Some(sender),
@@ -221,7 +222,7 @@ async fn delay_queue_task(
 
 impl RealTimeTimer for DelayQueueChannel {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        // One driver serves one W4 run, so one log: kept on the first call.
+        // One adapter serves one W4 run, so one log: kept on the first call.
         self.log.get_or_init(|| Arc::clone(log));
         if let Some(sender) = &self.sender {
             // Fails only once the queue task is gone, which `shutdown` alone causes.
@@ -275,13 +276,13 @@ pub struct HeapThread {
 
 impl HeapThread {
     /// Starts the timer thread.
-    pub fn new() -> Result<HeapThread, String> {
+    pub fn new() -> Result<HeapThread> {
         let shared = Arc::new(Shared::default());
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("heap-timer".into())
             .spawn(move || timer_thread(&worker))
-            .map_err(|e| format!("cannot start the heap timer thread: {e}"))?;
+            .map_err(|e| Error::io("cannot start the heap timer thread", e))?;
         Ok(HeapThread {
             shared,
             thread: Some(thread),
@@ -334,7 +335,7 @@ fn timer_thread(shared: &Shared) {
 
 impl RealTimeTimer for HeapThread {
     fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
-        // One driver serves one W4 run, so one log: kept on the first call.
+        // One adapter serves one W4 run, so one log: kept on the first call.
         self.shared.log.get_or_init(|| Arc::clone(log));
         let mut state = self.shared.lock();
         let earliest = state
@@ -379,7 +380,7 @@ pub struct BucketFloor {
 
 impl BucketFloor {
     /// Starts the thread.
-    pub fn new() -> Result<BucketFloor, String> {
+    pub fn new() -> Result<BucketFloor> {
         let shared = Arc::new(FloorShared {
             base: Instant::now(),
             staged: Mutex::new(Vec::new()),
@@ -390,7 +391,7 @@ impl BucketFloor {
         let thread = std::thread::Builder::new()
             .name("bucket-floor".into())
             .spawn(move || floor_thread(&worker))
-            .map_err(|e| format!("cannot start the bucket floor's thread: {e}"))?;
+            .map_err(|e| Error::io("cannot start the bucket floor's thread", e))?;
         Ok(BucketFloor {
             shared,
             thread: Some(thread),
