@@ -201,6 +201,7 @@ mod connection;
 mod error;
 mod namespace;
 mod producer;
+mod protocol;
 mod recurrence;
 mod scripts;
 #[cfg(feature = "testing")]
@@ -216,6 +217,7 @@ pub use connection::CLUSTER_SCHEME;
 pub use error::Error;
 pub use namespace::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Producer, Task};
+pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, TaskState};
 pub use worker::{

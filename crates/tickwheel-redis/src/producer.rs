@@ -1,13 +1,10 @@
 //! The producer side: schedule, replace, cancel, reschedule, look up.
 
-use redis::Value;
-
 use crate::namespace::{
-    array, check_id, connect, int, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt,
-    TaskState,
+    check_id, connect, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt, TaskState,
 };
+use crate::protocol::{self, Cancel, Reschedule, Schedule, ScheduleTask, Scheduled, State, When};
 use crate::recurrence::Recurrence;
-use crate::scripts::scripts;
 
 /// One task of a bulk [`Producer::schedule_many`].
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +18,35 @@ pub struct Task<'a> {
     /// `Some` for a recurring task, stored as [`Producer::schedule_recurring`] stores it
     /// (`run_at` is then its first run); `None` for a one-shot task.
     pub recurrence: Option<&'a Recurrence>,
+}
+
+impl<'a> Task<'a> {
+    /// A one-shot task (the struct literal works as well).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tickwheel_redis::{Recurrence, RunAt, Task};
+    /// let once = Task::new("remind-7", RunAt::After(Duration::from_secs(60)), b"remind");
+    /// let every = Recurrence::Every(Duration::from_secs(60));
+    /// let ticking = Task::new("tick", RunAt::AtMillis(1_800_000_000_000), b"").recurring(&every);
+    /// assert!(once.recurrence.is_none() && ticking.recurrence.is_some());
+    /// ```
+    pub fn new(id: &'a str, run_at: RunAt, payload: &'a [u8]) -> Task<'a> {
+        Task {
+            id,
+            run_at,
+            payload,
+            recurrence: None,
+        }
+    }
+
+    /// The same task, recurring as `recurrence` says (`run_at` is then its first run).
+    pub fn recurring(self, recurrence: &'a Recurrence) -> Task<'a> {
+        Task {
+            recurrence: Some(recurrence),
+            ..self
+        }
+    }
 }
 
 /// Stores tasks in a namespace. Every call is one round trip (bulk: one pipeline), and returns
@@ -94,9 +120,15 @@ impl Producer {
 
     /// Stores a task, replacing any task with the same id (pending or in flight: the new one
     /// starts at attempt 0, and an in-flight delivery of the old one can no longer be
-    /// acknowledged). Returns whether it replaced one.
-    pub fn schedule(&mut self, id: &str, run_at: RunAt, payload: &[u8]) -> Result<bool, Error> {
-        self.store(id, run_at, payload, String::new())
+    /// acknowledged). Returns what it stored: its version, its run-at (for [`RunAt::After`],
+    /// as Redis computed it from its clock) and whether it replaced a task.
+    pub fn schedule(
+        &mut self,
+        id: &str,
+        run_at: RunAt,
+        payload: &[u8],
+    ) -> Result<Scheduled, Error> {
+        self.store(Task::new(id, run_at, payload))
     }
 
     /// Stores a recurring task, replacing any task with the same id: its first run at
@@ -106,90 +138,83 @@ impl Producer {
     /// run's due time and after the moment it was claimed: runs missed while no worker was
     /// delivering are not replayed one by one). [`cancel`](Producer::cancel) stops the series.
     /// For a first run on the schedule itself, use [`Recurrence::next_after_ms`].
-    /// Returns whether it replaced a task.
+    /// Returns what it stored, as [`schedule`](Producer::schedule) does (the version and
+    /// run-at of the first run).
     pub fn schedule_recurring(
         &mut self,
         id: &str,
         first: RunAt,
         recurrence: &Recurrence,
         payload: &[u8],
-    ) -> Result<bool, Error> {
-        let rec = recurrence.encode()?;
-        self.store(id, first, payload, rec)
+    ) -> Result<Scheduled, Error> {
+        self.store(Task::new(id, first, payload).recurring(recurrence))
     }
 
-    fn store(
-        &mut self,
-        id: &str,
-        run_at: RunAt,
-        payload: &[u8],
-        rec: String,
-    ) -> Result<bool, Error> {
-        self.check(id, payload)?;
-        let (when, tail) = schedule_args(run_at, payload, &rec)?;
-        let now = self.cfg.now_arg();
+    fn store(&mut self, task: Task<'_>) -> Result<Scheduled, Error> {
+        let task = self.checked(task)?;
+        let now = protocol::now(&self.cfg);
         self.with_con(|con, ns| {
-            let mut inv = ns.invoke(&scripts().schedule, id);
-            inv.arg(now)
-                .arg(&ns.channel)
-                .arg(ns.shard_of(id))
-                .arg(id)
-                .arg(&when)
-                .arg(&tail);
-            let replaced: i64 = inv.invoke(con)?;
-            Ok(replaced > 0)
+            let shard = ns.shard_of(task.id);
+            let call = Schedule {
+                keys: &ns.shards[shard as usize],
+                now,
+                channel: &ns.channel,
+                shard,
+                tasks: std::slice::from_ref(&task),
+            };
+            let stored = protocol::invoke(con, &call)?;
+            stored
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Protocol("SCHEDULE: no task in the reply".into()))
+        })
+    }
+
+    /// Checks a task's id, payload, run-at and recurrence, and encodes it.
+    fn checked<'a>(&self, t: Task<'a>) -> Result<ScheduleTask<'a>, Error> {
+        self.check(t.id, t.payload)?;
+        let recurrence = t.recurrence.map(Recurrence::encode).transpose()?;
+        Ok(ScheduleTask {
+            id: t.id,
+            when: When::new(t.run_at)?,
+            payload: t.payload,
+            recurrence: recurrence.unwrap_or_default(),
         })
     }
 
     /// Stores many tasks in one pipeline: tasks are grouped by shard, up to
     /// [`Config::batch`] per script call, and each task is stored exactly as
     /// [`schedule`](Producer::schedule) (or, with a [`Task::recurrence`],
-    /// [`schedule_recurring`](Producer::schedule_recurring)) would store it, in the order given (replace by id,
-    /// a new version, the owning worker told of tasks inside its loaded window: one
-    /// notification per script call, however many tasks it names). Every id, payload and
-    /// recurrence is checked before anything is sent. `Ok` means every task is stored; on `Err` some may
-    /// be, and calling again with the same tasks is safe (same ids replace). Returns how many
-    /// tasks replaced existing ones (as many as `true`s the same calls to `schedule` would
-    /// return).
-    pub fn schedule_many<'a, I>(&mut self, tasks: I) -> Result<usize, Error>
+    /// [`schedule_recurring`](Producer::schedule_recurring)) would store it, in the order
+    /// given (replace by id, a new version, the owning worker told of tasks inside its loaded
+    /// window: one notification per script call, however many tasks it names). Every id,
+    /// payload, run-at and recurrence is checked before anything is sent. `Ok` means every
+    /// task is stored; on `Err` some may be, and calling again with the same tasks is safe
+    /// (same ids replace). Returns what each task stored, in the order given: an id given
+    /// twice replaces its earlier task, as two calls to `schedule` would.
+    pub fn schedule_many<'a, I>(&mut self, tasks: I) -> Result<Vec<Scheduled>, Error>
     where
         I: IntoIterator<Item = Task<'a>>,
     {
-        let shards = self.ns.shards.len();
-        let mut groups: Vec<Vec<(&'a str, String, Vec<u8>)>> = vec![Vec::new(); shards];
+        let mut groups = Groups::new(self.ns.shards.len());
         for t in tasks {
-            self.check(t.id, t.payload)?;
-            let rec = t.recurrence.map(Recurrence::encode).transpose()?;
-            let (when, tail) = schedule_args(t.run_at, t.payload, &rec.unwrap_or_default())?;
-            groups[self.ns.shard_of(t.id) as usize].push((t.id, when, tail));
+            let t = self.checked(t)?;
+            groups.push(self.ns.shard_of(t.id), t);
         }
-        let batch = self.cfg.batch;
-        let now = self.cfg.now_arg();
-        let sha = scripts().schedule.get_hash().to_string();
-        let mut pipe = redis::pipe();
-        for (shard, group) in groups.iter().enumerate() {
-            for chunk in group.chunks(batch) {
-                let keys = &self.ns.shards[shard].0;
-                let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
-                cmd.arg(&now).arg(&self.ns.channel).arg(shard);
-                for (id, when, tail) in chunk {
-                    cmd.arg(*id).arg(when).arg(tail);
-                }
-            }
-        }
-        if pipe.is_empty() {
-            return Ok(0);
-        }
-        self.with_con(|con, _| {
-            let run = |con: &mut Con| -> redis::RedisResult<Vec<i64>> { query_pipe(con, &pipe) };
-            let replaced = match run(con) {
-                Err(e) if e.code() == Some("NOSCRIPT") => {
-                    scripts().schedule.prepare_invoke().load(con)?;
-                    run(con)?
-                }
-                r => r?,
-            };
-            Ok(replaced.iter().map(|&n| n as usize).sum())
+        let (batch, now) = (self.cfg.batch, protocol::now(&self.cfg));
+        self.with_con(|con, ns| {
+            let calls: Vec<Schedule> = groups
+                .chunks(batch)
+                .map(|(shard, tasks)| Schedule {
+                    keys: &ns.shards[shard as usize],
+                    now,
+                    channel: &ns.channel,
+                    shard,
+                    tasks,
+                })
+                .collect();
+            let replies = protocol::invoke_all(con, &calls)?;
+            groups.scatter(batch, replies)
         })
     }
 
@@ -199,29 +224,79 @@ impl Producer {
     /// pending or in flight (the run in hand can then no longer be acknowledged nor delivered
     /// again), so no further run is delivered.
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
-        check_id(id)?;
+        Ok(self.cancel_many([id])?[0])
+    }
+
+    /// Cancels many tasks in one pipeline (one round trip: under `appendfsync always`, one
+    /// fsync instead of one per task): ids are grouped by shard, up to [`Config::batch`] per
+    /// script call. Returns, for each id in the order given, what
+    /// [`cancel`](Producer::cancel) would return (an id given twice: `false` the second
+    /// time). Every id is checked before anything is sent; on `Err` some may be cancelled,
+    /// and calling again is safe.
+    pub fn cancel_many<S, I>(&mut self, ids: I) -> Result<Vec<bool>, Error>
+    where
+        S: AsRef<str>,
+        I: IntoIterator<Item = S>,
+    {
+        let ids: Vec<S> = ids.into_iter().collect();
+        let mut groups = Groups::new(self.ns.shards.len());
+        for id in &ids {
+            let id = id.as_ref();
+            check_id(id)?;
+            groups.push(self.ns.shard_of(id), id);
+        }
+        let batch = self.cfg.batch;
         self.with_con(|con, ns| {
-            let n: i64 = ns.invoke(&scripts().cancel, id).arg(id).invoke(con)?;
-            Ok(n == 1)
+            let calls: Vec<Cancel> = groups
+                .chunks(batch)
+                .map(|(shard, ids)| Cancel {
+                    keys: &ns.shards[shard as usize],
+                    ids,
+                })
+                .collect();
+            let replies = protocol::invoke_all(con, &calls)?;
+            groups.scatter(batch, replies)
         })
     }
 
-    /// Moves a pending task to a new run-at, keeping its payload and attempt count: `true` when
-    /// it was pending, `false` for an unknown id or a task in flight.
+    /// Moves a pending task to a new run-at, keeping its payload and attempt count (with a
+    /// new version): `true` when it was pending, `false` for an unknown id or a task in
+    /// flight.
     pub fn reschedule(&mut self, id: &str, run_at: RunAt) -> Result<bool, Error> {
-        check_id(id)?;
-        let (mode, ms) = run_at.encode()?;
-        let now = self.cfg.now_arg();
+        Ok(self.reschedule_many([(id, run_at)])?[0])
+    }
+
+    /// Moves many pending tasks in one pipeline, grouped by shard, up to [`Config::batch`]
+    /// per script call, each as [`reschedule`](Producer::reschedule) would, in the order
+    /// given. Returns, for each move in that order, whether the task was pending and moved.
+    /// Every id and run-at is checked before anything is sent; on `Err` some may have moved,
+    /// and calling again is safe.
+    pub fn reschedule_many<S, I>(&mut self, moves: I) -> Result<Vec<bool>, Error>
+    where
+        S: AsRef<str>,
+        I: IntoIterator<Item = (S, RunAt)>,
+    {
+        let moves: Vec<(S, RunAt)> = moves.into_iter().collect();
+        let mut groups = Groups::new(self.ns.shards.len());
+        for (id, run_at) in &moves {
+            let id = id.as_ref();
+            check_id(id)?;
+            groups.push(self.ns.shard_of(id), (id, When::new(*run_at)?));
+        }
+        let (batch, now) = (self.cfg.batch, protocol::now(&self.cfg));
         self.with_con(|con, ns| {
-            let mut inv = ns.invoke(&scripts().reschedule, id);
-            inv.arg(now)
-                .arg(&ns.channel)
-                .arg(ns.shard_of(id))
-                .arg(id)
-                .arg(mode)
-                .arg(ms);
-            let n: i64 = inv.invoke(con)?;
-            Ok(n == 1)
+            let calls: Vec<Reschedule> = groups
+                .chunks(batch)
+                .map(|(shard, moves)| Reschedule {
+                    keys: &ns.shards[shard as usize],
+                    now,
+                    channel: &ns.channel,
+                    shard,
+                    moves,
+                })
+                .collect();
+            let replies = protocol::invoke_all(con, &calls)?;
+            groups.scatter(batch, replies)
         })
     }
 
@@ -230,27 +305,8 @@ impl Producer {
     pub fn state(&mut self, id: &str) -> Result<TaskState, Error> {
         check_id(id)?;
         self.with_con(|con, ns| {
-            let v: Value = ns.invoke(&scripts().state, id).arg(id).invoke(con)?;
-            let a = array(v)?;
-            let n = |i: usize| {
-                a.get(i)
-                    .ok_or_else(|| Error::Protocol("short STATE".into()))
-                    .and_then(int)
-            };
-            Ok(match n(0)? {
-                1 => TaskState::Pending {
-                    run_at_ms: n(1)? as u64,
-                    attempts: n(2)? as u32,
-                    version: n(3)? as u64,
-                },
-                2 => TaskState::InFlight {
-                    due_ms: n(1)? as u64,
-                    attempt: n(2)? as u32,
-                    version: n(3)? as u64,
-                    visible_at_ms: n(4)? as u64,
-                },
-                _ => TaskState::Unknown,
-            })
+            let keys = &ns.shards[ns.shard_of(id) as usize];
+            protocol::invoke(con, &State { keys, id })
         })
     }
 
@@ -272,18 +328,58 @@ impl Producer {
     }
 }
 
-/// A task's arguments to the schedule script after its id: the run-at (`<ms>` an instant,
-/// `-<ms>` a delay from the server's now) and the stored value's tail (`<recurrence
-/// length>:<recurrence><payload>`), so the script only prepends the version, attempt and due.
-fn schedule_args(run_at: RunAt, payload: &[u8], rec: &str) -> Result<(String, Vec<u8>), Error> {
-    let (mode, ms) = run_at.encode()?;
-    let when = if mode == "d" {
-        format!("-{ms}")
-    } else {
-        ms.to_string()
-    };
-    let mut tail = Vec::with_capacity(rec.len() + payload.len() + 8);
-    tail.extend_from_slice(format!("{}:{rec}", rec.len()).as_bytes());
-    tail.extend_from_slice(payload);
-    Ok((when, tail))
+/// The items of a bulk call grouped by shard, each with its position in the call, for one
+/// script call per shard and batch, and the replies put back in the call's order.
+struct Groups<T> {
+    items: Vec<Vec<T>>,
+    index: Vec<Vec<usize>>,
+    len: usize,
+}
+
+impl<T> Groups<T> {
+    fn new(shards: usize) -> Groups<T> {
+        Groups {
+            items: (0..shards).map(|_| Vec::new()).collect(),
+            index: vec![Vec::new(); shards],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, shard: u32, item: T) {
+        self.items[shard as usize].push(item);
+        self.index[shard as usize].push(self.len);
+        self.len += 1;
+    }
+
+    /// Each script call's shard and items: up to `batch` items, shard by shard.
+    fn chunks(&self, batch: usize) -> impl Iterator<Item = (u32, &[T])> {
+        self.items
+            .iter()
+            .enumerate()
+            .flat_map(move |(s, items)| items.chunks(batch).map(move |c| (s as u32, c)))
+    }
+
+    /// The replies of the calls of [`chunks`](Groups::chunks), one per item, in the order
+    /// the items were pushed.
+    fn scatter<R>(&self, batch: usize, replies: Vec<Vec<R>>) -> Result<Vec<R>, Error> {
+        let mut out: Vec<Option<R>> = (0..self.len).map(|_| None).collect();
+        let calls = self.index.iter().flat_map(|idx| idx.chunks(batch));
+        let mut replies = replies.into_iter();
+        for idx in calls {
+            let reply = replies.next().unwrap_or_default();
+            if reply.len() != idx.len() {
+                return Err(Error::Protocol(format!(
+                    "{} replies to a call of {} items",
+                    reply.len(),
+                    idx.len()
+                )));
+            }
+            for (&i, r) in idx.iter().zip(reply) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.ok_or_else(|| Error::Protocol("a bulk call lost an item".into())))
+            .collect()
+    }
 }

@@ -64,12 +64,16 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
     assert_eq!(p.shards(), SHARDS);
 
     // One-by-one schedules, cancel, reschedule and state, each routed to its shard's node.
-    assert!(!p
-        .schedule("one", RunAt::AtMillis(T0 + 5_000), b"1")
-        .unwrap());
-    assert!(p
-        .schedule("one", RunAt::AtMillis(T0 + 6_000), b"1")
-        .unwrap());
+    assert!(
+        !p.schedule("one", RunAt::AtMillis(T0 + 5_000), b"1")
+            .unwrap()
+            .replaced
+    );
+    assert!(
+        p.schedule("one", RunAt::AtMillis(T0 + 6_000), b"1")
+            .unwrap()
+            .replaced
+    );
     assert!(matches!(
         p.state("one").unwrap(),
         TaskState::Pending {
@@ -92,7 +96,7 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
         payload: id.as_bytes(),
         recurrence: None,
     });
-    assert_eq!(p.schedule_many(tasks).unwrap(), 0);
+    assert!(p.schedule_many(tasks).unwrap().iter().all(|s| !s.replaced));
     assert_eq!(p.len().unwrap(), 601);
 
     // The shards spread over all three nodes, each shard on exactly one.

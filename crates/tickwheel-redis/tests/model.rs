@@ -61,7 +61,9 @@ fn table_of_durable_delivery_results() {
     assert!(p.cancel("b").unwrap(), "cancel of a pending task");
     assert!(p.reschedule("c", RunAt::AtMillis(T0 + 50)).unwrap());
     assert!(
-        p.schedule("a", RunAt::AtMillis(T0 + 150), b"a2").unwrap(),
+        p.schedule("a", RunAt::AtMillis(T0 + 150), b"a2")
+            .unwrap()
+            .replaced,
         "replace"
     );
 
@@ -135,9 +137,11 @@ fn table_of_durable_delivery_results() {
     p.schedule("g", RunAt::AtMillis(T0 + 40_000), b"g1")
         .unwrap();
     assert_eq!(ids(&step(&mut w, |_| Outcome::Leave)), [("g", 1)]);
-    assert!(p
-        .schedule("g", RunAt::AtMillis(T0 + 40_010), b"g2")
-        .unwrap());
+    assert!(
+        p.schedule("g", RunAt::AtMillis(T0 + 40_010), b"g2")
+            .unwrap()
+            .replaced
+    );
     assert!(matches!(
         p.state("g").unwrap(),
         TaskState::Pending { attempts: 0, .. }
@@ -409,7 +413,8 @@ fn random_operations_match_the_reference_model() {
             0..=3 => {
                 let run_at = now + rng.below(2000);
                 let payload = format!("{id}@{round}").into_bytes();
-                let replaced = p.schedule(&id, RunAt::AtMillis(run_at), &payload).unwrap();
+                let stored = p.schedule(&id, RunAt::AtMillis(run_at), &payload);
+                let replaced = stored.unwrap().replaced;
                 if in_flight {
                     superseded.insert(id.clone());
                 }
@@ -579,7 +584,7 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
     ));
     let mut replaced_one = 0;
     for (id, run_at, payload) in &batch {
-        replaced_one += usize::from(p1.schedule(id, *run_at, payload).unwrap());
+        replaced_one += usize::from(p1.schedule(id, *run_at, payload).unwrap().replaced);
         let at = match run_at {
             RunAt::AtMillis(ms) => *ms,
             _ => T0 + 420,
@@ -594,6 +599,7 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
             recurrence: None,
         }))
         .unwrap();
+    let replaced_many = replaced_many.iter().filter(|s| s.replaced).count();
     assert_eq!(replaced_many, replaced_one);
     assert_eq!(replaced_one, 5 + 1, "k0, k2, .., k8 and the second n3");
     for id in model.keys() {

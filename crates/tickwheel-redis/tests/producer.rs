@@ -4,7 +4,9 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tickwheel_redis::{Config, Error, Producer, RunAt, Task, TaskState, SCHEMA_VERSION};
+use tickwheel_redis::{
+    Config, Error, Producer, Recurrence, RunAt, Scheduled, Task, TaskState, SCHEMA_VERSION,
+};
 
 #[test]
 fn schedule_replace_cancel_reschedule_state() {
@@ -13,7 +15,9 @@ fn schedule_replace_cancel_reschedule_state() {
     let mut p = Producer::connect(&cfg).unwrap();
     assert_eq!(p.shards(), 4);
 
-    assert!(!p.schedule("a", RunAt::AtMillis(2_000_000), b"one").unwrap());
+    let a1 = p.schedule("a", RunAt::AtMillis(2_000_000), b"one").unwrap();
+    assert!(!a1.replaced);
+    assert_eq!(a1.run_at_ms, 2_000_000);
     let TaskState::Pending {
         run_at_ms,
         attempts,
@@ -22,12 +26,14 @@ fn schedule_replace_cancel_reschedule_state() {
     else {
         panic!("a is pending")
     };
-    assert_eq!((run_at_ms, attempts), (2_000_000, 0));
+    assert_eq!((run_at_ms, attempts, v1), (2_000_000, 0, a1.version));
 
-    // Same id: replaces (idempotent retries), with a new version.
-    assert!(p
+    // Same id: replaces (idempotent retries), with a new version, and says where a delay
+    // put it.
+    let a2 = p
         .schedule("a", RunAt::After(Duration::from_millis(500)), b"two")
-        .unwrap());
+        .unwrap();
+    assert!(a2.replaced);
     let TaskState::Pending {
         run_at_ms,
         version: v2,
@@ -41,6 +47,7 @@ fn schedule_replace_cancel_reschedule_state() {
         "a delay counts from the namespace's clock"
     );
     assert!(v2 > v1);
+    assert_eq!((a2.run_at_ms, a2.version), (run_at_ms, v2));
     assert_eq!(p.len().unwrap(), 1);
 
     assert!(p.reschedule("a", RunAt::AtMillis(3_000_000)).unwrap());
@@ -73,22 +80,119 @@ fn bulk_schedule_stores_every_task() {
         payload: id.as_bytes(),
         recurrence: None,
     });
-    assert_eq!(p.schedule_many(tasks.clone()).unwrap(), 0);
+    let first = p.schedule_many(tasks.clone()).unwrap();
+    assert_eq!(first.len(), 1000, "one per task, in the order given");
+    for (i, s) in first.iter().enumerate() {
+        assert_eq!((s.run_at_ms, s.replaced), (2_000_000 + i as u64, false));
+    }
     assert_eq!(p.len().unwrap(), 1000);
-    assert_eq!(
-        p.schedule_many(tasks).unwrap(),
-        1000,
-        "a retried batch replaces"
-    );
+    let again = p.schedule_many(tasks).unwrap();
+    assert!(again.iter().all(|s| s.replaced), "a retried batch replaces");
     assert_eq!(p.len().unwrap(), 1000);
+    for i in [0, 1, 500, 999] {
+        let want = TaskState::Pending {
+            run_at_ms: 2_000_000 + i as u64,
+            attempts: 0,
+            version: again[i].version,
+        };
+        assert_eq!(p.state(&ids[i]).unwrap(), want, "t{i}");
+        assert!(again[i].version > first[i].version);
+    }
+    assert!(p.schedule_many(std::iter::empty()).unwrap().is_empty());
+}
+
+#[test]
+fn bulk_cancel_and_reschedule_answer_each_id_in_the_order_given() {
+    let s = common::server();
+    let (mut cfg, _time) = common::manual(&s, "bulk-cr", 4);
+    cfg.batch = 3; // several script calls per shard
+    let mut p = Producer::connect(&cfg).unwrap();
+    let ids: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    p.schedule_many(
+        ids.iter()
+            .map(|id| Task::new(id, RunAt::AtMillis(2_000_000), b"")),
+    )
+    .unwrap();
+
+    // Even ids move (t0 by a delay from the namespace's clock, at 1 000 000), an unknown id
+    // does not, t2 moves twice (the last run-at holds).
+    let mut moves: Vec<(String, RunAt)> = (0..40)
+        .step_by(2)
+        .map(|i| (ids[i].clone(), RunAt::AtMillis(3_000_000 + i as u64)))
+        .collect();
+    moves[0].1 = RunAt::After(Duration::from_millis(700));
+    moves.insert(5, ("nope".into(), RunAt::AtMillis(1)));
+    moves.push((ids[2].clone(), RunAt::AtMillis(4_000_000)));
+    let moved = p.reschedule_many(moves.iter().cloned()).unwrap();
+    let want: Vec<bool> = moves.iter().map(|(id, _)| id != "nope").collect();
+    assert_eq!(moved, want);
+    let run_at = |p: &mut Producer, id: &str| match p.state(id).unwrap() {
+        TaskState::Pending { run_at_ms, .. } => run_at_ms,
+        s => panic!("{id}: {s:?}"),
+    };
+    assert_eq!(run_at(&mut p, "t0"), 1_000_700);
+    assert_eq!(run_at(&mut p, "t2"), 4_000_000);
+    assert_eq!(run_at(&mut p, "t38"), 3_000_038);
+    assert_eq!(run_at(&mut p, "t39"), 2_000_000, "odd ids stay");
+
+    // Cancel the odd ids, an unknown one, and t1 twice: each answer in its place.
+    let mut cancel: Vec<&str> = ids.iter().skip(1).step_by(2).map(|s| s.as_str()).collect();
+    cancel.insert(3, "never");
+    cancel.push("t1");
+    let got = p.cancel_many(&cancel).unwrap();
+    let want: Vec<bool> = (0..cancel.len())
+        .map(|i| i != 3 && i + 1 != cancel.len())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(p.len().unwrap(), 20);
+    assert_eq!(p.state("t1").unwrap(), TaskState::Unknown);
+    assert!(p.cancel_many(Vec::<String>::new()).unwrap().is_empty());
+
+    // Every id is checked before anything is sent.
+    let bad = ["t0", "", "t2"];
     assert!(matches!(
-        p.state("t999").unwrap(),
-        TaskState::Pending {
-            run_at_ms: 2_000_999,
-            ..
-        }
+        p.cancel_many(bad),
+        Err(Error::InvalidId { len: 0 })
     ));
-    assert_eq!(p.schedule_many(std::iter::empty()).unwrap(), 0);
+    let bad = [("t0", RunAt::AtMillis(1)), ("t2", RunAt::AtMillis(1 << 60))];
+    assert!(matches!(p.reschedule_many(bad), Err(Error::InvalidRunAt)));
+    assert_eq!(run_at(&mut p, "t0"), 1_000_700, "nothing was sent");
+    assert_eq!(p.len().unwrap(), 20);
+}
+
+#[test]
+fn task_new_and_recurring_store_what_the_struct_literal_stores() {
+    let s = common::server();
+    let (cfg, _time) = common::manual(&s, "ctor", 2);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let every = Recurrence::Every(Duration::from_secs(60));
+    let built = [
+        Task::new("once", RunAt::AtMillis(2_000_000), b"x"),
+        Task::new("rec", RunAt::After(Duration::from_secs(1)), b"y").recurring(&every),
+    ];
+    let literal = Task {
+        id: "rec",
+        run_at: RunAt::After(Duration::from_secs(1)),
+        payload: b"y",
+        recurrence: Some(&every),
+    };
+    assert_eq!(built[1].recurrence, literal.recurrence);
+    assert_eq!(
+        (built[1].id, built[1].run_at, built[1].payload),
+        (literal.id, literal.run_at, literal.payload)
+    );
+    let stored = p.schedule_many(built).unwrap();
+    assert_eq!(stored[1].run_at_ms, 1_001_000);
+    let alone = p
+        .schedule_recurring("rec", RunAt::After(Duration::from_secs(1)), &every, b"y")
+        .unwrap();
+    let want = Scheduled {
+        version: alone.version,
+        run_at_ms: 1_001_000,
+        replaced: true,
+    };
+    assert_eq!(alone, want);
+    assert!(alone.version > stored[1].version);
 }
 
 /// One script call larger than the script's slices (of 2000 command arguments): a bucket
@@ -131,12 +235,16 @@ fn a_large_bulk_call_spans_slices_and_buckets() {
         });
         v
     };
-    assert_eq!(p.schedule_many(batch(0)).unwrap(), 1, "the second t1");
+    let stored = p.schedule_many(batch(0)).unwrap();
+    let replaced: Vec<usize> = (0..stored.len()).filter(|&i| stored[i].replaced).collect();
+    assert_eq!(replaced, [6000], "the second t1");
+    assert!(stored[6000].version > stored[1].version);
+    assert_eq!(stored[5999].run_at_ms, 1_000_000 + 499 * 1000, "a delay");
     assert_eq!(p.len().unwrap(), 6000);
     common::check_layout(&s.url(), "large", 1);
-    assert_eq!(
-        p.schedule_many(batch(500_000)).unwrap(),
-        6001,
+    let stored = p.schedule_many(batch(500_000)).unwrap();
+    assert!(
+        stored.iter().all(|s| s.replaced),
         "every stored task, and the second t1"
     );
     assert_eq!(p.len().unwrap(), 6000);

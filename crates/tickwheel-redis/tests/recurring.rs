@@ -48,9 +48,11 @@ fn a_periodic_task_runs_at_exact_instants_re_armed_by_its_ack() {
     let mut p = Producer::connect(&cfg).unwrap();
     let mut w = Worker::connect(&cfg).unwrap();
     let every = Recurrence::Every(Duration::from_millis(250));
-    assert!(!p
-        .schedule_recurring("p", RunAt::AtMillis(T0 + 100), &every, b"tick")
-        .unwrap());
+    assert!(
+        !p.schedule_recurring("p", RunAt::AtMillis(T0 + 100), &every, b"tick")
+            .unwrap()
+            .replaced
+    );
     assert!(step(&mut w, Outcome::Ack).is_empty());
     for k in 0..8u64 {
         let due = T0 + 100 + 250 * k;
@@ -288,7 +290,7 @@ fn schedule_many_stores_recurring_tasks_as_schedule_recurring_does() {
             recurrence: Some(&every),
         },
     ];
-    assert_eq!(p.schedule_many(tasks).unwrap(), 0);
+    assert!(p.schedule_many(tasks).unwrap().iter().all(|s| !s.replaced));
     let mut runs = Vec::new();
     for due in [T0 + 100, T0 + 400, T0 + 700] {
         time.set_ms(due);

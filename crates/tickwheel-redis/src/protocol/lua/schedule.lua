@@ -4,8 +4,12 @@
 -- ARGV: now, channel, shard, then per task: id, run-at (`<ms>` an instant, `-<ms>` a delay
 -- from now), and the value's tail `<recurrence length>:<recurrence><payload>` (see `parse`;
 -- the recurrence is empty for a one-shot task).
--- Returns how many tasks replaced an existing one (an id given twice in one call counts
--- twice, as two calls would; the earlier task takes a version, and is replaced at once).
+-- Returns {first version, now (or -1 when no delay needed the clock), {replaced...}}: task
+-- `k` (from 1, in ARGV order) took version `first + k - 1`, its run-at is the instant given
+-- or now + its delay, and `replaced` lists (in no particular order) the `k` of every task
+-- that replaced an existing one. An id given twice in one call replaces twice, as two calls
+-- would: the later task replaces the earlier, which takes a version and is replaced at once,
+-- and the first task of an id replaces the stored one.
 -- A call costs a handful of variadic commands whatever its size: one `HMGET` of the ids,
 -- one `HSET` of all the values, per bucket touched one `RPUSH` of its ids, one `HMGET` and
 -- one `HSET` of those buckets' counts, one `ZADD` of those buckets, and one notification
@@ -26,7 +30,7 @@ local n = (#ARGV - 3) / 3
 local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
 local v = redis.call('HINCRBY', KEYS[4], 'seq', n) - n
 local now = nil
-local replaced = 0
+local rep = {}
 local ids, ms_at, at, last = {}, {}, {}, {}
 local dup = false
 for k = 1, n do
@@ -40,7 +44,7 @@ for k = 1, n do
   end
   ids[k], ms_at[k], at[k] = id, ms, when
   if last[id] then
-    replaced = replaced + 1
+    rep[#rep + 1] = k
     dup = true
   end
   last[id] = k
@@ -67,6 +71,12 @@ for k = 1, n do
     list[#list + 1] = id
   end
 end
+-- The first task of each id (its index in `ids`, which is `uniq` unless an id repeats).
+local first = nil
+if dup then
+  first = {}
+  for k = n, 1, -1 do first[ids[k]] = k end
+end
 local left = {}
 local i = 1
 while i <= #uniq do
@@ -74,7 +84,9 @@ while i <= #uniq do
   local old = redis.call('HMGET', KEYS[2], unpack(uniq, i, j))
   for m = 1, j - i + 1 do
     if old[m] then
-      replaced = replaced + 1
+      local k = i + m - 1
+      if dup then k = first[uniq[k]] end
+      rep[#rep + 1] = k
       if redis.call('ZREM', KEYS[3], uniq[i + m - 1]) == 0 then
         local _, _, d = parse(old[m])
         local b = bucket(d)
@@ -118,4 +130,4 @@ end
 call_chunked('HSET', KEYS[4], counts, 2)
 call_chunked('ZADD', KEYS[1], index, 2)
 notify(ARGV[2], ARGV[3], note)
-return replaced
+return {v + 1, now or -1, rep}

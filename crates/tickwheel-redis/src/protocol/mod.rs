@@ -1,0 +1,226 @@
+//! The Rust–Lua contract: one typed call per script, the one place where script arguments are
+//! encoded and replies decoded.
+//!
+//! Each script lives in its own file under `protocol/lua/` (its header says its KEYS, ARGV
+//! and reply; `prelude.lua` describes a shard's keys and the functions every script shares),
+//! compiled by [`crate::scripts`]. Here, each script has a struct of its arguments that
+//! implements [`Call`]: [`Call::encode`] writes its keys and ARGV in the script's order, and
+//! [`Call::decode`] turns its `redis::Value` reply into a typed reply. The conventions of the
+//! wire live here only: the `now` argument (empty for the server's clock, see [`now`]), a
+//! run-at as `<ms>` or `-<ms>` (a delay), flags as `1`|`0`, a window read's resume point, and
+//! the claim-ahead offset (every time a reply hands the worker to arm in its wheel is a
+//! *wheel time*: the instant at which `now + claim_ahead` reaches the moment the task can
+//! be claimed; see [`Armed`] and [`Claimed::rearm_at_ms`]).
+//!
+//! Following a delivery: the producer stores it with [`Schedule`] (`schedule.lua`); the
+//! worker owning its shard ([`Acquire`], renewed with the same call, and [`Heartbeat`]) reads
+//! it into its window with [`Load`] (`load.lua`), or hears of it from the notification
+//! SCHEDULE publishes; it claims it ahead of its run-at with [`Deliver`] (`deliver.lua`),
+//! and settles it with [`Ack`] or [`Retry`].
+//!
+//! Use: build a call, then either [`invoke`] it (one round trip), [`invoke_all`] many calls
+//! of one script (one pipeline), or [`push`] it into a pipeline of your own and decode its
+//! reply with [`Call::decode`] (several scripts in one pipeline).
+
+// The worker's calls: it switches to them from its hand-encoded ones next (issue #28); until
+// then only the tests use them.
+#[allow(dead_code)]
+mod delivery;
+mod producer;
+#[allow(dead_code)]
+mod shard;
+
+#[allow(unused_imports)]
+pub(crate) use delivery::{Ack, AckItem, Claim, Claimed, Deliver, DeliverReply, Load, LoadReply};
+#[allow(unused_imports)]
+pub(crate) use delivery::{Armed, Resume, Retry, RetryReply, Window};
+pub use producer::Scheduled;
+pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleTask, State, When};
+#[allow(unused_imports)]
+pub(crate) use shard::{Acquire, AcquireReply, Heartbeat, HeartbeatReply, Init, Probe};
+#[allow(unused_imports)]
+pub(crate) use shard::{ProbeReply, Release};
+
+use redis::{Cmd, ConnectionLike, Pipeline, Script, Value};
+
+use crate::namespace::{self, query_pipe, Con, Config, Error, ShardKeys, TimeSource};
+
+/// One call of one script: its arguments, and how its reply reads.
+pub(crate) trait Call {
+    /// The reply, decoded.
+    type Reply;
+    /// The compiled script this call runs.
+    fn script(&self) -> &'static Script;
+    /// Appends `numkeys`, the keys and ARGV, in the script's order, to an `EVALSHA`.
+    fn encode(&self, cmd: &mut Cmd);
+    /// Decodes the script's reply to this call.
+    fn decode(&self, reply: Value) -> Result<Self::Reply, Error>;
+}
+
+/// The `EVALSHA` command of a call.
+pub(crate) fn command(call: &impl Call) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(call.script().get_hash());
+    call.encode(&mut cmd);
+    cmd
+}
+
+/// Adds a call to a pipeline; decode its reply (at the same position) with [`Call::decode`].
+/// The scripts must be loaded already (see `Scripts::load_all`): a pipeline cannot load a
+/// missing one in the middle.
+pub(crate) fn push(pipe: &mut Pipeline, call: &impl Call) {
+    pipe.add_command(command(call));
+}
+
+/// Runs one call: one round trip (and one more to load the script if Redis lost it).
+pub(crate) fn invoke<C: Call>(con: &mut dyn ConnectionLike, call: &C) -> Result<C::Reply, Error> {
+    let cmd = command(call);
+    let reply = match cmd.query::<Value>(con) {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            call.script().load(con)?;
+            cmd.query::<Value>(con)?
+        }
+        r => r?,
+    };
+    call.decode(reply)
+}
+
+/// Runs calls of one script in one pipeline (reloading the script and sending the pipeline
+/// again if Redis lost it: a missing script fails every call of it, so none was applied).
+/// Replies in the order of `calls`.
+pub(crate) fn invoke_all<C: Call>(con: &mut Con, calls: &[C]) -> Result<Vec<C::Reply>, Error> {
+    let Some(first) = calls.first() else {
+        return Ok(Vec::new());
+    };
+    let mut pipe = redis::pipe();
+    for c in calls {
+        push(&mut pipe, c);
+    }
+    let replies: Vec<Value> = match query_pipe(con, &pipe) {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            first.script().load(con)?;
+            query_pipe(con, &pipe)?
+        }
+        r => r?,
+    };
+    if replies.len() != calls.len() {
+        return Err(Error::Protocol(format!(
+            "{} replies to {} script calls",
+            replies.len(),
+            calls.len()
+        )));
+    }
+    calls
+        .iter()
+        .zip(replies)
+        .map(|(c, r)| c.decode(r))
+        .collect()
+}
+
+/// The clock the scripts read: `None` for the Redis server's (`TIME`), `Some(ms)` for a
+/// manual clock ([`TimeSource::Manual`]).
+pub(crate) fn now(cfg: &Config) -> Option<u64> {
+    match &cfg.time {
+        TimeSource::Server => None,
+        TimeSource::Manual(t) => Some(t.now_ms()),
+    }
+}
+
+/// Encodes the `now` argument: empty for the server's clock.
+fn now_arg(cmd: &mut Cmd, now: Option<u64>) {
+    match now {
+        Some(ms) => cmd.arg(ms),
+        None => cmd.arg(""),
+    };
+}
+
+/// Encodes a shard's keys (`numkeys` then the four keys in script order).
+fn shard_keys(cmd: &mut Cmd, keys: &ShardKeys) {
+    cmd.arg(4).arg(keys.0.as_slice());
+}
+
+/// Encodes a flag: `1`|`0`.
+fn flag(b: bool) -> &'static str {
+    if b {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// A script's reply read field by field; errors name the script.
+struct Fields {
+    script: &'static str,
+    it: std::vec::IntoIter<Value>,
+}
+
+impl Fields {
+    /// The reply of `script`, which must be an array.
+    fn new(script: &'static str, reply: Value) -> Result<Fields, Error> {
+        let a = namespace::array(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))?;
+        Ok(Fields {
+            script,
+            it: a.into_iter(),
+        })
+    }
+
+    fn next(&mut self) -> Result<Value, Error> {
+        self.it
+            .next()
+            .ok_or_else(|| Error::Protocol(format!("{}: reply too short", self.script)))
+    }
+
+    fn wrap<T>(&self, r: Result<T, Error>) -> Result<T, Error> {
+        r.map_err(|e| Error::Protocol(format!("{}: {e}", self.script)))
+    }
+
+    fn int(&mut self) -> Result<i64, Error> {
+        let v = self.next()?;
+        self.wrap(namespace::int(&v))
+    }
+
+    fn u64(&mut self) -> Result<u64, Error> {
+        let n = self.int()?;
+        self.wrap(u64::try_from(n).map_err(|_| Error::Protocol(format!("negative: {n}"))))
+    }
+
+    fn string(&mut self) -> Result<String, Error> {
+        let v = self.next()?;
+        self.wrap(namespace::string(v))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, Error> {
+        let v = self.next()?;
+        self.wrap(namespace::bytes(v))
+    }
+
+    /// The next field, itself an array.
+    fn nested(&mut self) -> Result<Fields, Error> {
+        let v = self.next()?;
+        Fields::new(self.script, v)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.it.len() == 0
+    }
+}
+
+/// A reply that is a single integer.
+fn int_reply(script: &'static str, reply: &Value) -> Result<i64, Error> {
+    namespace::int(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))
+}
+
+/// Flags `{1|0, ...}`, one per item of a call.
+fn flags(script: &'static str, reply: Value, n: usize) -> Result<Vec<bool>, Error> {
+    let mut f = Fields::new(script, reply)?;
+    let out = (0..n)
+        .map(|_| Ok(f.int()? == 1))
+        .collect::<Result<Vec<bool>, Error>>()?;
+    if !f.is_empty() {
+        return Err(Error::Protocol(format!("{script}: reply too long")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
