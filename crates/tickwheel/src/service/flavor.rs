@@ -65,6 +65,12 @@ impl<T> AnyQueue<T> {
         each!(self, q => q.shrink_to_fit())
     }
 
+    /// The queue's [`check_invariants`](crate::TimerQueue::check_invariants).
+    #[cfg(any(test, debug_assertions))]
+    pub(crate) fn check_invariants(&self) {
+        each!(self, q => q.check_invariants())
+    }
+
     #[inline]
     pub(crate) fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         each!(self, q => q.insert(deadline, value))

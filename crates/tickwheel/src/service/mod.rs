@@ -470,6 +470,8 @@ impl TimerService {
             }
             self.state.dispatch.wait_idle();
             if self.state.settled(self.state.core.now_tick()) {
+                #[cfg(all(debug_assertions, not(loom)))]
+                self.state.debug_check();
                 return;
             }
         }
@@ -643,7 +645,9 @@ mod tests {
         for name in probe.threads.lock().unwrap().iter() {
             assert!(name == "probe-timer" || *name == me, "expired on {name}");
         }
+        service.state.check_invariants();
         service.shutdown();
+        service.state.check_invariants();
         assert_eq!(probe.discarded.load(Ordering::SeqCst), 1);
         assert!(!pending.is_pending());
         assert_eq!(service.stats().discarded, 1);

@@ -336,6 +336,33 @@ impl ServiceState {
         self.dispatch.finish(n);
     }
 
+    /// Checks every shard's invariants ([`Shard::check_invariants`]) under the drain lock,
+    /// so that no drain holds timers half taken out meanwhile; panics naming the first rule
+    /// broken. O(timers).
+    #[cfg(any(test, debug_assertions))]
+    pub(crate) fn check_invariants(&self) {
+        let _drains = lock(&self.drain);
+        for shard in self.shards.iter() {
+            shard.check_invariants();
+        }
+    }
+
+    /// A debug build's check at the end of a `settle`: every time while the service holds
+    /// at most [`CHECK_SMALL`] timers, else every [`CHECK_EVERY`]th settle.
+    #[cfg(all(debug_assertions, not(loom)))]
+    pub(crate) fn debug_check(&self) {
+        /// Pending timers up to which every settle checks.
+        const CHECK_SMALL: usize = 10_000;
+        /// Otherwise, once in this many settles.
+        const CHECK_EVERY: u64 = 64;
+        static SETTLES: Counter = Counter::new();
+        SETTLES.add(1);
+        let pending: usize = self.shards.iter().map(|s| s.counts().pending).sum();
+        if pending <= CHECK_SMALL || SETTLES.get() % CHECK_EVERY == 0 {
+            self.check_invariants();
+        }
+    }
+
     /// Whether nothing is due at `now` and no callback is queued or running: `settle`'s test
     /// for being done.
     ///

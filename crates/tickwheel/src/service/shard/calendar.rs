@@ -184,6 +184,47 @@ impl Calendar {
     }
 }
 
+impl Calendar {
+    /// Checks the calendar's bookkeeping and panics naming the first rule broken: `len`
+    /// counts the timers of every bucket, a bucket's occupancy bit is set exactly when it
+    /// holds timers, sequence numbers increase within a bucket, and a known `first` is the
+    /// earliest occupied tick from `base` on. O(buckets + timers).
+    #[cfg(any(test, debug_assertions))]
+    pub(crate) fn check_invariants(&self) {
+        let mut len = 0;
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            let occupied = (self.occupied[i / 64] >> (i % 64)) & 1 == 1;
+            assert_eq!(
+                occupied,
+                !bucket.is_empty(),
+                "calendar: occupancy bit of tick {i}"
+            );
+            assert!(
+                bucket
+                    .iter()
+                    .zip(bucket.iter().skip(1))
+                    .all(|(a, b)| a.0 < b.0),
+                "calendar: sequence numbers out of order at tick {i}"
+            );
+            len += bucket.len();
+        }
+        if self.buckets.is_empty() {
+            assert!(
+                self.occupied.iter().all(|&w| w == 0),
+                "calendar: bits with no buckets"
+            );
+        }
+        assert_eq!(len, self.len, "calendar: len counts the timers held");
+        if let Some(first) = self.first {
+            assert_eq!(
+                Some(first),
+                self.scan(),
+                "calendar: first is the earliest tick"
+            );
+        }
+    }
+}
+
 #[inline]
 fn index(tick: u64) -> usize {
     (tick % TICKS as u64) as usize

@@ -40,6 +40,7 @@ use calendar::Calendar;
 
 mod calendar;
 mod cells;
+mod check;
 mod drain;
 mod inbox;
 #[cfg(test)]

@@ -210,7 +210,9 @@ fn close_discards_everything_and_refuses_inserts() {
     let ran = Arc::new(AtomicUsize::new(0));
     let key = counting(&shard, 1, &ran);
     counting(&shard, NEVER, &ran);
+    shard.check_invariants();
     assert_eq!(shard.close().len(), 2);
+    shard.check_invariants();
     assert_eq!(shard.close().len(), 0, "closing twice finds nothing");
     assert!(shard.cancel(key).is_none());
     let refused = shard.insert(1, Callback::new(|| {}));
@@ -235,7 +237,9 @@ fn staged_timers_are_queued_due_first_in_order_and_stay_visible() {
     }
     let handle_ran = Arc::new(AtomicUsize::new(0));
     assert_eq!(shard.earliest(), 1);
+    shard.check_invariants();
     assert_eq!(fire(&shard, 1), 1);
+    shard.check_invariants();
     assert_eq!(*lock(&log), [1]);
     // Ticks 5 are out of the inbox, not yet queued: `earliest` still covers them.
     assert!(shard.earliest() <= 5);
@@ -243,6 +247,7 @@ fn staged_timers_are_queued_due_first_in_order_and_stay_visible() {
     // A handle timer at tick 5 from the same thread comes after the staged ones.
     counting(&shard, 5, &handle_ran);
     assert_eq!(fire(&shard, 5), 3);
+    shard.check_invariants();
     assert_eq!(*lock(&log), [1, 0, 2]);
     assert_eq!(handle_ran.load(Ordering::SeqCst), 1);
     let counts = shard.counts();
@@ -262,7 +267,9 @@ fn a_full_inbox_asks_for_a_flush() {
         })
         .collect();
     assert_eq!(full.iter().position(|f| *f), Some(FLUSH_AT - 1));
+    shard.check_invariants();
     shard.flush_staged(|| false);
+    shard.check_invariants();
     assert_eq!(shard.unqueued(), 0);
     assert_eq!(shard.counts().pending, FLUSH_AT);
     assert_eq!(shard.earliest(), 9);
@@ -278,6 +285,7 @@ fn a_producer_helping_queues_everything_in_order() {
     }
     // Two chunks, the second taking in what was staged after the first.
     shard.help_flush();
+    shard.check_invariants();
     assert_eq!(shard.unqueued(), 0);
     assert_eq!(shard.counts().pending, n as usize);
     assert_eq!(fire(&shard, 3), n as usize);
@@ -337,6 +345,7 @@ fn a_cancel_in_the_inbox_leaves_nothing_behind() {
     let ran = Arc::new(AtomicUsize::new(0));
     let target = staged_with_cell(&shard, 3, &ran);
     assert!(shard.cancel(target).is_some());
+    shard.check_invariants();
     assert_eq!(shard.staged(), 0);
     // Its tick stays a lower bound until a drain finds nothing there (once, not forever).
     assert_eq!(shard.earliest(), 3);
@@ -358,8 +367,10 @@ fn a_cancel_in_the_inbox_leaves_nothing_behind() {
     let again = staged_with_cell(&shard, 3, &ran);
     assert!(matches!((again, target), (Target::Cell(a), Target::Cell(t)) if a.index == t.index));
     shard.flush_staged(|| false);
+    shard.check_invariants();
     assert!(shard.is_pending(again) && !shard.is_pending(target));
     assert_eq!(fire(&shard, 3), 1);
+    shard.check_invariants();
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
