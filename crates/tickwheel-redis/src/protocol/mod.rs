@@ -20,7 +20,23 @@
 //!
 //! Use: build a call, then either [`invoke`] it (one round trip), [`invoke_all`] many calls
 //! of one script (one pipeline), or [`push`] it into a pipeline of your own and decode its
-//! reply with [`Call::decode`] (several scripts in one pipeline).
+//! reply with [`next_reply`] (several scripts in one pipeline), e.g. a heartbeat and the
+//! lease renewals in one round trip:
+//!
+//! ```text
+//! let beat = Heartbeat { workers_key: &ns.workers_key, now: protocol::now(&cfg), worker: &id,
+//!                        ttl_ms: lease, cluster };
+//! let renewals: Vec<Acquire> = held.iter().map(|&(s, epoch)| Acquire { keys: &ns.shards[s],
+//!     now: protocol::now(&cfg), worker: &id, lease_ms: lease, held_epoch: epoch }).collect();
+//! let mut pipe = redis::pipe();
+//! protocol::push(&mut pipe, &beat);
+//! renewals.iter().for_each(|r| protocol::push(&mut pipe, r));
+//! let mut replies = query_pipe::<Vec<Value>>(con, &pipe)?.into_iter();
+//! let live = protocol::next_reply(&beat, &mut replies)?.live;
+//! for r in &renewals {
+//!     if protocol::next_reply(r, &mut replies)?.epoch.is_none() { /* the shard is lost */ }
+//! }
+//! ```
 
 // The worker's calls: it switches to them from its hand-encoded ones next (issue #28); until
 // then only the tests use them.
@@ -72,6 +88,18 @@ pub(crate) fn push(pipe: &mut Pipeline, call: &impl Call) {
     pipe.add_command(command(call));
 }
 
+/// Decodes the next reply of a pipeline as the reply to `call` (the call pushed at that
+/// position); an error when the pipeline answered fewer.
+pub(crate) fn next_reply<C: Call>(
+    call: &C,
+    replies: &mut impl Iterator<Item = Value>,
+) -> Result<C::Reply, Error> {
+    let reply = replies
+        .next()
+        .ok_or_else(|| Error::Protocol("a pipeline answered fewer calls than it had".into()))?;
+    call.decode(reply)
+}
+
 /// Runs one call: one round trip (and one more to load the script if Redis lost it).
 pub(crate) fn invoke<C: Call>(con: &mut dyn ConnectionLike, call: &C) -> Result<C::Reply, Error> {
     let cmd = command(call);
@@ -110,11 +138,8 @@ pub(crate) fn invoke_all<C: Call>(con: &mut Con, calls: &[C]) -> Result<Vec<C::R
             calls.len()
         )));
     }
-    calls
-        .iter()
-        .zip(replies)
-        .map(|(c, r)| c.decode(r))
-        .collect()
+    let mut replies = replies.into_iter();
+    calls.iter().map(|c| next_reply(c, &mut replies)).collect()
 }
 
 /// The clock the scripts read: `None` for the Redis server's (`TIME`), `Some(ms)` for a

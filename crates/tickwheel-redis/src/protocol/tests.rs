@@ -182,7 +182,16 @@ fn leases_are_taken_renewed_refused_and_released() {
         cluster: false,
     };
     invoke(&mut con, &beat("w1", 1_000)).unwrap();
-    let got = invoke(&mut con, &beat("w2", 1_000)).unwrap();
+    // Several scripts in one pipeline, each reply decoded by its call.
+    let (second, renew) = (beat("w2", 1_000), acquire("w2", 2));
+    let mut pipe = redis::pipe();
+    push(&mut pipe, &second);
+    push(&mut pipe, &renew);
+    let replies: Vec<Value> = query_pipe(&mut con, &pipe).unwrap();
+    let mut replies = replies.into_iter();
+    let got = next_reply(&second, &mut replies).unwrap();
+    assert_eq!(next_reply(&renew, &mut replies).unwrap().epoch, Some(2));
+    assert!(next_reply(&renew, &mut replies).is_err(), "no third reply");
     assert_eq!((got.live, got.now_ms, got.node.as_str()), (2, T0, ""));
     assert_eq!(got.now_us, (T0 * 1000) as i64);
     assert_eq!(invoke(&mut con, &beat("w2", 0)).unwrap().live, 1);
