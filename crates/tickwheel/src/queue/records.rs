@@ -21,9 +21,9 @@
 //! `Option` tag: it is a `MaybeUninit<T>`, initialised exactly while the record is live (4
 //! bytes a timer less for a `u32` value, which has no niche for `Option` to use).
 //!
-//! Vacant records' indices wait on a stack (last freed on top), as in the queues' slab: an
-//! insert pops the stack and prefetches the records the insert [`PREFETCH_AHEAD`] pops later
-//! will reuse.
+//! Vacant records' indices wait on the generational free-stack the queues' slab uses too
+//! ([`FreeStack`], `queue/free.rs`): an insert pops it and prefetches the records a later
+//! insert will reuse.
 //!
 //! # What a cancel costs at a million timers
 //!
@@ -50,24 +50,18 @@
 //!
 //! A record's generation starts at 1 and is bumped every time the record is reused; a
 //! [`TimerKey`] (index, generation) matches only while the record is live with that
-//! generation. A record whose generation reaches `u32::MAX` is retired (never reused), and
-//! [`Records::shrink_to_fit`] makes records pushed again at dropped indices start above every
-//! generation dropped, so a stale key stays stale forever.
+//! generation. The [`FreeStack`] retires a record whose generation reaches its last value,
+//! and after [`Records::shrink_to_fit`] starts records pushed again at dropped indices above
+//! every generation dropped, so a stale key stays stale forever.
 
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
-use super::slab::{grow, prefetch, NIL};
+use super::free::{prefetch, FreeStack, NIL};
 use super::TimerKey;
 
 /// The slot of a vacant record. No slot has this number.
 pub(crate) const VACANT: u32 = NIL;
-
-/// How many pops ahead an insert prefetches the records it will reuse.
-const PREFETCH_AHEAD: usize = 8;
-
-/// The largest generation a record may reach before it is retired.
-const MAX_GENERATION: u32 = u32::MAX;
 
 /// A timer's hot record: its key's generation and where its current item is.
 #[derive(Clone, Copy)]
@@ -90,12 +84,10 @@ struct Hot<T> {
 pub(crate) struct Records<T> {
     hot: Vec<Hot<T>>,
     deadlines: Vec<u64>,
-    /// Vacant records' indices, the last freed on top.
-    free: Vec<u32>,
+    /// Vacant records' indices and the next fresh generation.
+    free: FreeStack,
     /// Live records.
     len: usize,
-    /// Generation of a record pushed past the end; raised by `shrink_to_fit`.
-    fresh_generation: u32,
 }
 
 impl<T> Records<T> {
@@ -103,9 +95,8 @@ impl<T> Records<T> {
         Records {
             hot: Vec::new(),
             deadlines: Vec::new(),
-            free: Vec::new(),
+            free: FreeStack::new(),
             len: 0,
-            fresh_generation: 1,
         }
     }
 
@@ -113,9 +104,8 @@ impl<T> Records<T> {
         Records {
             hot: Vec::with_capacity(capacity),
             deadlines: Vec::with_capacity(capacity),
-            free: Vec::new(),
+            free: FreeStack::new(),
             len: 0,
-            fresh_generation: 1,
         }
     }
 
@@ -132,7 +122,7 @@ impl<T> Records<T> {
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.hot.capacity() * core::mem::size_of::<Hot<T>>()
             + self.deadlines.capacity() * core::mem::size_of::<u64>()
-            + self.free.capacity() * core::mem::size_of::<u32>()
+            + self.free.allocated_bytes()
     }
 
     /// Stores a timer whose item the caller puts at position `pos` of slot `slot` (a slot
@@ -157,9 +147,9 @@ impl<T> Records<T> {
             slot,
             pos,
         };
-        if let Some(index) = self.free.pop() {
-            if let Some(ahead) = self.free.len().checked_sub(PREFETCH_AHEAD) {
-                let next = self.free[ahead] as usize;
+        if let Some((index, ahead)) = self.free.pop() {
+            if let Some(next) = ahead {
+                let next = next as usize;
                 prefetch(self.hot.as_ptr().wrapping_add(next));
                 prefetch(self.deadlines.as_ptr().wrapping_add(next));
             }
@@ -176,11 +166,7 @@ impl<T> Records<T> {
             self.deadlines[i] = deadline;
             return (index, TimerKey::new(index, generation));
         }
-        let index = u32::try_from(self.hot.len())
-            .ok()
-            .filter(|&i| i != NIL)
-            .expect("tickwheel: more than u32::MAX - 1 timers pending at once");
-        let generation = self.fresh_generation;
+        let (index, generation) = self.free.fresh(self.hot.len());
         self.hot.push(Hot {
             place: Place {
                 generation,
@@ -278,17 +264,12 @@ impl<T> Records<T> {
         let hot = &mut self.hot[index as usize];
         assert!(hot.place.slot != VACANT, "tickwheel: took a vacant record");
         hot.place.slot = VACANT;
-        let reuse = hot.place.generation < MAX_GENERATION;
+        let generation = hot.place.generation;
         // SAFETY: the record was live (checked above), so its value is initialised; it is
         // now vacant, so the value is never read or dropped again.
         let value = unsafe { hot.value.assume_init_read() };
         self.len -= 1;
-        if reuse {
-            if self.free.len() == self.free.capacity() {
-                grow(&mut self.free);
-            }
-            self.free.push(index);
-        }
+        self.free.push(index, generation);
         value
     }
 
@@ -331,19 +312,15 @@ impl<T> Records<T> {
             .map(|hot| hot.place.generation)
             .max()
             .unwrap_or(0);
-        self.fresh_generation = self.fresh_generation.max(dropped_max.saturating_add(1));
         self.hot.truncate(keep);
         self.hot.shrink_to_fit();
         self.deadlines.truncate(keep);
         self.deadlines.shrink_to_fit();
-        // Rebuild the free stack over what is left, lowest index on top.
-        self.free.clear();
         let hot = &self.hot;
-        self.free.extend((0..keep as u32).rev().filter(|&i| {
-            let hot = &hot[i as usize].place;
-            hot.slot == VACANT && hot.generation < MAX_GENERATION
-        }));
-        self.free.shrink_to_fit();
+        self.free.rebuild(keep, dropped_max, |i| {
+            let place = &hot[i as usize].place;
+            (place.slot == VACANT).then_some(place.generation)
+        });
     }
 }
 
@@ -361,6 +338,7 @@ impl<T> Drop for Records<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::free::MAX_GENERATION;
     use alloc::vec::Vec;
 
     /// Inserts and places a timer the way the wheel does.

@@ -2,46 +2,15 @@
 //! timers in: a slab of entries addressed by `u32` index. (The [`Wheel`](super::Wheel) splits
 //! its records hot and cold instead: `queue/records.rs`.)
 //!
-//! # Implementation
-//!
-//! Entries live in one `Vec`. A vacant entry holds no value; its index waits on a stack of
-//! free indices (last freed on top), so insert and remove never allocate once both vectors
-//! have grown to the high-water mark. The stack is a separate `Vec<u32>`, not a list threaded
-//! through the vacant entries as in the `slab` crate: popping a threaded list reads the entry
-//! it pops to find the next head, so after frees in random order (timers fire in deadline
-//! order, not insertion order) every insert would wait for the previous one's cache miss.
-//! Popping the stack reads memory that is already in cache, and the inserts' misses overlap.
-//! It costs 4 bytes per vacant entry. An insert prefetches the entry the insert [`PREFETCH_AHEAD`] pops later will
-//! reuse — the stack knows it already — so a run of inserts finds its entries in cache; in a
-//! service another thread freed them, and they are often in another core's cache.
-//!
-//! # Generations
-//!
-//! Each entry carries a generation, starting at 1 and bumped every time the entry is reused.
-//! A [`TimerKey`] is (index, generation) and matches only while the entry is occupied by the
-//! same generation, so a stale key never reaches a later timer. Two rules keep that true
-//! forever rather than for 2^32 reuses:
-//!
-//! * an entry whose generation reaches `u32::MAX` is retired: when freed it is not put back on
-//!   the free list (4 GiB of reuses of one entry cost one dead entry);
-//! * [`Slab::shrink_to_fit`] drops vacant entries from the end, and entries pushed again at
-//!   those indices start above every generation that was dropped.
+//! Entries live in one `Vec`; a vacant entry holds no value, and its index waits on the
+//! shared generational [`FreeStack`] (`queue/free.rs`), which also holds the rules that keep
+//! a stale [`TimerKey`] stale forever.
 
 use alloc::vec::Vec;
 
+pub(crate) use super::free::NIL;
+use super::free::{prefetch, FreeStack};
 use super::TimerKey;
-
-/// The "no entry" index (the queues use it for list ends and unplaced links). No entry is
-/// ever stored at it.
-pub(crate) const NIL: u32 = u32::MAX;
-
-/// How many pops ahead an insert prefetches the entry it will reuse: far enough for the
-/// miss to be over when that insert comes (in a loop of inserts), near enough that frees in
-/// between rarely bury it.
-const PREFETCH_AHEAD: usize = 8;
-
-/// The largest generation an entry may reach before it is retired.
-const MAX_GENERATION: u32 = u32::MAX;
 
 /// A slot of the slab. `link` is the queue's own per-timer data (meaningless while vacant).
 pub(crate) struct Entry<L, T> {
@@ -50,30 +19,20 @@ pub(crate) struct Entry<L, T> {
     pub(crate) value: Option<T>,
 }
 
-impl<L, T> Entry<L, T> {
-    /// Vacant and not retired: may go on the free list.
-    fn vacant_for_reuse(&self) -> bool {
-        self.value.is_none() && self.generation < MAX_GENERATION
-    }
-}
-
 pub(crate) struct Slab<L, T> {
     entries: Vec<Entry<L, T>>,
-    /// Vacant entries' indices, the last freed on top.
-    free: Vec<u32>,
+    /// Vacant entries' indices and the next fresh generation.
+    free: FreeStack,
     /// Occupied entries.
     len: usize,
-    /// Generation of an entry pushed past the end; raised by `shrink_to_fit`.
-    fresh_generation: u32,
 }
 
 impl<L, T> Slab<L, T> {
     pub(crate) const fn new() -> Self {
         Slab {
             entries: Vec::new(),
-            free: Vec::new(),
+            free: FreeStack::new(),
             len: 0,
-            fresh_generation: 1,
         }
     }
 
@@ -95,8 +54,7 @@ impl<L, T> Slab<L, T> {
 
     /// Bytes the entries and the free stack hold, at their capacity.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.entries.capacity() * core::mem::size_of::<Entry<L, T>>()
-            + self.free.capacity() * core::mem::size_of::<u32>()
+        self.entries.capacity() * core::mem::size_of::<Entry<L, T>>() + self.free.allocated_bytes()
     }
 
     /// Stores a value and returns its index and key.
@@ -108,13 +66,9 @@ impl<L, T> Slab<L, T> {
     #[inline]
     pub(crate) fn insert(&mut self, link: L, value: T) -> (u32, TimerKey) {
         self.len += 1;
-        if let Some(index) = self.free.pop() {
-            if let Some(ahead) = self.free.len().checked_sub(PREFETCH_AHEAD) {
-                prefetch(
-                    self.entries
-                        .as_ptr()
-                        .wrapping_add(self.free[ahead] as usize),
-                );
+        if let Some((index, ahead)) = self.free.pop() {
+            if let Some(ahead) = ahead {
+                prefetch(self.entries.as_ptr().wrapping_add(ahead as usize));
             }
             let entry = &mut self.entries[index as usize];
             entry.generation += 1;
@@ -122,16 +76,13 @@ impl<L, T> Slab<L, T> {
             entry.value = Some(value);
             return (index, TimerKey::new(index, entry.generation));
         }
-        let index = u32::try_from(self.entries.len())
-            .ok()
-            .filter(|&i| i != NIL)
-            .expect("tickwheel: more than u32::MAX - 1 timers pending at once");
+        let (index, generation) = self.free.fresh(self.entries.len());
         self.entries.push(Entry {
             link,
-            generation: self.fresh_generation,
+            generation,
             value: Some(value),
         });
-        (index, TimerKey::new(index, self.fresh_generation))
+        (index, TimerKey::new(index, generation))
     }
 
     /// The index of the live entry `key` names, if it is still live.
@@ -180,12 +131,7 @@ impl<L, T> Slab<L, T> {
         let value = entry.value.take();
         debug_assert!(value.is_some(), "slab: freeing a vacant entry");
         self.len -= 1;
-        if entry.vacant_for_reuse() {
-            if self.free.len() == self.free.capacity() {
-                grow(&mut self.free);
-            }
-            self.free.push(index);
-        }
+        self.free.push(index, entry.generation);
         value
     }
 
@@ -202,54 +148,20 @@ impl<L, T> Slab<L, T> {
             .map(|e| e.generation)
             .max()
             .unwrap_or(0);
-        self.fresh_generation = self.fresh_generation.max(dropped_max.saturating_add(1));
         self.entries.truncate(keep);
         self.entries.shrink_to_fit();
-        // Rebuild the free list over what is left, lowest index on top.
-        self.free.clear();
-        self.free.extend(
-            (0..keep as u32)
-                .rev()
-                .filter(|&i| self.entries[i as usize].vacant_for_reuse()),
-        );
-        self.free.shrink_to_fit();
+        let entries = &self.entries;
+        self.free.rebuild(keep, dropped_max, |i| {
+            let entry = &entries[i as usize];
+            entry.value.is_none().then_some(entry.generation)
+        });
     }
-}
-
-/// Doubles a full vector by allocating a new one and copying, not by `realloc`.
-///
-/// `realloc` serves the block from the arena that allocated it, and under glibc a large
-/// request first consolidates every small block freed into that arena since the last one. In a
-/// timer service that arena is the producer's, and the small blocks are the callbacks the
-/// workers freed: there can be hundreds of thousands of them, and consolidating them costs the
-/// timer thread milliseconds in the middle of a tick. A fresh allocation comes from the
-/// growing thread's own arena.
-#[cold]
-#[inline(never)]
-pub(crate) fn grow<T: Copy>(items: &mut Vec<T>) {
-    let mut grown = Vec::with_capacity((2 * items.capacity()).max(8));
-    grown.extend_from_slice(items);
-    *items = grown;
-}
-
-/// Asks the CPU to start loading the entry a coming insert reuses. In a service the timer
-/// thread frees entries and a producer thread reuses them, so the entry is often in another
-/// core's cache, and after frees in deadline order it is a random one of the slab's.
-#[inline(always)]
-pub(crate) fn prefetch<T>(ptr: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address, and SSE (which
-    // provides it) is part of the x86_64 baseline.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::free::MAX_GENERATION;
 
     /// A stand-in for a queue's link; the slab never looks at it.
     #[derive(Clone, Copy)]

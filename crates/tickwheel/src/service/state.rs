@@ -348,7 +348,7 @@ impl ServiceState {
     }
 
     /// A debug build's check at the end of a `settle`: every time while the service holds
-    /// at most [`CHECK_SMALL`] timers, else every [`CHECK_EVERY`]th settle.
+    /// at most `CHECK_SMALL` timers, else every `CHECK_EVERY`th settle.
     #[cfg(all(debug_assertions, not(loom)))]
     pub(crate) fn debug_check(&self) {
         /// Pending timers up to which every settle checks.

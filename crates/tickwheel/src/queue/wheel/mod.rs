@@ -113,8 +113,8 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 
+use super::free::{grow, NIL};
 use super::records::{Place, Records};
-use super::slab::{grow, NIL};
 use super::{TimerKey, TimerQueue};
 
 mod check;
