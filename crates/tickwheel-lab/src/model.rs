@@ -1,7 +1,9 @@
-//! The reference model of a timer queue: the `TimerQueue` contract written as plainly as
-//! possible, over a `BTreeMap`. The property tests (`crates/tickwheel/tests/model.rs`) and the
-//! fuzz targets (`fuzz/`) replay the same operations on a queue and on this model and demand
-//! identical answers after every step.
+//! The reference model of a timer queue, the only one in the workspace: the `TimerQueue`
+//! contract written as plainly as possible, over a `BTreeMap`. The property tests
+//! (`crates/tickwheel/tests/model.rs`) and the fuzz targets (`fuzz/`) replay the same
+//! operations on a queue and on this model and demand identical answers after every step;
+//! the `sys` drivers' unit tests run on it as their queue, through a `TimerQueue` adapter
+//! (`crates/tickwheel/src/sys/model.rs`).
 //!
 //! The contract it encodes: a timer's effective deadline is `max(deadline, now)` at insert;
 //! timers fire in (effective deadline, insertion) order, and a reset counts as a new

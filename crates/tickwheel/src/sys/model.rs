@@ -1,88 +1,69 @@
-//! A `BTreeMap` timer queue that follows the [`TimerQueue`] contract literally, so the `sys`
-//! drivers can be tested on their own (test-only; the real flavors have their own suite).
+//! The reference model of the [`TimerQueue`] contract as a queue, so that the `sys` drivers
+//! can be tested on their own (test-only; the real flavors have their own suite).
+//!
+//! There is one reference model in the workspace, `tickwheel_lab::model::Model`, which the
+//! property tests and the fuzz targets compare the queues with; this is only the adapter that
+//! hands out keys for it and speaks [`TimerQueue`].
 
-use std::collections::{BTreeMap, HashMap};
+use tickwheel_lab::model::Model;
 
 use crate::queue::{TimerKey, TimerQueue};
 
-/// Timers keyed by (effective deadline, insertion sequence).
-#[derive(Debug, Default)]
+/// [`Model`] behind the [`TimerQueue`] interface: keys are handed out in order, one
+/// generation each (the model never reuses them).
+#[derive(Debug)]
 pub(crate) struct ModelQueue<T> {
-    order: BTreeMap<(u64, u64), u32>,
-    entries: HashMap<u32, (u64, u64, T)>,
-    seq: u64,
+    model: Model<TimerKey, T>,
     next_index: u32,
-    now: u64,
 }
 
-impl<T> ModelQueue<T> {
-    fn push(&mut self, index: u32, deadline: u64, value: T) {
-        let at = deadline.max(self.now);
-        self.seq += 1;
-        self.order.insert((at, self.seq), index);
-        self.entries.insert(index, (at, self.seq, value));
+impl<T> Default for ModelQueue<T> {
+    fn default() -> Self {
+        ModelQueue {
+            model: Model::default(),
+            next_index: 0,
+        }
     }
 }
 
 impl<T> TimerQueue<T> for ModelQueue<T> {
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         self.next_index += 1;
-        self.push(self.next_index, deadline, value);
-        TimerKey::new(self.next_index, 1)
+        let key = TimerKey::new(self.next_index, 1);
+        self.model.insert(key, deadline, value);
+        key
     }
 
     fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let (at, seq, value) = self.entries.remove(&key.index())?;
-        self.order.remove(&(at, seq));
-        Some(value)
+        self.model.remove(key)
     }
 
     fn reset(&mut self, key: TimerKey, deadline: u64) -> bool {
-        match self.remove(key) {
-            Some(value) => {
-                self.push(key.index(), deadline, value);
-                true
-            }
-            None => false,
-        }
+        self.model.reset(key, deadline)
     }
 
     fn deadline(&self, key: TimerKey) -> Option<u64> {
-        self.entries.get(&key.index()).map(|e| e.0)
+        self.model.timers.get(&key).map(|timer| timer.0)
     }
 
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
-        self.entries.get_mut(&key.index()).map(|e| &mut e.2)
+        self.model.timers.get_mut(&key).map(|timer| &mut timer.2)
     }
 
     fn len(&self) -> usize {
-        self.entries.len()
+        self.model.timers.len()
     }
 
     fn now(&self) -> u64 {
-        self.now
+        self.model.now
     }
 
     fn next_expiration(&self) -> Option<u64> {
-        self.order.keys().next().map(|&(at, _)| at)
+        self.model.earliest()
     }
 
     fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
-        if now < self.now {
-            return None;
-        }
-        match self.order.first_key_value() {
-            Some((&(at, seq), &index)) if at <= now => {
-                self.order.remove(&(at, seq));
-                let (_, _, value) = self.entries.remove(&index)?;
-                self.now = at;
-                Some((TimerKey::new(index, 1), value))
-            }
-            _ => {
-                self.now = now;
-                None
-            }
-        }
+        self.model.poll(now)
     }
 
     fn shrink_to_fit(&mut self) {}
