@@ -230,12 +230,4 @@ impl Config {
     pub(crate) fn ahead_ms(&self) -> u64 {
         self.claim_ahead.as_millis() as u64
     }
-
-    /// The `now` argument of a script: empty for the server clock.
-    pub(crate) fn now_arg(&self) -> String {
-        match &self.time {
-            TimeSource::Server => String::new(),
-            TimeSource::Manual(t) => t.now_ms().to_string(),
-        }
-    }
 }

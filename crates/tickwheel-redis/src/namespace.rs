@@ -1,7 +1,5 @@
 //! The key layout of a namespace: its schema version, limits, shards and their keys.
 
-use crate::scripts::scripts;
-
 // The namespace's neighbours, under the paths the rest of the crate has used.
 #[allow(unused_imports)]
 pub(crate) use crate::config::ManualTime;
@@ -42,22 +40,19 @@ impl Namespace {
     pub(crate) fn open(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
         let ns = &cfg.namespace;
         let meta = format!("tw:{{{ns}}}:meta");
-        let (schema, shards): (Option<String>, Option<String>) = scripts()
-            .init
-            .key(&meta)
-            .arg(SCHEMA_VERSION)
-            .arg(cfg.shards)
-            .invoke(con)
-            .map_err(|e| match e.kind() {
-                redis::ErrorKind::Server(_) if e.code() == Some("WRONGTYPE") => {
-                    Error::IncompatibleNamespace {
-                        namespace: ns.clone(),
-                        found: "a key that is not a hash".into(),
-                        expected: SCHEMA_VERSION,
-                    }
-                }
-                _ => Error::Redis(e),
-            })?;
+        let init = crate::protocol::Init {
+            meta: &meta,
+            schema: SCHEMA_VERSION,
+            shards: cfg.shards,
+        };
+        let (schema, shards) = crate::protocol::invoke(con, &init).map_err(|e| match e {
+            Error::Redis(e) if e.code() == Some("WRONGTYPE") => Error::IncompatibleNamespace {
+                namespace: ns.clone(),
+                found: "a key that is not a hash".into(),
+                expected: SCHEMA_VERSION,
+            },
+            e => e,
+        })?;
         let incompatible = |found: String| Error::IncompatibleNamespace {
             namespace: ns.clone(),
             found,
@@ -87,20 +82,6 @@ impl Namespace {
             channel: format!("tw:{{{ns}}}:wake"),
             workers_key: format!("tw:{{{ns}}}:workers"),
         })
-    }
-
-    /// `script` prepared with the keys of `id`'s shard, in script order: every per-task script
-    /// runs on that one shard (one hash slot in a Cluster).
-    pub(crate) fn invoke<'s>(
-        &self,
-        script: &'s redis::Script,
-        id: &str,
-    ) -> redis::ScriptInvocation<'s> {
-        let mut inv = script.prepare_invoke();
-        for k in &self.shards[self.shard_of(id) as usize].0 {
-            inv.key(k);
-        }
-        inv
     }
 
     /// The shard of a task id: FNV-1a (64 bit) of its bytes modulo the shard count. Part of

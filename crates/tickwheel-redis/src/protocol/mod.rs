@@ -38,24 +38,16 @@
 //! }
 //! ```
 
-// The worker's calls: it switches to them from its hand-encoded ones next (issue #28); until
-// then only the tests use them.
-#[allow(dead_code)]
 mod delivery;
 mod producer;
-#[allow(dead_code)]
 mod shard;
 
-#[allow(unused_imports)]
-pub(crate) use delivery::{Ack, AckItem, Claim, Claimed, Deliver, DeliverReply, Load, LoadReply};
-#[allow(unused_imports)]
-pub(crate) use delivery::{Armed, Resume, Retry, RetryReply, Window};
+pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
+pub(crate) use delivery::{Resume, Retry, RetryReply};
 pub use producer::Scheduled;
 pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleTask, State, When};
-#[allow(unused_imports)]
-pub(crate) use shard::{Acquire, AcquireReply, Heartbeat, HeartbeatReply, Init, Probe};
-#[allow(unused_imports)]
-pub(crate) use shard::{ProbeReply, Release};
+pub(crate) use shard::Release;
+pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
 
 use redis::{Cmd, ConnectionLike, Pipeline, Script, Value};
 

@@ -3,6 +3,8 @@
 
 use redis::Value;
 
+use super::delivery::{Armed, DeliverReply};
+use super::shard::AcquireReply;
 use super::*;
 use crate::namespace::{Con, ShardKeys, TaskState};
 use crate::server::RedisServer;

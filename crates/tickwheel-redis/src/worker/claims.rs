@@ -12,92 +12,70 @@ impl Worker {
     pub(crate) fn claim_due(&mut self) -> Result<(), Error> {
         let ahead = self.cfg.ahead_ms();
         let (due, unsure) = self.claims_wanted(self.now_ms() + ahead);
-        if due.is_empty() && unsure.is_empty() {
-            return Ok(());
-        }
-        let vis = self.cfg.visibility_timeout.as_millis() as u64;
-        let now_arg = self.cfg.now_arg();
-        let sha = scripts().deliver.get_hash().to_string();
-        let node_arg = self.node_arg();
-        let mut pipe = redis::pipe();
-        let acks = std::mem::take(&mut self.pending_acks);
-        let ack_calls = self.ack_calls(&mut pipe, &acks);
-        let mut calls: Vec<(u32, u64)> = Vec::new();
-        let mut sent: Vec<(u32, u64, String)> = Vec::new();
-        for (set, force) in [(&due, "0"), (&unsure, "1")] {
+        // (shard, epoch, force, ids): one DELIVER call each.
+        let mut batches: Vec<(u32, u64, bool, Vec<String>)> = Vec::new();
+        for (set, force) in [(due, false), (unsure, true)] {
             for (shard, ids) in set {
-                let Some(epoch) = self.owned.get(shard).map(|o| o.epoch) else {
+                let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) else {
                     continue;
                 };
                 for chunk in ids.chunks(self.cfg.batch) {
-                    let keys = &self.ns.shards[*shard as usize].0;
-                    let cmd = pipe.cmd("EVALSHA").arg(&sha).arg(4).arg(keys.as_slice());
-                    cmd.arg(&now_arg)
-                        .arg(epoch)
-                        .arg(vis)
-                        .arg(ahead)
-                        .arg(node_arg)
-                        .arg(force);
-                    cmd.arg(chunk);
-                    calls.push((*shard, epoch));
-                    sent.extend(chunk.iter().map(|id| (*shard, epoch, id.clone())));
+                    batches.push((shard, epoch, force, chunk.to_vec()));
                 }
             }
         }
-        if calls.is_empty() {
-            self.pending_acks = acks;
+        if batches.is_empty() {
             return Ok(());
         }
-        let replies = self
-            .con()
-            .and_then(|c| Ok(query_pipe::<Vec<Value>>(c, &pipe)?));
-        #[cfg(test)]
-        let replies = match std::mem::take(&mut self.lose_claim_replies) {
-            true => replies.and_then(|_| {
-                let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reply lost");
-                Err(Error::Redis(e.into()))
-            }),
-            false => replies,
-        };
-        // Without replies these claims may or may not have been applied: sent again, forced.
-        let replies = match replies {
+        let mut pipe = redis::pipe();
+        for b in &batches {
+            protocol::push(&mut pipe, &self.deliver_call(b));
+        }
+        let acks = std::mem::take(&mut self.pending_acks);
+        let (answered, mut replies) = match self.send_with_acks(&acks, &pipe) {
             Ok(r) => r,
             Err(e) => {
-                // Unanswered: the acknowledgements are held for the next try (see
-                // `flush_acks`), ahead of any settled since.
-                self.unsure = sent;
-                let later = std::mem::replace(&mut self.pending_acks, acks);
-                self.pending_acks.extend(later);
+                // Without replies these claims may or may not have been applied: sent again,
+                // forced; the acknowledgements they carried are held for the next try.
+                self.unsure = batches
+                    .into_iter()
+                    .flat_map(|(s, e, _, ids)| ids.into_iter().map(move |id| (s, e, id)))
+                    .collect();
+                self.hold_again(acks);
                 return Err(e);
             }
         };
         let after = self.clock.local_us();
-        let mut replies = replies.into_iter();
-        let ack_replies: Vec<Value> = replies.by_ref().take(ack_calls.len()).collect();
-        self.ack_replies(&acks, ack_calls, ack_replies)?;
-        for ((shard, epoch), reply) in calls.into_iter().zip(replies) {
-            let mut reply = array(reply)?.into_iter();
-            let mut head = || {
-                reply
-                    .next()
-                    .ok_or_else(|| Error::Protocol("DELIVER".into()))
-            };
-            let status = int(&head()?)?;
-            let server_now = int(&head()?)? as u64;
-            let server_us = int(&head()?)?;
+        self.apply_acks(&acks, answered);
+        for b in &batches {
+            let reply = protocol::next_reply(&self.deliver_call(b), &mut replies)?;
             // The claims below wait for this node's clock, whatever node holds the shard
             // later on.
-            let node = self.clock.observe(&string(head()?)?, server_us, after);
-            if status < 0 {
+            let node = self.clock.observe(&reply.node, reply.now_us, after);
+            let Some(claims) = reply.claims else {
                 self.stats.fenced += 1;
-                self.drop_shard(shard, ShardLoss::Fenced);
+                self.drop_shard(b.0, ShardLoss::Fenced);
                 continue;
-            }
-            for entry in reply {
-                self.take_claim(shard, epoch, node, server_now, entry)?;
+            };
+            for claim in claims {
+                self.take_claim(b.0, b.1, node, reply.now_ms, claim);
             }
         }
         Ok(())
+    }
+
+    /// The DELIVER call of one batch (shard, epoch, force, ids).
+    fn deliver_call<'a>(&'a self, b: &'a (u32, u64, bool, Vec<String>)) -> protocol::Deliver<'a> {
+        protocol::Deliver {
+            keys: &self.ns.shards[b.0 as usize],
+            now: protocol::now(&self.cfg),
+            epoch: b.1,
+            visibility_ms: self.cfg.visibility_timeout.as_millis() as u64,
+            ahead_ms: self.cfg.ahead_ms(),
+            cluster: self.on_cluster(),
+            force: b.2,
+            ids: &b.3,
+        }
     }
 
     /// A claimed run's recurrence (decoded from its stored form `rec`) and what its
@@ -158,33 +136,20 @@ impl Worker {
         epoch: u64,
         node: u32,
         server_now: u64,
-        entry: Value,
-    ) -> Result<(), Error> {
-        let ahead = self.cfg.ahead_ms();
-        let mut e = array(entry)?.into_iter();
-        let mut next = || {
-            e.next()
-                .ok_or_else(|| Error::Protocol("DELIVER entry".into()))
-        };
-        match int(&next()?)? {
-            1 => {
-                let id = string(next()?)?;
-                let version = int(&next()?)? as u64;
-                let attempt = int(&next()?)? as u32;
-                let due_ms = int(&next()?)? as u64;
-                let payload = bytes(next()?)?;
-                let rec = string(next()?)?;
-                let visible_at = int(&next()?)? as u64;
+        claim: protocol::Claim,
+    ) {
+        match claim {
+            protocol::Claim::Claimed(c) => {
                 // Claimed again if still unacknowledged at its visibility deadline.
-                self.arm(shard, id.clone(), visible_at + ahead, version);
-                let (recurrence, next_run) = self.next_run(&rec, due_ms, server_now);
+                self.arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
+                let (recurrence, next_run) = self.next_run(&c.recurrence, c.due_ms, server_now);
                 self.deliverer.push(Claimed {
                     delivery: Delivery {
-                        id,
-                        payload,
-                        due_ms,
-                        attempt,
-                        version,
+                        id: c.id,
+                        payload: c.payload,
+                        due_ms: c.due_ms,
+                        attempt: c.attempt,
+                        version: c.version,
                         shard,
                         epoch,
                         claimed_at_ms: server_now,
@@ -194,16 +159,12 @@ impl Worker {
                     node,
                 });
             }
-            2 => {
-                let id = string(next()?)?;
-                let at = int(&next()?)? as u64;
-                let version = int(&next()?)? as u64;
+            protocol::Claim::NotYet { id, at_ms, version } => {
                 // Not before the next millisecond, should the estimate be ahead.
-                let at = at.max(self.now_ms() + ahead + 1);
+                let at = at_ms.max(self.now_ms() + self.cfg.ahead_ms() + 1);
                 self.arm(shard, id, at, version);
             }
-            _ => {}
+            protocol::Claim::Gone { .. } => {}
         }
-        Ok(())
     }
 }

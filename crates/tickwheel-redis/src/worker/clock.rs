@@ -167,18 +167,10 @@ pub(crate) fn clock_loop(
     let mut cluster = None;
     let mut primaries: Vec<(String, u16)> = Vec::new();
     let mut round = 0u64;
-    let mut probe = redis::cmd("EVAL");
-    probe.arg(crate::scripts::PROBE).arg(0);
-    // {seconds, microseconds, node id} from the probe script.
+    let probe = crate::protocol::Probe::command();
     let observe = |v: Value, after: u64| -> Result<(), Error> {
-        let v = array(v)?;
-        let [secs, micros, node] =
-            <[Value; 3]>::try_from(v).map_err(|_| Error::Protocol("clock probe".into()))?;
-        clock.observe(
-            &string(node)?,
-            int(&secs)? * 1_000_000 + int(&micros)?,
-            after,
-        );
+        let r = crate::protocol::Probe::decode(v)?;
+        clock.observe(&r.node, r.now_us, after);
         Ok(())
     };
     while !stop.load(Ordering::SeqCst) {

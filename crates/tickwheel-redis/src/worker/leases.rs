@@ -59,8 +59,14 @@ impl Worker {
 
     pub(crate) fn release_now(&mut self, shard: u32) {
         if let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) {
-            let id = self.id.clone();
-            let _ = self.shard_call(&scripts().release, shard, &[id, epoch.to_string()]);
+            let call = protocol::Release {
+                keys: &self.ns.shards[shard as usize],
+                worker: &self.id,
+                epoch,
+            };
+            if let Ok(con) = open_con(&mut self.con, &self.cfg, &self.client) {
+                let _ = protocol::invoke(con, &call);
+            }
             self.drop_shard(shard, ShardLoss::Released);
         }
     }
@@ -88,54 +94,48 @@ impl Worker {
     /// The heartbeat and every renewal in one pipeline: one round trip (one fsync). Whatever
     /// fails to renew is lost.
     fn renew(&mut self) -> Result<(), Error> {
-        let lease = self.cfg.lease.as_millis() as u64;
-        let (now_arg, id) = (self.cfg.now_arg(), self.id.clone());
+        let lease_ms = self.cfg.lease.as_millis() as u64;
+        let now = protocol::now(&self.cfg);
         let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
+        let beat = protocol::Heartbeat {
+            workers_key: &self.ns.workers_key,
+            now,
+            worker: &self.id,
+            ttl_ms: lease_ms,
+            cluster: self.on_cluster(),
+        };
+        let renewals: Vec<protocol::Acquire> = held
+            .iter()
+            .map(|&(s, epoch)| protocol::Acquire {
+                keys: &self.ns.shards[s as usize],
+                now,
+                worker: &self.id,
+                lease_ms,
+                held_epoch: epoch,
+            })
+            .collect();
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(scripts().heartbeat.get_hash())
-            .arg(1)
-            .arg(&self.ns.workers_key)
-            .arg(&now_arg)
-            .arg(&id)
-            .arg(lease)
-            .arg(self.node_arg());
-        for &(s, epoch) in &held {
-            pipe.cmd("EVALSHA")
-                .arg(scripts().acquire.get_hash())
-                .arg(4)
-                .arg(self.ns.shards[s as usize].0.as_slice())
-                .arg(&now_arg)
-                .arg(&id)
-                .arg(lease)
-                .arg(epoch);
-        }
+        protocol::push(&mut pipe, &beat);
+        renewals.iter().for_each(|r| protocol::push(&mut pipe, r));
         let sent = self.clock.lease_us();
-        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let mut replies = query_pipe::<Vec<Value>>(con, &pipe)?.into_iter();
         let after = self.clock.local_us();
-        let mut replies = replies.into_iter();
-        let reply = array(
-            replies
-                .next()
-                .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?,
-        )?;
-        self.live = int(reply
-            .first()
-            .ok_or_else(|| Error::Protocol("HEARTBEAT".into()))?)?
-        .max(1) as u64;
-        if let (Some(us), Some(node)) = (reply.get(2), reply.get(3)) {
-            self.clock.observe(&string(node.clone())?, int(us)?, after);
-        }
-        for ((s, _), r) in held.into_iter().zip(replies) {
-            let r = array(r)?;
-            if int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)? == 0 {
+        let beat = protocol::next_reply(&beat, &mut replies)?;
+        let renewed = renewals
+            .iter()
+            .map(|r| Ok(protocol::next_reply(r, &mut replies)?.epoch.is_some()))
+            .collect::<Result<Vec<bool>, Error>>()?;
+        drop(renewals);
+        self.live = beat.live.max(1);
+        self.clock.observe(&beat.node, beat.now_us, after);
+        let until = sent + self.lease_us_reckoned();
+        for ((s, _), renewed) in held.into_iter().zip(renewed) {
+            if !renewed {
                 self.stats.fenced += 1;
                 self.drop_shard(s, ShardLoss::NotRenewed);
-            } else {
-                let until = sent + self.lease_us_reckoned();
-                if let Some(o) = self.owned.get_mut(&s) {
-                    o.valid_until_us = until;
-                }
+            } else if let Some(o) = self.owned.get_mut(&s) {
+                o.valid_until_us = until;
             }
         }
         Ok(())
@@ -168,24 +168,25 @@ impl Worker {
     /// Tries to take shard `s` (epoch 0: a lease this worker does not know of, its own
     /// included should an earlier acquisition's reply have been lost). Returns whether it did.
     fn acquire(&mut self, s: u32) -> Result<bool, Error> {
-        let lease = self.cfg.lease.as_millis().to_string();
-        let args = [self.cfg.now_arg(), self.id.clone(), lease, "0".to_string()];
+        let call = protocol::Acquire {
+            keys: &self.ns.shards[s as usize],
+            now: protocol::now(&self.cfg),
+            worker: &self.id,
+            lease_ms: self.cfg.lease.as_millis() as u64,
+            held_epoch: 0,
+        };
         let sent = self.clock.lease_us();
-        let r = array(self.shard_call(&scripts().acquire, s, &args)?)?;
-        let epoch = int(r.first().ok_or_else(|| Error::Protocol("ACQUIRE".into()))?)?;
-        if epoch <= 0 {
+        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let Some(epoch) = protocol::invoke(con, &call)?.epoch else {
             return Ok(false);
-        }
+        };
         self.stats.acquired += 1;
-        self.emit(WorkerEvent::ShardAcquired {
-            shard: s,
-            epoch: epoch as u64,
-        });
+        self.emit(WorkerEvent::ShardAcquired { shard: s, epoch });
         let valid_until_us = sent + self.lease_us_reckoned();
         self.owned.insert(
             s,
             Owned {
-                epoch: epoch as u64,
+                epoch,
                 valid_until_us,
                 window: Window::Unloaded,
             },

@@ -11,11 +11,10 @@ use redis::Value;
 use tickwheel::{TimerKey, TimerQueue, Wheel};
 
 use crate::namespace::{
-    array, bytes, connect, int, query_pipe, string, Con, Config, Endpoint, Error, Namespace,
-    TimeSource,
+    connect, query_pipe, string, Con, Config, Endpoint, Error, Namespace, TimeSource,
 };
+use crate::protocol;
 use crate::recurrence::{Recurrence, Rule};
-use crate::scripts::scripts;
 
 mod claims;
 mod clock;
@@ -102,7 +101,7 @@ pub struct Worker {
     unsure: Vec<(u32, u64, String)>,
     /// Tests: the next claim pipeline's replies are dropped as if the connection died.
     #[cfg(test)]
-    lose_claim_replies: bool,
+    lose_replies: bool,
     /// Claimed tasks waiting for their run-at (in `run`, moved to the delivery thread).
     deliverer: Deliverer,
     /// In `run`: the channel to the delivery thread, and the leases it was last told.
@@ -124,6 +123,19 @@ impl std::fmt::Debug for Worker {
             .field("pending_in_wheel", &self.wheel.len())
             .field("stats", &self.stats)
             .finish()
+    }
+}
+
+/// The connection, opened again if the last one broke. A function of the fields (not of the
+/// worker) so that a call may borrow the namespace's keys meanwhile.
+fn open_con<'a>(
+    con: &'a mut Option<Con>,
+    cfg: &Config,
+    client: &Endpoint,
+) -> Result<&'a mut Con, Error> {
+    match con {
+        Some(c) => Ok(c),
+        None => Ok(con.insert(connect(cfg, client)?)),
     }
 }
 
@@ -192,7 +204,7 @@ impl Worker {
             pending_retries: Vec::new(),
             unsure: Vec::new(),
             #[cfg(test)]
-            lose_claim_replies: false,
+            lose_replies: false,
             deliverer: Deliverer::new(clock),
             link: None,
             rules: HashMap::new(),
@@ -250,38 +262,6 @@ impl Worker {
     /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
     fn on_cluster(&self) -> bool {
         matches!(self.client, Endpoint::Cluster(..))
-    }
-
-    /// The scripts' node argument (see `node_id` in the scripts).
-    fn node_arg(&self) -> &'static str {
-        if self.on_cluster() {
-            "1"
-        } else {
-            "0"
-        }
-    }
-
-    fn con(&mut self) -> Result<&mut Con, Error> {
-        if self.con.is_none() {
-            self.con = Some(connect(&self.cfg, &self.client)?);
-        }
-        Ok(self.con.as_mut().expect("connected above"))
-    }
-
-    fn shard_call(
-        &mut self,
-        script: &redis::Script,
-        shard: u32,
-        args: &[String],
-    ) -> Result<Value, Error> {
-        let mut inv = script.prepare_invoke();
-        for k in &self.ns.shards[shard as usize].0 {
-            inv.key(k);
-        }
-        for a in args {
-            inv.arg(a);
-        }
-        Ok(inv.invoke(self.con()?)?)
     }
 
     /// One step without blocking: takes in notifications, renews leases, rebalances and
@@ -438,16 +418,15 @@ impl Worker {
         for s in held {
             self.release_now(s);
         }
-        let now = self.cfg.now_arg();
-        let (key, id) = (self.ns.workers_key.clone(), self.id.clone());
-        if let Ok(con) = self.con() {
-            let _: Result<Value, _> = scripts()
-                .heartbeat
-                .key(&key)
-                .arg(now)
-                .arg(id)
-                .arg(0)
-                .invoke(con);
+        let leave = protocol::Heartbeat {
+            workers_key: &self.ns.workers_key,
+            now: protocol::now(&self.cfg),
+            worker: &self.id,
+            ttl_ms: 0,
+            cluster: self.on_cluster(),
+        };
+        if let Ok(con) = open_con(&mut self.con, &self.cfg, &self.client) {
+            let _ = protocol::invoke(con, &leave);
         }
     }
 

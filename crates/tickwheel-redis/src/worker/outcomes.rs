@@ -72,64 +72,107 @@ impl Worker {
         if self.pending_acks.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        let calls = self.ack_calls(&mut pipe, &self.pending_acks);
-        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
         let acks = std::mem::take(&mut self.pending_acks);
-        self.ack_replies(&acks, calls, replies)
+        match self.send_with_acks(&acks, &redis::pipe()) {
+            Ok((answered, _)) => {
+                self.apply_acks(&acks, answered);
+                Ok(())
+            }
+            Err(e) => {
+                self.hold_again(acks);
+                Err(e)
+            }
+        }
     }
 
-    /// Adds ACK script calls for `acks` (grouped by shard and epoch, [`Config::batch`] a call)
-    /// to `pipe`; returns each call's shard and the indices of its acks.
-    pub(crate) fn ack_calls(
-        &self,
-        pipe: &mut redis::Pipeline,
+    /// Puts acknowledgements that got no answer back among the held ones, ahead of any
+    /// settled since.
+    pub(crate) fn hold_again(&mut self, acks: Vec<PendingAck>) {
+        let later = std::mem::replace(&mut self.pending_acks, acks);
+        self.pending_acks.extend(later);
+    }
+
+    /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`] a call) and then
+    /// the commands of `after`, in one pipeline: one round trip. Returns what each ACK call
+    /// answered (its shard, the indices of its acks in `acks`, and `None` when fenced), and
+    /// the replies to `after`'s commands, in order.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn send_with_acks(
+        &mut self,
         acks: &[PendingAck],
-    ) -> Vec<(u32, Vec<usize>)> {
+        after: &redis::Pipeline,
+    ) -> Result<
+        (
+            Vec<(u32, Vec<usize>, Option<Vec<bool>>)>,
+            std::vec::IntoIter<Value>,
+        ),
+        Error,
+    > {
         let mut groups: BTreeMap<(u32, u64), Vec<usize>> = BTreeMap::new();
         for (i, a) in acks.iter().enumerate() {
             groups.entry((a.shard, a.epoch)).or_default().push(i);
         }
-        let sha = scripts().ack.get_hash();
-        let mut calls = Vec::new();
-        for ((shard, epoch), idx) in groups {
-            for chunk in idx.chunks(self.cfg.batch) {
-                let keys = &self.ns.shards[shard as usize].0;
-                let cmd = pipe
-                    .cmd("EVALSHA")
-                    .arg(sha)
-                    .arg(4)
-                    .arg(keys.as_slice())
-                    .arg(epoch)
-                    .arg(&self.ns.channel)
-                    .arg(shard);
-                for &i in chunk {
-                    cmd.arg(&acks[i].id)
-                        .arg(acks[i].version)
-                        .arg(acks[i].attempt)
-                        .arg(acks[i].next);
-                }
-                calls.push((shard, chunk.to_vec()));
-            }
+        let batches: Vec<(u32, u64, Vec<usize>)> = groups
+            .into_iter()
+            .flat_map(|((s, e), idx)| {
+                let chunks: Vec<Vec<usize>> =
+                    idx.chunks(self.cfg.batch).map(<[usize]>::to_vec).collect();
+                chunks.into_iter().map(move |c| (s, e, c))
+            })
+            .collect();
+        let items: Vec<Vec<protocol::AckItem>> = batches
+            .iter()
+            .map(|(_, _, idx)| idx.iter().map(|&i| acks[i].item()).collect())
+            .collect();
+        let calls: Vec<protocol::Ack> = batches
+            .iter()
+            .zip(&items)
+            .map(|((shard, epoch, _), items)| protocol::Ack {
+                keys: &self.ns.shards[*shard as usize],
+                epoch: *epoch,
+                channel: &self.ns.channel,
+                shard: *shard,
+                acks: items,
+            })
+            .collect();
+        let mut pipe = redis::pipe();
+        calls.iter().for_each(|c| protocol::push(&mut pipe, c));
+        after.cmd_iter().for_each(|c| {
+            pipe.add_command(c.clone());
+        });
+        if pipe.is_empty() {
+            return Ok((Vec::new(), Vec::new().into_iter()));
         }
-        calls
+        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let replies: Vec<Value> = query_pipe(con, &pipe)?;
+        #[cfg(test)]
+        if std::mem::take(&mut self.lose_replies) {
+            let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reply lost");
+            return Err(Error::Redis(e.into()));
+        }
+        let mut replies = replies.into_iter();
+        let mut answered = Vec::with_capacity(calls.len());
+        for (call, (shard, _, idx)) in calls.iter().zip(batches) {
+            answered.push((shard, idx, protocol::next_reply(call, &mut replies)?));
+        }
+        Ok((answered, replies))
     }
 
-    pub(crate) fn ack_replies(
+    /// Takes in what Redis answered for acknowledgements: accepted ones leave the wheel,
+    /// stale ones are counted, a fenced call drops its shard.
+    pub(crate) fn apply_acks(
         &mut self,
         acks: &[PendingAck],
-        calls: Vec<(u32, Vec<usize>)>,
-        replies: Vec<Value>,
-    ) -> Result<(), Error> {
-        for ((shard, idx), reply) in calls.into_iter().zip(replies) {
-            let mut reply = array(reply)?.into_iter();
-            if int(&reply.next().ok_or_else(|| Error::Protocol("ACK".into()))?)? < 0 {
+        answered: Vec<(u32, Vec<usize>, Option<Vec<bool>>)>,
+    ) {
+        for (shard, idx, reply) in answered {
+            let Some(oks) = reply else {
                 self.stats.fenced += 1;
                 self.drop_shard(shard, ShardLoss::Fenced);
                 continue;
-            }
-            for (i, ok) in idx.into_iter().zip(reply) {
-                if int(&ok)? == 1 {
+            };
+            for (i, ok) in idx.into_iter().zip(oks) {
+                if ok {
                     self.stats.acked += 1;
                     self.disarm(shard, acks[i].id.clone());
                 } else {
@@ -137,7 +180,6 @@ impl Worker {
                 }
             }
         }
-        Ok(())
     }
 
     /// Sends retries and put-backs of lapsed claims in one pipeline.
@@ -145,46 +187,55 @@ impl Worker {
         if self.pending_retries.is_empty() {
             return Ok(());
         }
-        let now_arg = self.cfg.now_arg();
-        let sha = scripts().retry.get_hash().to_string();
-        let mut pipe = redis::pipe();
-        for (d, after) in &self.pending_retries {
-            let keys = &self.ns.shards[d.shard as usize].0;
-            pipe.cmd("EVALSHA")
-                .arg(&sha)
-                .arg(4)
-                .arg(keys.as_slice())
-                .arg(&now_arg)
-                .arg(d.epoch)
-                .arg(&d.id)
-                .arg(d.version)
-                .arg(d.attempt)
-                .arg(after.map_or(0, |a| a.as_millis() as u64))
-                .arg(if after.is_none() { "1" } else { "0" });
-        }
-        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let now = protocol::now(&self.cfg);
+        let calls: Vec<protocol::Retry> = self
+            .pending_retries
+            .iter()
+            .map(|(d, after)| protocol::Retry {
+                keys: &self.ns.shards[d.shard as usize],
+                now,
+                epoch: d.epoch,
+                id: &d.id,
+                version: d.version,
+                attempt: d.attempt,
+                after_ms: after.map(|a| a.as_millis() as u64),
+            })
+            .collect();
+        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let replies = protocol::invoke_all(con, &calls)?;
+        drop(calls);
         for ((d, after), r) in std::mem::take(&mut self.pending_retries)
             .into_iter()
             .zip(replies)
         {
-            let r = array(r)?;
-            match int(r.first().ok_or_else(|| Error::Protocol("RETRY".into()))?)? {
-                1 => {
+            match r {
+                protocol::RetryReply::Requeued { run_at_ms } => {
                     if after.is_some() {
                         self.stats.retried += 1;
                     }
-                    let at = int(r.get(1).ok_or_else(|| Error::Protocol("RETRY".into()))?)?;
                     if self.owned.get(&d.shard).is_some_and(|o| o.epoch == d.epoch) {
-                        self.arm(d.shard, d.id, at as u64, d.version);
+                        self.arm(d.shard, d.id, run_at_ms, d.version);
                     }
                 }
-                -1 => {
+                protocol::RetryReply::Fenced => {
                     self.stats.fenced += 1;
                     self.drop_shard(d.shard, ShardLoss::Fenced);
                 }
-                _ => self.stats.stale_acks += 1,
+                protocol::RetryReply::Stale => self.stats.stale_acks += 1,
             }
         }
         Ok(())
+    }
+}
+
+impl PendingAck {
+    /// This acknowledgement as an ACK call carries it.
+    fn item(&self) -> protocol::AckItem<'_> {
+        protocol::AckItem {
+            id: &self.id,
+            version: self.version,
+            attempt: self.attempt,
+            next_run_ms: (self.next > 0).then_some(self.next),
+        }
     }
 }

@@ -336,7 +336,7 @@ fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
         })
     };
     // The first step claims it (due within claim_ahead); the reply is lost.
-    w.lose_claim_replies = true;
+    w.lose_replies = true;
     assert!(matches!(tick(&mut w, &mut got), Err(Error::Redis(_))));
     let in_flight = |p: &mut crate::Producer| {
         matches!(
@@ -347,7 +347,7 @@ fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
     assert!(in_flight(&mut p), "Redis applied the claim");
     // Lost again: still unsure.
     time.set_ms(t0 + 100);
-    w.lose_claim_replies = true;
+    w.lose_replies = true;
     let lost_again = tick(&mut w, &mut got).is_err();
     // The next step claims it again and holds it until its run-at.
     time.set_ms(t0 + 499);
@@ -379,12 +379,16 @@ fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
     p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"x")
         .unwrap();
     // The worker's own acquisition, applied by Redis; its reply never reached the worker.
-    let lease = cfg.lease.as_millis().to_string();
-    let (id, now) = (w.id().to_string(), cfg.now_arg());
-    let r = w
-        .shard_call(&scripts().acquire, 0, &[now, id, lease, "0".into()])
-        .unwrap();
-    assert!(int(&array(r).unwrap()[0]).unwrap() > 0, "acquired in Redis");
+    let call = crate::protocol::Acquire {
+        keys: &w.ns.shards[0],
+        now: crate::protocol::now(&cfg),
+        worker: &w.id,
+        lease_ms: cfg.lease.as_millis() as u64,
+        held_epoch: 0,
+    };
+    let mut con = crate::namespace::connect(&cfg, &w.client).unwrap();
+    let r = crate::protocol::invoke(&mut con, &call).unwrap();
+    assert!(r.epoch.is_some(), "acquired in Redis");
     let mut got = Vec::new();
     for ms in [0, 50, 100] {
         time.set_ms(t0 + ms);

@@ -3,16 +3,7 @@
 #[allow(unused_imports)]
 use super::*;
 
-/// Where a window read goes on: the first bucket not read to its end, the generation of its
-/// list that was read (empty: none), and how many of that generation's entries were read.
-/// A list deleted and created again has a new generation, read from its start: no entry is
-/// skipped whatever happens to a bucket between two reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Resume {
-    pub(crate) bucket: u64,
-    pub(crate) generation: String,
-    pub(crate) offset: u64,
-}
+pub(crate) use crate::protocol::Resume;
 
 /// A shard's window in this worker: what of the shard's pending tasks the wheel holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -81,33 +72,6 @@ impl Window {
     }
 }
 
-/// LOAD's reply for one shard (see the script): `None` when fenced.
-fn decode_load(reply: Value) -> Result<Option<(Window, Vec<Value>)>, Error> {
-    let bad = || Error::Protocol("LOAD".into());
-    let mut r = array(reply)?.into_iter();
-    let horizon = int(&r.next().ok_or_else(bad)?)?;
-    if horizon < 0 {
-        return Ok(None);
-    }
-    let bucket = int(&r.next().ok_or_else(bad)?)? as u64;
-    let generation = string(r.next().ok_or_else(bad)?)?;
-    let offset = int(&r.next().ok_or_else(bad)?)? as u64;
-    let more = int(&r.next().ok_or_else(bad)?)? == 1;
-    let window = Window::Loaded {
-        horizon: horizon as u64,
-        resume: Resume {
-            bucket,
-            generation,
-            offset,
-        },
-        more,
-    };
-    if let Err(e) = window.check_invariants() {
-        return Err(Error::Protocol(format!("LOAD: {e}")));
-    }
-    Ok(Some((window, r.collect())))
-}
-
 impl Worker {
     /// Drops the in-memory windows; the next [`tick`](Worker::tick) loads them again from
     /// Redis. Workers do this by themselves after a reconnect; callers need it only to make a
@@ -165,8 +129,21 @@ impl Worker {
         }
         // One pipeline (one round trip) reads a share of the budget for every shard.
         let limit = (self.cfg.window_limit / wanted.len()).max(100);
-        let pipe = self.load_pipeline(&wanted, now + window, limit);
-        let replies: Vec<Value> = query_pipe(self.con()?, &pipe)?;
+        let calls: Vec<protocol::Load> = wanted
+            .iter()
+            .map(|(s, epoch, from)| protocol::Load {
+                keys: &self.ns.shards[*s as usize],
+                epoch: *epoch,
+                from: from.as_ref(),
+                to_ms: now + window,
+                limit,
+                in_flight: from.is_none(),
+                ahead_ms: self.cfg.ahead_ms(),
+            })
+            .collect();
+        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let replies = protocol::invoke_all(con, &calls)?;
+        drop(calls);
         let mut more = false;
         for ((shard, _, _), reply) in wanted.into_iter().zip(replies) {
             more |= self.apply_load(shard, reply)?;
@@ -174,54 +151,29 @@ impl Worker {
         Ok(more)
     }
 
-    /// One LOAD call per wanted shard: from where its read goes on up to the bucket holding
-    /// `to`, `limit` entries at most (in-flight tasks too, for a window read from its start).
-    fn load_pipeline(
-        &self,
-        wanted: &[(u32, u64, Option<Resume>)],
-        to: u64,
-        limit: usize,
-    ) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        for (s, epoch, from) in wanted {
-            let (from_arg, generation, offset) = from
-                .as_ref()
-                .map_or(("-inf".to_string(), String::new(), 0), |r| {
-                    (r.bucket.to_string(), r.generation.clone(), r.offset)
-                });
-            pipe.cmd("EVALSHA")
-                .arg(scripts().load.get_hash())
-                .arg(4)
-                .arg(self.ns.shards[*s as usize].0.as_slice())
-                .arg(epoch)
-                .arg(from_arg)
-                .arg(generation)
-                .arg(offset)
-                .arg(to)
-                .arg(limit)
-                .arg(if from.is_none() { "1" } else { "0" });
-        }
-        pipe
-    }
-
-    /// Takes in one shard's LOAD reply: arms what it read, records the window. Returns
-    /// whether the read stopped at its limit.
-    fn apply_load(&mut self, shard: u32, reply: Value) -> Result<bool, Error> {
-        let Some((window, lists)) = decode_load(reply)? else {
+    /// Takes in one shard's LOAD reply: arms what it read, records the window (its
+    /// invariants checked: a reply that breaks them is an error, never a wrong window).
+    /// Returns whether the read stopped at its limit.
+    fn apply_load(&mut self, shard: u32, reply: protocol::LoadReply) -> Result<bool, Error> {
+        let protocol::LoadReply::Loaded(read) = reply else {
             self.stats.fenced += 1;
             self.drop_shard(shard, ShardLoss::Fenced);
             return Ok(false);
         };
+        let window = Window::Loaded {
+            horizon: read.horizon_ms,
+            resume: read.next,
+            more: read.more,
+        };
+        if let Err(e) = window.check_invariants() {
+            return Err(Error::Protocol(format!("LOAD: {e}")));
+        }
         // Pending tasks are armed at their run-at, in-flight ones at their visibility
         // deadline plus the claim horizon (the wheel is polled that far ahead).
-        for (list, shift) in lists.into_iter().zip([0, self.cfg.ahead_ms()]) {
-            let mut it = array(list)?.into_iter();
-            while let (Some(id), Some(at), Some(v)) = (it.next(), it.next(), it.next()) {
-                let (id, at, v) = (string(id)?, int(&at)? as u64, int(&v)? as u64);
-                self.arm(shard, id, at + shift, v);
-            }
+        for a in read.pending.into_iter().chain(read.in_flight) {
+            self.arm(shard, a.id, a.at_ms, a.version);
         }
-        let more = matches!(window, Window::Loaded { more: true, .. });
+        let more = read.more;
         if let Some(o) = self.owned.get_mut(&shard) {
             o.window = window;
         }
