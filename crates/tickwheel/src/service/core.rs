@@ -20,6 +20,16 @@ use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 
 use crate::time::{Clock, Ticks};
 
+/// What scheduling does when the cap set with `Builder::max_pending` is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtCap {
+    /// Refuse the timer (`try_schedule`).
+    Refuse,
+    /// Take the timer anyway, counting it toward the cap (`schedule`, the futures' and
+    /// recurring series' timers, detached timers).
+    Admit,
+}
+
 /// `sleeping_until` while the timer thread is awake: no insert needs to wake it.
 pub(crate) const AWAKE: u64 = 0;
 
@@ -77,13 +87,13 @@ impl Core {
         self.sleeping_until.store(tick, Ordering::SeqCst);
     }
 
-    /// Reserves room for one timer under the cap; `false` when full. Without a cap, always
-    /// `true` and free.
+    /// Reserves room for one timer under the cap; `false` when full and `at_cap` refuses.
+    /// Without a cap, always `true` and free.
     #[inline]
-    pub(crate) fn reserve(&self, enforce: bool) -> bool {
+    pub(crate) fn reserve(&self, at_cap: AtCap) -> bool {
         let Some(cap) = self.cap else { return true };
         let before = self.capped.fetch_add(1, Ordering::AcqRel);
-        if enforce && before >= cap {
+        if at_cap == AtCap::Refuse && before >= cap {
             self.capped.fetch_sub(1, Ordering::AcqRel);
             return false;
         }

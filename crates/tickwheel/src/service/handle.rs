@@ -37,7 +37,7 @@ use crate::sync::Arc;
 /// ```
 pub struct TimerHandle {
     pub(crate) shard: Arc<Shard>,
-    /// Where the timer is; [`Target::None`] for a timer that was never queued (the service
+    /// Where the timer is; [`Target::Inert`] for a timer that was never queued (the service
     /// had shut down).
     pub(crate) target: Target,
 }

@@ -157,7 +157,7 @@ pub use stats::{LatenessHistogram, Stats};
 pub(crate) use callback::{Expire, Expiry};
 pub(crate) use state::ServiceRef;
 
-use self::core::Core;
+use self::core::{AtCap, Core};
 use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
 use callback::Closure;
@@ -318,7 +318,7 @@ impl TimerService {
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
         self.state
-            .schedule_staged(tick, Closure::new(f), false)
+            .schedule_staged(tick, Closure::new(f), AtCap::Admit)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -330,7 +330,7 @@ impl TimerService {
     {
         let tick = self.ticks().deadline_tick(deadline);
         self.state
-            .schedule_staged(tick, Closure::new(f), false)
+            .schedule_staged(tick, Closure::new(f), AtCap::Admit)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -386,7 +386,8 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state.schedule_staged(tick, Closure::new(f), true)
+        self.state
+            .schedule_staged(tick, Closure::new(f), AtCap::Refuse)
     }
 
     /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the

@@ -11,6 +11,7 @@ use std::sync::{Arc as StdArc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::callback::Callback;
+use super::core::AtCap;
 use super::state::ServiceState;
 use super::{TimerHandle, TimerService};
 use crate::sync::Arc;
@@ -469,7 +470,10 @@ impl Series {
             fire.ran = true;
             Series::fire(&fire.series, fire.generation);
         });
-        inner.timer = self.state.schedule_callback(tick, callback, false).ok();
+        inner.timer = self
+            .state
+            .schedule_callback(tick, callback, AtCap::Admit)
+            .ok();
     }
 
     /// A timer of generation `generation` fired (on a worker).

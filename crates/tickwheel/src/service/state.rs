@@ -22,7 +22,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use super::callback::{Build, Callback, Expire};
-use super::core::Core;
+use super::core::{AtCap, Core};
 use super::handle::TimerHandle;
 use super::shard::{Closed, Drained, Job, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
 use super::worker::{self, Dispatch, PanicHandler, WorkerStats};
@@ -112,29 +112,29 @@ impl ServiceState {
     // ---- Queuing ----
 
     /// Queues `callback` at `tick` in the calling thread's shard, directly (the futures'
-    /// wakers, `Deadlines`, recurring runs). At the cap (when `enforce_cap`) or after shutdown
-    /// the callback is discarded and an error returned.
+    /// wakers, `Deadlines`, recurring runs). At the cap (if `at_cap` refuses) or after
+    /// shutdown the callback is discarded and an error returned.
     #[inline]
     pub(crate) fn schedule_callback(
         &self,
         tick: u64,
         callback: Callback,
-        enforce_cap: bool,
+        at_cap: AtCap,
     ) -> Result<TimerHandle, ScheduleError> {
-        self.schedule_with::<false>(tick, callback, enforce_cap)
+        self.schedule_with::<false>(tick, callback, at_cap)
     }
 
     /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
-    /// `shard/`): what `schedule` does. At the cap (when `enforce_cap`) or after shutdown
+    /// `shard/`): what `schedule` does. At the cap (if `at_cap` refuses) or after shutdown
     /// the callback is discarded and an error returned.
     #[inline]
     pub(crate) fn schedule_staged(
         &self,
         tick: u64,
         callback: impl Build,
-        enforce_cap: bool,
+        at_cap: AtCap,
     ) -> Result<TimerHandle, ScheduleError> {
-        self.schedule_with::<true>(tick, callback, enforce_cap)
+        self.schedule_with::<true>(tick, callback, at_cap)
     }
 
     /// [`schedule_staged`](Self::schedule_staged) with `STAGED`, otherwise
@@ -144,9 +144,9 @@ impl ServiceState {
         &self,
         tick: u64,
         callback: impl Build,
-        enforce_cap: bool,
+        at_cap: AtCap,
     ) -> Result<TimerHandle, ScheduleError> {
-        if !self.core.reserve(enforce_cap) {
+        if !self.core.reserve(at_cap) {
             return Err(ScheduleError::Full);
         }
         let shard = self.local_shard();
@@ -167,7 +167,7 @@ impl ServiceState {
                 self.core.release(1);
                 if STAGED {
                     // Closed (or out of cells): the direct insert refuses it or queues it.
-                    return self.schedule_with::<false>(tick, callback, enforce_cap);
+                    return self.schedule_with::<false>(tick, callback, at_cap);
                 }
                 callback.discard();
                 Err(ScheduleError::ShutDown)
@@ -180,7 +180,7 @@ impl ServiceState {
     /// dropped.
     #[inline]
     pub(crate) fn schedule_detached(&self, tick: u64, callback: impl Build) {
-        self.core.reserve(false);
+        self.core.reserve(AtCap::Admit);
         let shard = self.local_shard();
         match shard.stage(tick, callback) {
             Ok(staged) => self.staged(shard, staged),
@@ -213,7 +213,7 @@ impl ServiceState {
     /// told `Discarded` and the handle is inert.
     #[inline]
     fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
-        self.schedule_callback(tick, Callback::notify(target), false)
+        self.schedule_callback(tick, Callback::notify(target), AtCap::Admit)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -221,7 +221,7 @@ impl ServiceState {
     /// woken at once and the handle is inert.
     #[inline]
     fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
-        self.schedule_callback(tick, Callback::waker(waker), false)
+        self.schedule_callback(tick, Callback::waker(waker), AtCap::Admit)
             .unwrap_or_else(|_| self.inert_handle())
     }
 
@@ -236,7 +236,7 @@ impl ServiceState {
     pub(crate) fn inert_handle(&self) -> TimerHandle {
         TimerHandle {
             shard: self.local_shard().clone(),
-            target: Target::None,
+            target: Target::Inert,
         }
     }
 

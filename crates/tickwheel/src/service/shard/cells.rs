@@ -60,8 +60,9 @@ pub(crate) struct CellRef {
 /// Where a [`TimerHandle`](crate::service::TimerHandle) finds its timer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Target {
-    /// A timer that was never queued (the service had shut down).
-    None,
+    /// No timer: the handle of a timer that was never queued (the service had shut down).
+    /// Every operation on it is a no-op.
+    Inert,
     /// A timer inserted into the queue directly: its queue key.
     Key(TimerKey),
     /// A timer staged through the inbox: its cell, which learns the queue key once the timer
@@ -75,7 +76,7 @@ pub(crate) enum Target {
 /// not match has a timer that is still staged, or gone. The next generation of a free cell
 /// travels with it, in the pool, in `Staged` and in the queue's `Entry`.
 #[derive(Clone, Copy)]
-pub(super) struct Slot {
+pub(super) struct Cell {
     pub(super) generation: u32,
     pub(super) key: Option<TimerKey>,
 }
@@ -83,7 +84,7 @@ pub(super) struct Slot {
 /// The cells of the timers staged with a handle (see the module docs). Under the queue lock.
 #[derive(Default)]
 pub(super) struct Cells {
-    pub(super) slots: Vec<Slot>,
+    pub(super) slots: Vec<Cell>,
     /// Cells given back by fires and cancels, at their next generation; moved to the inbox's
     /// pool when the inbox is taken (both locks are held then), or handed out by a refill.
     pub(super) free: Vec<CellRef>,
@@ -99,7 +100,7 @@ impl Cells {
     #[inline]
     pub(super) fn queued(&mut self, cell: CellRef, key: TimerKey) {
         if let Some(slot) = self.slots.get_mut(cell.index as usize) {
-            *slot = Slot {
+            *slot = Cell {
                 generation: cell.generation,
                 key: Some(key),
             };
@@ -148,7 +149,7 @@ impl Cells {
             else {
                 return;
             };
-            self.slots.push(Slot {
+            self.slots.push(Cell {
                 generation: 0,
                 key: None,
             });

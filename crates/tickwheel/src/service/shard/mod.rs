@@ -16,12 +16,30 @@
 //!   at the bottom check.
 //! * `wait()` registers a [`WaitSlot`] in `waiters`, keyed by `TimerKey`; drains and cancels
 //!   look the table up only when it is non-empty, so timers nobody waits for pay nothing.
+//!   (The loom tests are in `tests.rs`.)
 //!
+//! # A timer's stages in a shard
+//!
+//! One table for the names the code uses; a timer goes down it, and leaves it early only
+//! when cancelled (from the inbox, from the queue) or discarded at shutdown (from anywhere).
+//!
+//! | stage | where | as | lock | file |
+//! |---|---|---|---|---|
+//! | **staged** | the inbox's buffer (`Inbox::staged`) | [`Staged`]: tick, callback, cell | inbox | `inbox.rs` |
+//! | **taken** | `ShardState::taken`: out of the inbox, not queued yet | [`Staged`] | queue | `inbox.rs` |
+//! | **queued** | the queue | [`Entry`]: callback, cell, sequence number | queue | `mod.rs` |
+//! | **filed** | the calendar (detached timers due within 2048 ticks) | (sequence number, callback) | queue | `calendar.rs` |
+//! | **held** | `ShardState::held`: out of the queue, waiting while calendar timers before it go out | [`Entry`] | queue | `drain.rs` |
+//! | **drained** | a [`Drained`] buffer, outside the lock: on its way to where it runs | [`Job`]: deadline, callback | none | `drain.rs` |
+//!
+//! Beside a timer with a handle, its **cell** ([`CellRef`] names a [`Cell`](cells::Cell) of the shard's
+//! [`Cells`], `cells.rs`) learns its queue key when it is queued; a handle names its timer by a
+//! [`Target`]: `Inert` (none), `Key` (queued directly) or `Cell` (staged with a cell).
 //!
 //! The rest is one file a concern: `inbox.rs` (timers staged on their way into the queue),
 //! `cells.rs` (handles for staged timers), `calendar.rs` (detached timers of the near
 //! future), `drain.rs` (taking due timers out, merging the queue with the calendar, and
-//! taking everything out at shutdown); the loom tests are in `tests.rs`.
+//! taking everything out at shutdown), `check.rs` (the invariants asserted).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -299,7 +317,7 @@ impl Shard {
     /// next wake-up), so that it can be cancelled, moved or looked at like any other.
     fn resolve(&self, st: &mut ShardState, target: Target) -> Option<TimerKey> {
         match target {
-            Target::None => None,
+            Target::Inert => None,
             Target::Key(key) => Some(key),
             Target::Cell(cell) => {
                 // The key of the timer queued with this cell at this generation: stale if it
