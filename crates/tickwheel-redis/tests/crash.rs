@@ -11,6 +11,10 @@
 //! prints its figures (lost, early, after a successful cancel, stranded, duplicates by cause,
 //! lateness per fault kind and in fault-free stretches) and fails on the targets.
 //!
+//! The p99 target of fault-free stretches (5 ms) is checked in release builds only: a debug
+//! build's unoptimized workers say nothing of the library's timing. Every other target holds
+//! in both.
+//!
 //! Default (`cargo test`): 3 000 tasks, 3 cycles, 1 s lease, about 30 s. The full run, about
 //! 3.5 minutes in release:
 //! `TICKWHEEL_REDIS_FAULT_TASKS=100000 TICKWHEEL_REDIS_FAULT_CYCLES=12 TICKWHEEL_REDIS_FAULT_LEASE_MS=5000 cargo test -p tickwheel-redis --release --test crash -- --nocapture`
@@ -93,6 +97,7 @@ impl Size {
         Limits {
             lease_ms: self.lease_ms,
             claim_ahead_ms: CLAIM_AHEAD_MS,
+            calm_p99_ms: (!cfg!(debug_assertions)).then_some(5),
         }
     }
 }
@@ -177,6 +182,9 @@ fn judge(size: Size, run: &Run, logs: &[PathBuf], exited: Vec<String>) {
         "fault test: {} tasks, {} cycles, {WORKERS} workers, lease {} ms\n{report}",
         size.tasks, size.cycles, size.lease_ms
     );
+    if size.limits().calm_p99_ms.is_none() {
+        eprintln!("(a debug build: the p99 target of fault-free stretches is checked in release)");
+    }
     let mut failures = report.failures(size.limits());
     failures.extend(exited);
     assert!(
