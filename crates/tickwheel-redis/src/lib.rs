@@ -221,6 +221,6 @@ pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, TaskState};
 pub use worker::{
-    Delivery, Outcome, ShardLoss, ShardStatus, StopHandle, Worker, WorkerEvent, WorkerSnapshot,
-    WorkerStats, WorkerStatus,
+    Delivery, Lateness, Outcome, ShardLoss, ShardStatus, StopHandle, Worker, WorkerEvent,
+    WorkerSnapshot, WorkerStats, WorkerStatus,
 };

@@ -75,7 +75,21 @@ fn status_and_events_follow_a_running_worker() {
         .stats
         .acked
         == 40));
-    assert_eq!(status.snapshot().stats.delivered, 40);
+    let stats = status.snapshot().stats;
+    assert_eq!(
+        (stats.delivered, stats.claimed, stats.redelivered),
+        (40, 40, 0)
+    );
+    assert_eq!(
+        stats.lateness.count(),
+        40,
+        "every delivery's lateness recorded"
+    );
+    assert!(
+        stats.lateness.quantile_ms(0.5).is_some_and(|ms| ms <= 100),
+        "{:?}",
+        stats.lateness
+    );
 
     // A second worker: the first gives up half of the shards to it.
     let b = Worker::connect(&cfg).unwrap();

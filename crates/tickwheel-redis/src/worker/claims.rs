@@ -140,6 +140,7 @@ impl Worker {
     ) {
         match claim {
             protocol::Claim::Claimed(c) => {
+                self.stats.claimed += 1;
                 // Claimed again if still unacknowledged at its visibility deadline.
                 self.arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
                 let (recurrence, next_run) = self.next_run(&c.recurrence, c.due_ms, server_now);

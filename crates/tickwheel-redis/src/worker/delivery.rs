@@ -69,6 +69,9 @@ pub(crate) struct Done {
     pub(crate) attempt: u32,
     pub(crate) next: Option<Option<u64>>,
     pub(crate) outcome: Option<Outcome>,
+    /// How late the handler got it, ms past its due time by the clock of the node that
+    /// claimed it (`None`: not delivered).
+    pub(crate) late_ms: Option<u64>,
 }
 
 /// A lease as the worker reckons it: the epoch, and the local instant (µs, see
@@ -200,8 +203,15 @@ impl Deliverer {
             });
             if valid {
                 n += 1;
+                let now_ms = self
+                    .clock
+                    .node_now_us(node as u32)
+                    .map_or(k.0, |us| us / 1000);
+                let late_ms = now_ms.saturating_sub(c.delivery.due_ms);
                 let outcome = handler(&c.delivery);
-                done(finish(c, Some(outcome)));
+                let mut d = finish(c, Some(outcome));
+                d.late_ms = Some(late_ms);
+                done(d);
             } else {
                 done(finish(c, None));
             }
@@ -220,6 +230,7 @@ pub(crate) fn finish(c: Claimed, outcome: Option<Outcome>) -> Done {
         attempt: d.attempt,
         next: c.next,
         outcome,
+        late_ms: None,
     }
 }
 

@@ -32,7 +32,9 @@ use delivery::*;
 pub use delivery::{Delivery, Outcome};
 use notices::*;
 use outcomes::*;
-pub use status::{ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus};
+pub use status::{
+    Lateness, ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus,
+};
 use window::*;
 
 /// Stops a running [`Worker::run`] from any thread.

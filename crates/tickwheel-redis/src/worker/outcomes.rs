@@ -32,6 +32,12 @@ impl Worker {
             return;
         };
         self.stats.delivered += 1;
+        if d.attempt > 1 {
+            self.stats.redelivered += 1;
+        }
+        if let Some(ms) = d.late_ms {
+            self.stats.lateness.record(ms);
+        }
         match outcome {
             Outcome::Ack => match d.next {
                 Some(None) => self.stats.bad_recurrences += 1,

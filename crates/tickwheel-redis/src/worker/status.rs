@@ -31,6 +31,61 @@ pub struct WorkerStats {
     /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
     /// they stay in flight in Redis and the shard's next owner delivers them.
     pub lapsed: u64,
+    /// Tasks claimed from Redis (each is delivered, or lapses).
+    pub claimed: u64,
+    /// Deliveries of an attempt after the first: the task was delivered before and not
+    /// acknowledged (a crash or stall, a lost lease, a visibility timeout, a retry).
+    pub redelivered: u64,
+    /// How late deliveries were handed to the handler.
+    pub lateness: Lateness,
+}
+
+/// A histogram of delivery lateness: how long after its due time (by the clock of the
+/// Redis node that claimed it) each delivery reached the handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lateness {
+    /// Deliveries per bucket: `counts[i]` at most [`Lateness::BOUNDS_MS`]`[i]` ms late
+    /// (and more than the bound before it); the last, later than every bound.
+    pub counts: [u64; Lateness::BOUNDS_MS.len() + 1],
+    /// The sum of all lateness, ms.
+    pub sum_ms: u64,
+}
+
+impl Lateness {
+    /// The buckets' upper bounds, ms.
+    pub const BOUNDS_MS: [u64; 14] = [
+        0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
+    ];
+
+    /// Records one delivery `ms` late.
+    pub fn record(&mut self, ms: u64) {
+        let i = Lateness::BOUNDS_MS.partition_point(|&b| b < ms);
+        self.counts[i] += 1;
+        self.sum_ms = self.sum_ms.saturating_add(ms);
+    }
+
+    /// Deliveries recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// An upper bound of the `q` quantile (0.0..=1.0), ms: the bound of the bucket that holds
+    /// it (`None` with no deliveries, or when it lies past the last bound).
+    pub fn quantile_ms(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Lateness::BOUNDS_MS.get(i).copied();
+            }
+        }
+        None
+    }
 }
 
 /// One shard a worker holds.

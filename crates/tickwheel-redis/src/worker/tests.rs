@@ -1,4 +1,5 @@
 use super::*;
+
 use std::sync::atomic::AtomicU64;
 
 /// A server-clock estimate over a virtual local clock (µs).
@@ -449,4 +450,31 @@ fn window_table() {
     ] {
         assert!(broken.check_invariants().is_err(), "{broken:?}");
     }
+}
+
+/// The lateness histogram's table: which bucket a lateness lands in, and the quantiles.
+#[test]
+fn lateness_histogram_table() {
+    let mut h = Lateness::default();
+    assert_eq!(h.quantile_ms(0.5), None, "empty");
+    // (lateness ms, bucket index: the first bound at or above it)
+    for (ms, bucket) in [
+        (0, 0),
+        (1, 1),
+        (3, 3),
+        (5, 3),
+        (6, 4),
+        (10_000, 13),
+        (10_001, 14),
+    ] {
+        let before = h.counts[bucket];
+        h.record(ms);
+        assert_eq!(h.counts[bucket], before + 1, "{ms} ms");
+    }
+    assert_eq!(h.count(), 7);
+    assert_eq!(h.sum_ms, 20_016);
+    assert_eq!(h.quantile_ms(0.0), Some(0));
+    assert_eq!(h.quantile_ms(0.5), Some(5), "4th of 7");
+    assert_eq!(h.quantile_ms(0.8), Some(10_000), "6th of 7");
+    assert_eq!(h.quantile_ms(1.0), None, "past the last bound");
 }
