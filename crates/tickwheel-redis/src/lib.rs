@@ -108,7 +108,7 @@
 //! stays until the bucket's count of pending tasks reaches zero and the whole list goes. The
 //! price: a bucket carries its own key, index entry and count (about 390 bytes), so tasks
 //! spread thinly over time cost more than with a sorted set: at one task a second over 16
-//! shards, 562 bytes a task against 266 (`cargo run --release -p tickwheel-redis --example
+//! shards, 562 bytes a task against 266 (`cargo run --release -p tickwheel-lab --example
 //! memory_layout` measures both cases).
 //!
 //! *Why hash-tagged shards?* A Redis Cluster places keys by the hash of their `{tag}`, so one

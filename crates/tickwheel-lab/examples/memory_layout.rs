@@ -2,7 +2,7 @@
 //! packed densely in time (the durable workload: delays over 60 s) and spread thinly (one
 //! task a second, so nearly every time bucket holds a single task), 64-byte payloads.
 //!
-//! `cargo run --release -p tickwheel-redis --example memory_layout [-- TASKS]`
+//! `cargo run --release -p tickwheel-lab --example memory_layout [-- TASKS]`
 
 use std::time::Duration;
 

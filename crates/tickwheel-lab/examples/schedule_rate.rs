@@ -6,7 +6,7 @@
 //! script holding the tasks in a hash can do. Each line also shows the server's time per task
 //! (`INFO commandstats`). Rounds repeat, interleaved, as the machine may be shared.
 //!
-//! `cargo run --release -p tickwheel-redis --example schedule_rate [-- TASKS [ROUNDS]]`
+//! `cargo run --release -p tickwheel-lab --example schedule_rate [-- TASKS [ROUNDS]]`
 
 use std::process::Command;
 use std::time::{Duration, Instant};

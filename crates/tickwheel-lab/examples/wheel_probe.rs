@@ -1,7 +1,7 @@
 //! Wheel-only lateness at the worker's pattern (absolute ms ticks, sleep until
 //! next_expiration, drain), to separate the wheel's part of a worker's lateness from Redis's.
 //!
-//! `cargo run --release -p tickwheel-redis --example wheel_probe [-- TASKS PER_MS]`
+//! `cargo run --release -p tickwheel-lab --example wheel_probe [-- TASKS PER_MS]`
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tickwheel::{TimerQueue, Wheel};

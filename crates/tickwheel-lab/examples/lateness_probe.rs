@@ -2,7 +2,7 @@
 //! due) and how late the handler ran locally. Tasks are stored before the first is due (no
 //! producer running alongside); by default 1000 tasks, one a ms.
 //!
-//! `PROBE_N=200000 PROBE_PER_MS=40 cargo run --release -p tickwheel-redis --example
+//! `PROBE_N=200000 PROBE_PER_MS=40 cargo run --release -p tickwheel-lab --example
 //! lateness_probe [-- always|everysec|no]` (the argument sets the server's `appendfsync`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
