@@ -417,6 +417,45 @@ mod calendar {
         assert!(every.cancel());
     }
 
+    /// Without `.wall_clock(…)`, a calendar on a service built on a `ManualWallClock` reads
+    /// that clock (it used to read the system's and never fire in virtual time).
+    #[test]
+    fn a_calendar_reads_the_services_wall_clock_by_default() {
+        let rig = rig("2026-05-10T10:59:00Z");
+        let (runs, clock) = (rig.runs.clone(), rig.clock.clone());
+        let hourly = rig
+            .service
+            .schedule_recurring(Schedule::cron(Cron::utc("0 * * * *").unwrap()), move || {
+                runs.lock().unwrap().push(text(clock.wall_now()))
+            });
+        assert_eq!(hourly.next_run_wall(), Some(wall("2026-05-10T11:00:00Z")));
+        rig.advance(Duration::from_secs(60));
+        assert_eq!(rig.runs(), ["2026-05-10T11:00:00Z"]);
+    }
+
+    /// `starting_at` on a calendar: the first run is the first fire instant at or after it
+    /// (it used to be ignored).
+    #[test]
+    fn starting_at_holds_a_calendar_back_until_then() {
+        let rig = rig("2026-05-10T10:30:00Z");
+        let (runs, clock) = (rig.runs.clone(), rig.clock.clone());
+        let start = rig.service.now() + Duration::from_secs(5400); // 12:00 exactly
+        let hourly = rig.service.schedule_recurring(
+            Schedule::cron(Cron::utc("0 * * * *").unwrap()).starting_at(start),
+            move || runs.lock().unwrap().push(text(clock.wall_now())),
+        );
+        assert_eq!(hourly.next_run_wall(), Some(wall("2026-05-10T12:00:00Z")));
+        rig.advance(Duration::from_secs(3600)); // 11:30: 11:00 was before the start
+        assert!(rig.runs().is_empty());
+        rig.advance(Duration::from_secs(1800)); // 12:00
+        assert_eq!(rig.runs(), ["2026-05-10T12:00:00Z"]);
+        let past = rig.service.schedule_recurring(
+            Schedule::cron(Cron::utc("30 * * * *").unwrap()).starting_at(start),
+            || {},
+        );
+        assert_eq!(past.next_run_wall(), Some(wall("2026-05-10T12:30:00Z")));
+    }
+
     #[test]
     fn a_calendar_with_no_further_run_ends() {
         let rig = rig("2026-12-31T23:59:00Z");

@@ -39,8 +39,12 @@ use crate::time::{SystemClock, WallClock};
 ///   `start`, by default one period from now). **Fixed delay** ([`Schedule::fixed_delay`]):
 ///   each run starts `period` after the previous one *returned*.
 /// * **Calendar** ([`Schedule::cron`], feature `cron`): runs at the fire instants of a
-///   [`Cron`](crate::schedule::Cron), read on a [`WallClock`] ([`SystemClock`] unless
-///   [`Schedule::wall_clock`] says otherwise). A wall-clock target `W` is turned into a
+///   [`Cron`](crate::schedule::Cron), read on a [`WallClock`]: the one
+///   [`Schedule::wall_clock`] names, else the service's own clock when it is one (a
+///   [`ManualWallClock`](crate::time::ManualWallClock), see
+///   [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), else [`SystemClock`].
+///   The first run is the first fire instant after now, or at or after
+///   [`Schedule::starting_at`] when that is later. A wall-clock target `W` is turned into a
 ///   deadline `now + (W − wall_now)` on the service's clock. The series listens for steps of
 ///   the wall clock and converts again on each one, so a clock set forward runs what is now
 ///   due (then follows the missed-run policy) and a clock set back runs nothing early; when
@@ -89,7 +93,9 @@ enum Kind {
     #[cfg(feature = "cron")]
     Calendar {
         cron: Box<crate::schedule::Cron>,
-        clock: StdArc<dyn WallClock>,
+        /// `None`: the service's wall clock (see [`Schedule::cron`]).
+        clock: Option<StdArc<dyn WallClock>>,
+        start: Option<Instant>,
     },
 }
 
@@ -120,37 +126,43 @@ impl Schedule {
         }
     }
 
-    /// Runs at the fire instants of `cron`, read on the [`SystemClock`] (see
-    /// [`wall_clock`](Self::wall_clock)). Missed runs are skipped by default.
+    /// Runs at the fire instants of `cron`, read on the service's clock when it is a wall
+    /// clock (a [`ManualWallClock`](crate::time::ManualWallClock): see
+    /// [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), otherwise on the
+    /// [`SystemClock`]; [`wall_clock`](Self::wall_clock) names another. Missed runs are
+    /// skipped by default.
     #[cfg(feature = "cron")]
     pub fn cron(cron: crate::schedule::Cron) -> Schedule {
         Schedule {
             kind: Kind::Calendar {
                 cron: Box::new(cron),
-                clock: StdArc::new(SystemClock),
+                clock: None,
+                start: None,
             },
             missed: None,
             overlap: false,
         }
     }
 
-    /// The first run of a periodic schedule is at `start` (at once if it has passed). No
-    /// effect on a calendar.
+    /// The first run of a periodic schedule is at `start` (at once if it has passed); that of
+    /// a calendar is its first fire instant at or after `start` (after now if `start` has
+    /// passed), `start` read on the service's clock and carried over to the wall clock.
     pub fn starting_at(mut self, at: Instant) -> Schedule {
         match &mut self.kind {
             Kind::Rate { start, .. } | Kind::Delay { start, .. } => *start = Some(at),
             #[cfg(feature = "cron")]
-            Kind::Calendar { .. } => {}
+            Kind::Calendar { start, .. } => *start = Some(at),
         }
         self
     }
 
-    /// The wall clock a calendar schedule reads (default [`SystemClock`]). No effect on a
+    /// The wall clock a calendar schedule reads (default: the service's own clock when it is
+    /// a wall clock, otherwise [`SystemClock`]; see [`cron`](Self::cron)). No effect on a
     /// periodic schedule.
     #[cfg(feature = "cron")]
     pub fn wall_clock(mut self, wall: impl WallClock) -> Schedule {
         if let Kind::Calendar { clock, .. } = &mut self.kind {
-            *clock = StdArc::new(wall);
+            *clock = Some(StdArc::new(wall));
         }
         self
     }
@@ -190,8 +202,11 @@ where
             MissedTickBehavior::Delay,
         ),
         #[cfg(feature = "cron")]
-        Kind::Calendar { cron, clock } => {
-            let first = cron.next_after_system(clock.wall_now());
+        Kind::Calendar { cron, clock, start } => {
+            let clock = clock
+                .or_else(|| service.state.core.clock.as_wall_clock())
+                .unwrap_or_else(|| StdArc::new(SystemClock));
+            let first = calendar_start(&cron, clock.wall_now(), now, start);
             (
                 Plan::Calendar(cron, clock),
                 first.map_or(Target::Never, Target::Wall),
@@ -231,6 +246,24 @@ where
         series.arm(&mut inner, first);
     }
     RecurringHandle { series }
+}
+
+/// The first run of a calendar series read at wall time `wall_now` (the service's clock
+/// reading `now`): the first fire instant after `wall_now`, or at or after `start` carried
+/// over to the wall clock when `start` is later than `now`.
+#[cfg(feature = "cron")]
+fn calendar_start(
+    cron: &crate::schedule::Cron,
+    wall_now: SystemTime,
+    now: Instant,
+    start: Option<Instant>,
+) -> Option<SystemTime> {
+    let from = start
+        .filter(|&start| start > now)
+        .and_then(|start| wall_now.checked_add(start - now))
+        // At or after: a fire instant exactly at `start` is the first run.
+        .and_then(|from| from.checked_sub(Duration::from_nanos(1)));
+    cron.next_after_system(from.unwrap_or(wall_now))
 }
 
 /// The first run of a periodic series: `start`, or one period from `now` (`Never` when that

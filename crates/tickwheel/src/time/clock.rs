@@ -12,6 +12,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::WallClock;
+
 // Plain std atomics: the clock is shared state outside what the loom models check.
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,6 +32,16 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn subscribe(&self, listener: Weak<dyn Fn() + Send + Sync>) -> bool {
         let _ = listener;
         false
+    }
+
+    /// This clock as a [`WallClock`], if it also tells wall-clock time: a service built on it
+    /// reads its calendar schedules on it unless told otherwise
+    /// ([`Schedule::cron`](crate::service::Schedule::cron)), so that a service on a
+    /// [`ManualWallClock`](crate::time::ManualWallClock) runs them in its virtual time.
+    /// [`SystemClock`](crate::time::SystemClock) and `ManualWallClock` return themselves;
+    /// the default is `None`.
+    fn as_wall_clock(&self) -> Option<Arc<dyn WallClock>> {
+        None
     }
 }
 

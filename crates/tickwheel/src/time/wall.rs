@@ -106,6 +106,10 @@ impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
     }
+
+    fn as_wall_clock(&self) -> Option<Arc<dyn WallClock>> {
+        Some(Arc::new(SystemClock))
+    }
 }
 
 impl WallClock for SystemClock {
@@ -335,6 +339,10 @@ impl Clock for ManualWallClock {
 
     fn subscribe(&self, listener: Weak<dyn Fn() + Send + Sync>) -> bool {
         self.monotonic.subscribe(listener)
+    }
+
+    fn as_wall_clock(&self) -> Option<Arc<dyn WallClock>> {
+        Some(Arc::new(self.clone()))
     }
 }
 
