@@ -217,6 +217,12 @@ pub struct Report {
     pub stranded: usize,
     /// Deliveries of ids the test never scheduled.
     pub strangers: usize,
+    /// Deliveries under a shard epoch older than one a delivery of that shard was logged
+    /// under before (a fenced worker delivering after its successor began): by a worker
+    /// stopped (or just continued), and others. Reported, not a target: a worker paused
+    /// between its lease check and its handler delivers under its old epoch whatever the
+    /// library does.
+    pub superseded: [usize; 2],
     pub duplicates: BTreeMap<Cause, usize>,
     /// Per Redis restart: how long Redis was out (kill to answering again), the tasks
     /// delivered during the outage, and how many of them again after it.
@@ -242,6 +248,7 @@ pub fn analyze(plans: &[TaskPlan], lines: Vec<Line>, faults: &[Fault], l: Limits
         deliveries: lines.len(),
         faults: faults.to_vec(),
         outages: restarts(faults).map(|f| (f.end - f.start, 0, 0)).collect(),
+        superseded: superseded(&lines, faults),
         ..Report::default()
     };
     let mut by_id = group(lines);
@@ -255,6 +262,38 @@ pub fn analyze(plans: &[TaskPlan], lines: Vec<Line>, faults: &[Fault], l: Limits
     r.strangers = by_id.values().map(Vec::len).sum();
     r.calm.sort_unstable();
     r
+}
+
+/// See [`Report::superseded`].
+fn superseded(lines: &[Line], faults: &[Fault]) -> [usize; 2] {
+    let mut by_shard: HashMap<u32, Vec<&Line>> = HashMap::new();
+    for l in lines {
+        by_shard.entry(l.shard).or_default().push(l);
+    }
+    let stopped = |d: &Line| {
+        faults.iter().any(|f| {
+            f.kind == Kind::Stop
+                && f.pid == d.pid
+                && f.start <= d.at
+                && d.at <= f.end + IN_FLIGHT_MS
+        })
+    };
+    let mut out = [0, 0];
+    for ds in by_shard.values_mut() {
+        ds.sort_by_key(|d| d.at);
+        // The newest epoch logged strictly before the current millisecond.
+        let (mut before, mut here, mut ms) = (0, 0, None);
+        for d in ds.iter() {
+            if ms != Some(d.at) {
+                (before, here, ms) = (before.max(here), 0, Some(d.at));
+            }
+            here = here.max(d.epoch);
+            if d.epoch < before {
+                out[usize::from(!stopped(d))] += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Deliveries by id, each id's in the order they were logged.
@@ -509,6 +548,11 @@ impl fmt::Display for Report {
             f,
             "lost {}, early {}, after a successful cancel {}, stranded {}, never scheduled {}",
             self.lost, self.early, self.after_cancel, self.stranded, self.strangers
+        )?;
+        writeln!(
+            f,
+            "deliveries under a superseded epoch: by a stopped worker {}, others {}",
+            self.superseded[0], self.superseded[1]
         )?;
         writeln!(
             f,
