@@ -327,6 +327,38 @@ fn try_schedule_respects_the_cap() {
         .is_ok());
 }
 
+/// A refused `try_schedule` gives the closure back, whole and not run, at the cap and after
+/// shutdown, small or large (a large one is boxed only once it is stored).
+#[test]
+fn try_schedule_gives_the_closure_back() {
+    use tickwheel::service::TryScheduleError;
+    let (_clock, service) = manual_with(TimerService::builder().max_pending(1));
+    let _taken = service
+        .try_schedule(Duration::from_millis(5), || {})
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (r, big) = (ran.clone(), [7u64; 8]);
+    let job = move || {
+        r.fetch_add(big.iter().sum::<u64>() as usize, Ordering::SeqCst);
+    };
+    let job = match service.try_schedule(Duration::from_millis(1), job) {
+        Err(TryScheduleError::Full(job)) => job,
+        other => panic!("expected Full, got {other:?}"),
+    };
+    job(); // the closure is still the caller's to run
+    assert_eq!(ran.load(Ordering::SeqCst), 56);
+    service.shutdown();
+    let r = ran.clone();
+    let small = service
+        .try_schedule(Duration::ZERO, move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap_err();
+    assert!(small.is_shut_down());
+    small.into_inner()();
+    assert_eq!(ran.load(Ordering::SeqCst), 57);
+}
+
 struct DropFlag(Arc<AtomicUsize>);
 
 impl Drop for DropFlag {

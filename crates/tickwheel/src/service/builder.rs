@@ -103,7 +103,7 @@ impl Builder {
     }
 
     /// A cap on pending timers: [`try_schedule`](TimerService::try_schedule) fails with
-    /// [`ScheduleError::Full`](super::ScheduleError::Full) at the cap. The count is one atomic
+    /// [`TryScheduleError::Full`](super::TryScheduleError::Full) at the cap. The count is one atomic
     /// shared by all producers, so a cap costs some multi-thread throughput.
     pub fn max_pending(mut self, cap: usize) -> Self {
         self.cap = Some(cap);

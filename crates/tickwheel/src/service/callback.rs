@@ -143,6 +143,26 @@ impl Build for Callback {
     }
 }
 
+/// A user closure kept whole until it is stored, so that a refused timer can give it back
+/// (`try_schedule`): unlike [`Closure`], one too big to be stored inline is boxed only as it
+/// is written into its entry, under the inbox lock.
+pub(crate) struct Kept<F>(pub(crate) F);
+
+impl<F> Build for Kept<F>
+where
+    F: FnOnce() + Send + 'static,
+{
+    #[inline]
+    fn build_in(self, slot: &mut MaybeUninit<Callback>) {
+        Callback::new_in(slot, self.0);
+    }
+
+    #[inline]
+    fn build(self) -> Callback {
+        Callback::new(self.0)
+    }
+}
+
 /// A user closure that becomes a [`Callback`] where it is stored. One too big to be stored
 /// inline is boxed by [`Closure::new`], before the caller takes any lock.
 pub(crate) struct Closure<F>(Prepared<F>);

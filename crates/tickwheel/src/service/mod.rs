@@ -106,7 +106,7 @@
 //! [`Stats::discarded`], `wait()`ers are released and its handle reports not pending; callbacks
 //! already handed to workers run to completion; then every thread is joined. Scheduling after
 //! shutdown queues nothing: [`try_schedule`](TimerService::try_schedule) returns
-//! [`ScheduleError::ShutDown`] and [`schedule`](TimerService::schedule) drops the closure and
+//! [`TryScheduleError::ShutDown`] with the closure and [`schedule`](TimerService::schedule) drops the closure and
 //! returns a handle that is not pending.
 //!
 //! # The futures layer's hooks (crate-internal)
@@ -160,11 +160,11 @@ pub(crate) use state::ServiceRef;
 use self::core::{AtCap, Core};
 use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
-use callback::Closure;
+use callback::{Closure, Kept};
 use shard::{Closed, Shard};
-use state::ServiceState;
+use state::{Refused, ServiceState};
 
-/// Why [`TimerService::try_schedule`] did not schedule.
+/// Why a timer was not scheduled: the reason a [`TryScheduleError`] gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ScheduleError {
@@ -184,6 +184,87 @@ impl fmt::Display for ScheduleError {
 }
 
 impl std::error::Error for ScheduleError {}
+
+/// Why [`TimerService::try_schedule`] did not schedule, with the closure it gives back (as
+/// crossbeam's `TrySendError` gives back the message): nothing is dropped on a refusal.
+///
+/// ```
+/// use std::time::Duration;
+/// use tickwheel::service::{TimerService, TryScheduleError};
+///
+/// let service = TimerService::builder().max_pending(1).build().unwrap();
+/// let _first = service.try_schedule(Duration::from_secs(60), || ()).unwrap();
+/// let job = || println!("retry me later");
+/// match service.try_schedule(Duration::from_secs(60), job) {
+///     Err(TryScheduleError::Full(job)) => drop(job), // keep it, retry, or run it here
+///     _ => unreachable!(),
+/// }
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TryScheduleError<F> {
+    /// The cap set with [`Builder::max_pending`] is reached.
+    Full(F),
+    /// The service has shut down.
+    ShutDown(F),
+}
+
+impl<F> TryScheduleError<F> {
+    /// The closure that was not scheduled.
+    pub fn into_inner(self) -> F {
+        match self {
+            TryScheduleError::Full(f) | TryScheduleError::ShutDown(f) => f,
+        }
+    }
+
+    /// Why it was not scheduled.
+    pub fn reason(&self) -> ScheduleError {
+        match self {
+            TryScheduleError::Full(_) => ScheduleError::Full,
+            TryScheduleError::ShutDown(_) => ScheduleError::ShutDown,
+        }
+    }
+
+    /// Whether the cap is reached.
+    pub fn is_full(&self) -> bool {
+        matches!(self, TryScheduleError::Full(_))
+    }
+
+    /// Whether the service has shut down.
+    pub fn is_shut_down(&self) -> bool {
+        matches!(self, TryScheduleError::ShutDown(_))
+    }
+}
+
+/// Prints the variant without the closure (closures have no `Debug`), like crossbeam's.
+impl<F> fmt::Debug for TryScheduleError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TryScheduleError::Full(_) => "Full(..)",
+            TryScheduleError::ShutDown(_) => "ShutDown(..)",
+        })
+    }
+}
+
+impl<F> fmt::Display for TryScheduleError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.reason(), f)
+    }
+}
+
+impl<F> std::error::Error for TryScheduleError<F> {}
+
+/// Compares the reason only: `assert_eq!(service.try_schedule(…).unwrap_err(), ScheduleError::Full)`.
+impl<F> PartialEq<ScheduleError> for TryScheduleError<F> {
+    fn eq(&self, other: &ScheduleError) -> bool {
+        self.reason() == *other
+    }
+}
+
+impl<F> From<TryScheduleError<F>> for ScheduleError {
+    fn from(error: TryScheduleError<F>) -> ScheduleError {
+        error.reason()
+    }
+}
 
 /// A timer thread, sharded queues and a pool of workers that run callbacks at their deadlines.
 /// See the [module documentation](self) for the design.
@@ -376,18 +457,25 @@ impl TimerService {
     }
 
     /// Like [`schedule`](Self::schedule), but fails instead of exceeding the cap set with
-    /// [`Builder::max_pending`], or after shutdown. On error `f` is dropped.
+    /// [`Builder::max_pending`], or after shutdown, and then gives `f` back. (A closure that
+    /// captures more than 16 bytes is boxed as it is stored, under the inbox's lock, rather
+    /// than before it.)
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::Full`] at the cap, [`ScheduleError::ShutDown`] after shutdown.
-    pub fn try_schedule<F>(&self, delay: Duration, f: F) -> Result<TimerHandle, ScheduleError>
+    /// [`TryScheduleError::Full`] at the cap, [`TryScheduleError::ShutDown`] after shutdown,
+    /// each holding `f`.
+    pub fn try_schedule<F>(&self, delay: Duration, f: F) -> Result<TimerHandle, TryScheduleError<F>>
     where
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
         self.state
-            .schedule_staged(tick, Closure::new(f), AtCap::Refuse)
+            .try_schedule_staged(tick, Kept(f), AtCap::Refuse)
+            .map_err(|refused| match refused {
+                Refused::Full(Kept(f)) => TryScheduleError::Full(f),
+                Refused::ShutDown(Kept(f)) => TryScheduleError::ShutDown(f),
+            })
     }
 
     /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the

@@ -40,6 +40,31 @@ thread_local! {
     static WORKER_OF: Cell<usize> = const { Cell::new(0) };
 }
 
+/// A timer the service refused, with its callback (unbuilt).
+pub(crate) enum Refused<B> {
+    /// At the cap (`AtCap::Refuse`).
+    Full(B),
+    /// The service has shut down.
+    ShutDown(B),
+}
+
+impl<B: Build> Refused<B> {
+    /// Drops or tells the callback (see [`Callback::discard`]) and names the reason: what
+    /// every schedule but `try_schedule` does with a refused timer.
+    fn discard(self) -> ScheduleError {
+        match self {
+            Refused::Full(callback) => {
+                drop(callback);
+                ScheduleError::Full
+            }
+            Refused::ShutDown(callback) => {
+                callback.build().discard();
+                ScheduleError::ShutDown
+            }
+        }
+    }
+}
+
 /// What the drain lock guards.
 #[derive(Default)]
 struct DrainBuffers {
@@ -121,7 +146,8 @@ impl ServiceState {
         callback: Callback,
         at_cap: AtCap,
     ) -> Result<TimerHandle, ScheduleError> {
-        self.schedule_with::<false>(tick, callback, at_cap)
+        self.schedule_with::<false, _>(tick, callback, at_cap)
+            .map_err(Refused::discard)
     }
 
     /// Stages `callback` at `tick` in the calling thread's shard's inbox with a handle (see
@@ -134,20 +160,34 @@ impl ServiceState {
         callback: impl Build,
         at_cap: AtCap,
     ) -> Result<TimerHandle, ScheduleError> {
-        self.schedule_with::<true>(tick, callback, at_cap)
+        self.schedule_with::<true, _>(tick, callback, at_cap)
+            .map_err(Refused::discard)
+    }
+
+    /// [`schedule_staged`](Self::schedule_staged) that gives the callback back, unbuilt, when
+    /// it is refused: what `try_schedule` does (with a [`Kept`](super::callback::Kept)
+    /// closure).
+    #[inline]
+    pub(crate) fn try_schedule_staged<B: Build>(
+        &self,
+        tick: u64,
+        callback: B,
+        at_cap: AtCap,
+    ) -> Result<TimerHandle, Refused<B>> {
+        self.schedule_with::<true, B>(tick, callback, at_cap)
     }
 
     /// [`schedule_staged`](Self::schedule_staged) with `STAGED`, otherwise
     /// [`schedule_callback`](Self::schedule_callback).
     #[inline]
-    fn schedule_with<const STAGED: bool>(
+    fn schedule_with<const STAGED: bool, B: Build>(
         &self,
         tick: u64,
-        callback: impl Build,
+        callback: B,
         at_cap: AtCap,
-    ) -> Result<TimerHandle, ScheduleError> {
+    ) -> Result<TimerHandle, Refused<B>> {
         if !self.core.reserve(at_cap) {
-            return Err(ScheduleError::Full);
+            return Err(Refused::Full(callback));
         }
         let shard = self.local_shard();
         let placed = if STAGED {
@@ -156,7 +196,7 @@ impl ServiceState {
                 Target::Cell(cell)
             })
         } else {
-            shard.insert(tick, callback.build()).map(Target::Key)
+            shard.insert(tick, callback).map(Target::Key)
         };
         match placed {
             Ok(target) => Ok(TimerHandle {
@@ -167,10 +207,9 @@ impl ServiceState {
                 self.core.release(1);
                 if STAGED {
                     // Closed (or out of cells): the direct insert refuses it or queues it.
-                    return self.schedule_with::<false>(tick, callback, at_cap);
+                    return self.schedule_with::<false, B>(tick, callback, at_cap);
                 }
-                callback.discard();
-                Err(ScheduleError::ShutDown)
+                Err(Refused::ShutDown(callback))
             }
         }
     }
@@ -186,7 +225,7 @@ impl ServiceState {
             Ok(staged) => self.staged(shard, staged),
             Err(callback) => {
                 self.core.release(1);
-                callback.discard();
+                callback.build().discard();
             }
         }
     }

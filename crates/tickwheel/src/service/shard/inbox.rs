@@ -126,8 +126,8 @@ impl Shard {
     /// [`FLUSH_AT`] the caller asks the timer thread to take them in; every [`FLUSH_CHUNK`]
     /// it checks for a backlog of [`BACKLOG`], which it then queues itself).
     #[inline]
-    pub(crate) fn stage(&self, tick: u64, callback: impl Build) -> Result<usize, Callback> {
-        self.stage_inner::<false>(tick, callback)
+    pub(crate) fn stage<B: Build>(&self, tick: u64, callback: B) -> Result<usize, B> {
+        self.stage_inner::<false, B>(tick, callback)
             .map(|(len, _)| len)
     }
 
@@ -135,25 +135,25 @@ impl Shard {
     /// (see the module docs). Gives the callback back if the shard is closed (or, in theory,
     /// out of cells: the caller then inserts it directly).
     #[inline]
-    pub(crate) fn stage_with_cell(
+    pub(crate) fn stage_with_cell<B: Build>(
         &self,
         tick: u64,
-        callback: impl Build,
-    ) -> Result<(usize, CellRef), Callback> {
-        self.stage_inner::<true>(tick, callback)
+        callback: B,
+    ) -> Result<(usize, CellRef), B> {
+        self.stage_inner::<true, B>(tick, callback)
     }
 
     #[inline]
-    pub(super) fn stage_inner<const CELL: bool>(
+    pub(super) fn stage_inner<const CELL: bool, B: Build>(
         &self,
         tick: u64,
-        callback: impl Build,
-    ) -> Result<(usize, CellRef), Callback> {
+        callback: B,
+    ) -> Result<(usize, CellRef), B> {
         let shared = &self.inbox;
         let mut inbox = self.lock_producer_inbox();
         let cell = loop {
             if inbox.closed {
-                return Err(callback.build());
+                return Err(callback);
             }
             if !CELL {
                 break NO_CELL_REF;
@@ -163,7 +163,7 @@ impl Shard {
             }
             drop(inbox);
             if !self.refill_pool() {
-                return Err(callback.build());
+                return Err(callback);
             }
             inbox = self.lock_producer_inbox();
         };

@@ -277,11 +277,12 @@ impl Shard {
 
     /// Queues `callback` at `tick`; gives it back if the shard is closed.
     #[inline]
-    pub(crate) fn insert(&self, tick: u64, callback: Callback) -> Result<TimerKey, Callback> {
+    pub(crate) fn insert<B: Build>(&self, tick: u64, callback: B) -> Result<TimerKey, B> {
         let mut st = self.lock_producer();
         if st.closed {
             return Err(callback);
         }
+        let callback = callback.build();
         if self.unqueued() > 0 {
             // Staged timers of this thread go in first: one thread's timers keep their order.
             self.flush(&mut st, NEVER);
