@@ -55,7 +55,7 @@
 //! with arbitrary operations against the same model: `cargo +nightly fuzz run wheel` (or
 //! `hashed_wheel`, `heap`).
 
-mod free;
+pub(crate) mod free;
 pub mod hashed;
 pub mod heap;
 pub(crate) mod records;

@@ -28,11 +28,18 @@
 //!   the queue lock exactly once, as below (the loom models
 //!   `loom_cancel_of_a_staged_timer_vs_fire_decides_exactly_once` and
 //!   `loom_stage_and_reset_vs_drain_runs_once`).
+//! * Generations follow the queues' rule (`queue/free.rs`): a cell freed at its last
+//!   generation is retired ([`CellRef::next`]), so a generation never wraps. The free cells
+//!   are not the queues' free-stack, though: the next generation of a free cell travels with
+//!   it (in the pool, in `Staged`, in the queue's `Entry`), so that the drain that frees it
+//!   never touches the cell itself, and the pool lives in the inbox, under the producers'
+//!   lock.
 //! * A detached timer ([`Shard::stage`]) has no cell ([`NO_CELL`]) and nobody can cancel,
 //!   reset or wait for it.
 //!
 
 use super::*;
+use crate::queue::free::reusable;
 
 /// The `cell` of a detached timer: it has no handle.
 pub(super) const NO_CELL: u32 = u32::MAX;
@@ -55,6 +62,20 @@ pub(super) const CELL_REFILL: usize = 4096;
 pub(crate) struct CellRef {
     pub(super) index: u32,
     pub(super) generation: u32,
+}
+
+impl CellRef {
+    /// The same cell at its next generation, to hand out again once its timer is gone;
+    /// `None` once the generation is the last one: the cell is retired, by the queues'
+    /// rule (`queue/free.rs`), so that a generation never wraps and a stale handle never
+    /// finds a later timer.
+    #[inline]
+    pub(super) fn next(self) -> Option<CellRef> {
+        reusable(self.generation).then(|| CellRef {
+            index: self.index,
+            generation: self.generation + 1,
+        })
+    }
 }
 
 /// Where a [`TimerHandle`](crate::service::TimerHandle) finds its timer.
@@ -113,10 +134,7 @@ impl Cells {
     #[inline]
     pub(super) fn left(&mut self, cell: CellRef) {
         if cell.index != NO_CELL {
-            self.free.push(CellRef {
-                index: cell.index,
-                generation: cell.generation.wrapping_add(1),
-            });
+            self.free.extend(cell.next());
         }
     }
 

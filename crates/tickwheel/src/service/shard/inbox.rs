@@ -366,10 +366,7 @@ impl Shard {
         // (even of an empty inbox, see `take_inbox`). Not resetting it here keeps a
         // schedule-then-cancel loop from storing it twice a timer.
         self.inbox.len.store(inbox.staged.len(), Ordering::Relaxed);
-        inbox.pool.push(CellRef {
-            index: cell.index,
-            generation: cell.generation.wrapping_add(1),
-        });
+        inbox.pool.extend(cell.next());
         inbox.cancelled += 1;
         drop(inbox);
         self.core.release(1);

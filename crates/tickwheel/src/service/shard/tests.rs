@@ -471,3 +471,25 @@ fn loom_a_flush_never_hides_a_staged_timer() {
         assert_eq!((shard.staged(), shard.counts().pending), (0, 1));
     });
 }
+
+/// A cell freed at its last generation is retired, as the queues' entries are: its
+/// generation never wraps round to one a stale handle still holds.
+#[test]
+fn a_cell_at_its_last_generation_is_retired() {
+    let mut cells = Cells::default();
+    cells.left(CellRef {
+        index: 0,
+        generation: u32::MAX - 1,
+    });
+    cells.left(CellRef {
+        index: 1,
+        generation: u32::MAX,
+    });
+    assert_eq!(
+        cells.free,
+        [CellRef {
+            index: 0,
+            generation: u32::MAX
+        }]
+    );
+}
