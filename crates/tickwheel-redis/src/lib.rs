@@ -199,6 +199,7 @@
 mod config;
 mod connection;
 mod error;
+mod inspect;
 mod namespace;
 mod producer;
 mod protocol;
@@ -215,6 +216,10 @@ pub mod bench;
 pub use config::{Config, ManualTime, TimeSource};
 pub use connection::CLUSTER_SCHEME;
 pub use error::Error;
+pub use inspect::{
+    Inspector, ListFilter, LiveWorker, Scan, ShardStats, StateFilter, Stats, TaskDetail, TaskInfo,
+    Upcoming, MAX_SLOTS, MAX_STEP, PREVIEW_BYTES,
+};
 pub use namespace::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Producer, Task};
 pub use protocol::Scheduled;

@@ -39,11 +39,13 @@
 //! ```
 
 mod delivery;
+mod inspect;
 mod producer;
 mod shard;
 
 pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
 pub(crate) use delivery::{Resume, Retry, RetryReply};
+pub(crate) use inspect::*;
 pub use producer::Scheduled;
 pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleTask, State, When};
 pub(crate) use shard::Release;

@@ -1,0 +1,760 @@
+//! Read-only inspection of a namespace, for operators: what each shard holds and who owns
+//! it, the tasks pending and in flight, one task in full, and what is coming up.
+//!
+//! Every read is a read-only script (`#!lua flags=no-writes`, files `inspect_*.lua`) whose
+//! work is bounded by its arguments (at most [`MAX_STEP`] entries a call), so a scan of
+//! millions of tasks is many short calls and never holds Redis long enough to make a running
+//! worker late. Nothing is ever created: [`Inspector::connect`] refuses a namespace that does
+//! not exist. Changes go through the [`Producer`](crate::Producer)
+//! ([`cancel`](crate::Producer::cancel), [`reschedule`](crate::Producer::reschedule)).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, TimeSource};
+use crate::connection::{connect, Con, Endpoint};
+use crate::error::Error;
+use crate::namespace::{check_id, retryable, Namespace, ShardKeys, SCHEMA_VERSION};
+use crate::protocol::{
+    self, inspect_scripts, InspectBuckets, InspectInFlight, InspectMeta, InspectPending,
+    InspectShard, InspectTask, InspectWorkers, MetaReply, PendingCursor, TaskRow,
+};
+use crate::recurrence::Recurrence;
+use crate::scripts::BUCKET_MS;
+use crate::task::TaskState;
+
+/// The most entries one inspection script call reads (list entries, in-flight entries or
+/// buckets): about a millisecond of Redis's time at most.
+pub const MAX_STEP: usize = 1000;
+
+/// The most payload bytes [`Inspector::show`] returns.
+pub const PREVIEW_BYTES: usize = 4096;
+
+/// The most time slots [`Inspector::upcoming`] counts.
+pub const MAX_SLOTS: usize = 10_000;
+
+/// Reads a namespace without changing it. One connection; after a connection error the next
+/// call reconnects.
+pub struct Inspector {
+    cfg: Config,
+    client: Endpoint,
+    con: Option<Con>,
+    ns: Namespace,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("namespace", &self.cfg.namespace)
+            .field("shards", &self.ns.shards.len())
+            .finish()
+    }
+}
+
+/// A namespace at a glance: [`Inspector::stats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// The Redis clock when read, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// Every shard, in shard order.
+    pub shards: Vec<ShardStats>,
+    /// Workers whose registration is live (they heartbeat within their lease).
+    pub live_workers: u64,
+    /// The first [`MAX_STEP`] of them, soonest registration expiry first.
+    pub workers: Vec<LiveWorker>,
+}
+
+impl Stats {
+    /// Pending tasks, all shards.
+    pub fn pending(&self) -> u64 {
+        self.shards.iter().map(|s| s.pending).sum()
+    }
+
+    /// In-flight tasks, all shards.
+    pub fn in_flight(&self) -> u64 {
+        self.shards.iter().map(|s| s.in_flight).sum()
+    }
+
+    /// In-flight tasks past their visibility deadline (to be delivered again), all shards.
+    pub fn in_flight_expired(&self) -> u64 {
+        self.shards.iter().map(|s| s.in_flight_expired).sum()
+    }
+
+    /// The earliest next run-at of any shard.
+    pub fn next_run_at_ms(&self) -> Option<u64> {
+        self.shards.iter().filter_map(|s| s.next_run_at_ms).min()
+    }
+
+    /// Shards with no live lease (nobody delivers their tasks right now).
+    pub fn unowned(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| s.lease_left.is_none())
+            .count()
+    }
+}
+
+/// One shard: [`Stats::shards`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardStats {
+    /// The shard's number.
+    pub shard: u32,
+    /// The worker that last took the lease (`None`: never taken, or released).
+    pub owner: Option<String>,
+    /// The lease's epoch (its fencing token; 0 before anyone took it).
+    pub epoch: u64,
+    /// How long the owner's lease still runs; `None` when it has lapsed (or there is none).
+    pub lease_left: Option<Duration>,
+    /// Pending tasks.
+    pub pending: u64,
+    /// Tasks delivered and not yet acknowledged.
+    pub in_flight: u64,
+    /// In-flight tasks past their visibility deadline: to be delivered again.
+    pub in_flight_expired: u64,
+    /// Time buckets (seconds) that hold pending tasks.
+    pub buckets: u64,
+    /// The earliest run-at of a pending task (in the past: overdue), ms since the Unix epoch.
+    pub next_run_at_ms: Option<u64>,
+    /// Whether [`ShardStats::next_run_at_ms`] is exact: `false` when its second holds more
+    /// than [`MAX_STEP`] tasks, and it is only the earliest of the first [`MAX_STEP`] of
+    /// them (the true one lies in the same second).
+    pub next_run_at_exact: bool,
+}
+
+/// A worker registered as live: [`Stats::workers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveWorker {
+    /// Its id (as [`Worker::id`](crate::Worker::id)).
+    pub id: String,
+    /// How long its registration lasts without another heartbeat.
+    pub expires_in: Duration,
+}
+
+/// Which tasks [`Inspector::list`] and [`Inspector::scan`] return.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateFilter {
+    /// In-flight tasks first, then pending ones.
+    #[default]
+    All,
+    /// Pending tasks only.
+    Pending,
+    /// In-flight tasks only.
+    InFlight,
+}
+
+/// A selection of tasks: [`Inspector::list`] and [`Inspector::scan`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only these shards (`None`: all).
+    pub shards: Option<Vec<u32>>,
+    /// Only tasks due at or after this instant, ms since the Unix epoch.
+    pub due_after_ms: Option<u64>,
+    /// Only tasks due before this instant, ms since the Unix epoch.
+    pub due_before_ms: Option<u64>,
+    /// Pending, in flight, or both.
+    pub state: StateFilter,
+    /// At most this many tasks (`None`: all of them).
+    pub limit: Option<usize>,
+}
+
+/// A task as listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// Its id.
+    pub id: String,
+    /// Its shard.
+    pub shard: u32,
+    /// Pending or in flight, with run-at, attempts and version.
+    pub state: TaskState,
+    /// Its payload's size, bytes.
+    pub payload_len: u64,
+    /// Whether it recurs.
+    pub recurring: bool,
+}
+
+impl TaskInfo {
+    /// Its run-at (pending) or the run-at it was delivered for (in flight), ms since the
+    /// Unix epoch.
+    pub fn due_ms(&self) -> u64 {
+        match self.state {
+            TaskState::Pending { run_at_ms, .. } => run_at_ms,
+            TaskState::InFlight { due_ms, .. } => due_ms,
+            TaskState::Unknown => 0,
+        }
+    }
+
+    /// Its version.
+    pub fn version(&self) -> u64 {
+        match self.state {
+            TaskState::Pending { version, .. } | TaskState::InFlight { version, .. } => version,
+            TaskState::Unknown => 0,
+        }
+    }
+
+    /// Deliveries so far (pending) or the attempt being delivered (in flight).
+    pub fn attempt(&self) -> u32 {
+        match self.state {
+            TaskState::Pending { attempts, .. } => attempts,
+            TaskState::InFlight { attempt, .. } => attempt,
+            TaskState::Unknown => 0,
+        }
+    }
+
+    fn from_row(row: TaskRow, shard: u32) -> TaskInfo {
+        let state = match row.visible_at_ms {
+            Some(visible_at_ms) => TaskState::InFlight {
+                due_ms: row.due_ms,
+                attempt: row.attempt,
+                version: row.version,
+                visible_at_ms,
+            },
+            None => TaskState::Pending {
+                run_at_ms: row.due_ms,
+                attempts: row.attempt,
+                version: row.version,
+            },
+        };
+        TaskInfo {
+            id: row.id,
+            shard,
+            state,
+            payload_len: row.payload_len,
+            recurring: !row.recurrence.is_empty(),
+        }
+    }
+}
+
+/// One task in full: [`Inspector::show`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskDetail {
+    /// What a listing shows of it.
+    pub info: TaskInfo,
+    /// How it recurs (`None`: a one-shot task).
+    pub recurrence: Option<Recurrence>,
+    /// The first [`PREVIEW_BYTES`] bytes of its payload (all of it when
+    /// [`TaskInfo::payload_len`] is no larger). User data: escape it before showing it.
+    pub payload_preview: Vec<u8>,
+}
+
+/// Pending tasks by time slot: [`Inspector::upcoming`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upcoming {
+    /// The Redis clock when read, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// The start of the first slot: `now_ms` rounded down to the second.
+    pub start_ms: u64,
+    /// Each slot's width (whole seconds).
+    pub per: Duration,
+    /// Pending tasks due before `start_ms`: overdue.
+    pub overdue: u64,
+    /// Pending tasks due in each slot, from `start_ms` on.
+    pub counts: Vec<u64>,
+}
+
+impl Inspector {
+    /// Connects and reads the namespace's meta key, without creating anything; tries again
+    /// while Redis cannot be reached or is loading, until [`Config::connect_timeout`].
+    ///
+    /// Errors: [`Error::InvalidConfig`] when the namespace does not exist,
+    /// [`Error::IncompatibleNamespace`] when it holds another schema (or its meta key is
+    /// something else), [`Error::Redis`] when Redis cannot be reached, and those of
+    /// [`Producer::connect`](crate::Producer::connect) for the URL and the configuration.
+    pub fn connect(cfg: &Config) -> Result<Inspector, Error> {
+        cfg.validate()?;
+        let client = cfg.client()?;
+        let deadline = Instant::now() + cfg.connect_timeout;
+        let mut wait = Duration::from_millis(50);
+        loop {
+            let attempt = open_con(cfg, &client).and_then(|mut con| {
+                let ns = open_namespace(cfg, &mut con)?;
+                Ok((con, ns))
+            });
+            match attempt {
+                Ok((con, ns)) => {
+                    return Ok(Inspector {
+                        cfg: cfg.clone(),
+                        client,
+                        con: Some(con),
+                        ns,
+                    })
+                }
+                Err(Error::Redis(e)) if retryable(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(
+                        wait.min(deadline.saturating_duration_since(Instant::now())),
+                    );
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The namespace's shard count (as stored in Redis).
+    pub fn shards(&self) -> u32 {
+        self.ns.shards.len() as u32
+    }
+
+    /// The shard a task id lives in.
+    pub fn shard_of(&self, id: &str) -> u32 {
+        self.ns.shard_of(id)
+    }
+
+    fn with_con<T>(
+        &mut self,
+        f: impl FnOnce(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.con.is_none() {
+            self.con = Some(open_con(&self.cfg, &self.client)?);
+        }
+        let con = self.con.as_mut().expect("connected above");
+        let r = f(con, &self.ns, protocol::now(&self.cfg));
+        if let Err(Error::Redis(e)) = &r {
+            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                self.con = None;
+            }
+        }
+        r
+    }
+
+    /// Every shard's owner, lease, pending and in-flight counts and next run-at, and the live
+    /// workers: one pipeline of one bounded call per shard.
+    pub fn stats(&mut self) -> Result<Stats, Error> {
+        self.with_con(|con, ns, now| {
+            let calls: Vec<InspectShard> = ns
+                .shards
+                .iter()
+                .map(|keys| InspectShard {
+                    keys,
+                    now,
+                    scan: MAX_STEP as u64,
+                })
+                .collect();
+            let replies = protocol::invoke_all(con, &calls)?;
+            let workers = protocol::invoke(
+                con,
+                &InspectWorkers {
+                    workers_key: &ns.workers_key,
+                    now,
+                    limit: MAX_STEP as u64,
+                },
+            )?;
+            let now_ms = workers.now_ms;
+            let shards = replies
+                .into_iter()
+                .enumerate()
+                .map(|(s, r)| ShardStats {
+                    shard: s as u32,
+                    owner: (!r.owner.is_empty()).then_some(r.owner),
+                    epoch: r.epoch,
+                    lease_left: (r.expires_ms > r.now_ms)
+                        .then(|| Duration::from_millis(r.expires_ms - r.now_ms)),
+                    pending: r.tasks.saturating_sub(r.in_flight),
+                    in_flight: r.in_flight,
+                    in_flight_expired: r.in_flight_expired,
+                    buckets: r.buckets,
+                    next_run_at_ms: r.next_run_at_ms,
+                    next_run_at_exact: r.exact,
+                })
+                .collect();
+            Ok(Stats {
+                now_ms,
+                shards,
+                live_workers: workers.live,
+                workers: workers
+                    .workers
+                    .into_iter()
+                    .map(|(id, expires)| LiveWorker {
+                        id,
+                        expires_in: Duration::from_millis(expires.saturating_sub(now_ms)),
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    /// The tasks `filter` selects, up to its limit: in-flight ones first (shard by shard,
+    /// by visibility deadline), then pending ones by run-at second (within a second, in no
+    /// particular order). See [`scan`](Inspector::scan) to read them page by page.
+    pub fn list(&mut self, filter: &ListFilter) -> Result<Vec<TaskInfo>, Error> {
+        let mut scan = self.scan(filter.clone())?;
+        let mut out = Vec::new();
+        while let Some(page) = scan.next_page()? {
+            out.extend(page);
+        }
+        Ok(out)
+    }
+
+    /// A scan of the tasks `filter` selects, in the order of [`list`](Inspector::list),
+    /// read page by page ([`Scan::next_page`]): each page is one pipeline of one call per
+    /// shard, each call reading at most [`MAX_STEP`] entries.
+    pub fn scan(&mut self, filter: ListFilter) -> Result<Scan<'_>, Error> {
+        let n = self.shards();
+        let shards: Vec<u32> = match &filter.shards {
+            None => (0..n).collect(),
+            Some(list) => {
+                if let Some(&bad) = list.iter().find(|&&s| s >= n) {
+                    return Err(Error::InvalidConfig(format!(
+                        "shard {bad}: the namespace has shards 0 to {}",
+                        n - 1
+                    )));
+                }
+                let mut list = list.clone();
+                list.sort_unstable();
+                list.dedup();
+                list
+            }
+        };
+        let lo_ms = filter.due_after_ms.unwrap_or(0);
+        let hi_ms = match filter.due_before_ms {
+            Some(0) => None,
+            Some(ms) => Some(ms - 1),
+            None => Some(u64::MAX >> 11),
+        };
+        let in_flight = match filter.state {
+            StateFilter::Pending => Vec::new(),
+            _ => shards.iter().map(|&s| (s, 0)).collect(),
+        };
+        let pending = match (filter.state, hi_ms) {
+            (StateFilter::InFlight, _) | (_, None) => Vec::new(),
+            (_, Some(_)) => shards
+                .iter()
+                .map(|&s| ShardScan {
+                    shard: s,
+                    cursor: PendingCursor {
+                        bucket: filter.due_after_ms.map(|ms| ms / BUCKET_MS),
+                        ..PendingCursor::default()
+                    },
+                    buffer: VecDeque::new(),
+                    done: false,
+                })
+                .collect(),
+        };
+        Ok(Scan {
+            inspector: self,
+            in_flight: if hi_ms.is_none() {
+                Vec::new()
+            } else {
+                in_flight
+            },
+            pending,
+            lo_ms,
+            hi_ms: hi_ms.unwrap_or(0),
+            left: filter.limit,
+        })
+    }
+
+    /// One task: its state, run-at, version, attempt, recurrence, payload size and the first
+    /// [`PREVIEW_BYTES`] of its payload. `None` for an id that is not stored (never
+    /// scheduled, cancelled, or acknowledged). [`Error::InvalidId`] for an id no task can
+    /// have.
+    pub fn show(&mut self, id: &str) -> Result<Option<TaskDetail>, Error> {
+        check_id(id)?;
+        let shard = self.ns.shard_of(id);
+        let reply = self.with_con(|con, ns, _| {
+            protocol::invoke(
+                con,
+                &InspectTask {
+                    keys: &ns.shards[shard as usize],
+                    id,
+                    preview: PREVIEW_BYTES as u64,
+                },
+            )
+        })?;
+        let Some(reply) = reply else {
+            return Ok(None);
+        };
+        let recurrence = Recurrence::decode(&reply.row.recurrence)?;
+        Ok(Some(TaskDetail {
+            info: TaskInfo::from_row(reply.row, shard),
+            recurrence,
+            payload_preview: reply.preview,
+        }))
+    }
+
+    /// Pending tasks per slot of `per` (rounded up to whole seconds) from now over
+    /// `horizon`, and those overdue, from the per-second counts the shards keep: no task is
+    /// read, only [`MAX_STEP`] counts a call. [`Error::InvalidConfig`] for more than
+    /// [`MAX_SLOTS`] slots.
+    pub fn upcoming(&mut self, per: Duration, horizon: Duration) -> Result<Upcoming, Error> {
+        let per_s = per.as_millis().div_ceil(u128::from(BUCKET_MS)).max(1) as u64;
+        let slots = horizon.as_millis().div_ceil(u128::from(per_s * BUCKET_MS)) as usize;
+        if slots > MAX_SLOTS {
+            return Err(Error::InvalidConfig(format!(
+                "{slots} slots of {per_s} s: at most {MAX_SLOTS}"
+            )));
+        }
+        let now_ms = self.now_ms()?;
+        let first = now_ms / BUCKET_MS;
+        let last = first + slots as u64 * per_s;
+        let mut counts = vec![0u64; slots];
+        let mut overdue = 0;
+        self.with_con(|con, ns, _| {
+            // Each shard's buckets from the first, MAX_STEP a call, all shards per pipeline.
+            let mut from: Vec<(usize, Option<u64>)> =
+                (0..ns.shards.len()).map(|s| (s, None)).collect();
+            while !from.is_empty() {
+                let calls: Vec<InspectBuckets> = from
+                    .iter()
+                    .map(|&(s, b)| InspectBuckets {
+                        keys: &ns.shards[s],
+                        from: b,
+                        to: last.saturating_sub(1),
+                        limit: MAX_STEP as u64,
+                    })
+                    .collect();
+                let pages = protocol::invoke_all(con, &calls)?;
+                let mut next = Vec::new();
+                for (&(s, _), page) in from.iter().zip(pages) {
+                    for (b, n) in page.counts {
+                        if b < first {
+                            overdue += n;
+                        } else if let Some(c) = counts.get_mut(((b - first) / per_s) as usize) {
+                            *c += n;
+                        }
+                    }
+                    if let Some(b) = page.next {
+                        next.push((s, Some(b)));
+                    }
+                }
+                from = next;
+            }
+            Ok(())
+        })?;
+        Ok(Upcoming {
+            now_ms,
+            start_ms: first * BUCKET_MS,
+            per: Duration::from_secs(per_s),
+            overdue,
+            counts,
+        })
+    }
+
+    /// The namespace's clock: the Redis server's, or the manual one.
+    fn now_ms(&mut self) -> Result<u64, Error> {
+        if let TimeSource::Manual(t) = &self.cfg.time {
+            return Ok(t.now_ms());
+        }
+        self.with_con(|con, _, _| {
+            let (s, us): (u64, u64) = redis::cmd("TIME").query(con)?;
+            Ok(s * 1000 + us / 1000)
+        })
+    }
+}
+
+/// A scan in progress: [`Inspector::scan`].
+#[derive(Debug)]
+pub struct Scan<'a> {
+    inspector: &'a mut Inspector,
+    /// In-flight phase: (shard, next rank) of the shards not read to their end.
+    in_flight: Vec<(u32, u64)>,
+    /// Pending phase: each shard's cursor and the tasks read from it and not yet returned.
+    pending: Vec<ShardScan>,
+    lo_ms: u64,
+    hi_ms: u64,
+    /// Tasks still to return (`None`: no limit).
+    left: Option<usize>,
+}
+
+#[derive(Debug)]
+struct ShardScan {
+    shard: u32,
+    cursor: PendingCursor,
+    buffer: VecDeque<TaskRow>,
+    done: bool,
+}
+
+impl Scan<'_> {
+    /// The next page of tasks (at most about [`MAX_STEP`] times the shards read), or `None`
+    /// when the scan is complete. A page may be empty while the scan goes on.
+    pub fn next_page(&mut self) -> Result<Option<Vec<TaskInfo>>, Error> {
+        if self.left == Some(0) {
+            return Ok(None);
+        }
+        let page = if !self.in_flight.is_empty() {
+            self.in_flight_page()?
+        } else if self.pending.iter().any(|s| !s.done || !s.buffer.is_empty()) {
+            self.pending_page()?
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(self.take(page)))
+    }
+
+    /// The step each call reads: the tasks still wanted, at most [`MAX_STEP`].
+    fn step(&self) -> u64 {
+        self.left.unwrap_or(MAX_STEP).clamp(1, MAX_STEP) as u64
+    }
+
+    fn take(&mut self, mut page: Vec<TaskInfo>) -> Vec<TaskInfo> {
+        if let Some(left) = &mut self.left {
+            page.truncate(*left);
+            *left -= page.len();
+        }
+        page
+    }
+
+    fn in_flight_page(&mut self) -> Result<Vec<TaskInfo>, Error> {
+        let (lo_ms, hi_ms, limit) = (self.lo_ms, self.hi_ms, self.step());
+        let shards = std::mem::take(&mut self.in_flight);
+        let pages = self.inspector.with_con(|con, ns, _| {
+            let calls: Vec<InspectInFlight> = shards
+                .iter()
+                .map(|&(s, offset)| InspectInFlight {
+                    keys: &ns.shards[s as usize],
+                    offset,
+                    limit,
+                    lo_ms,
+                    hi_ms,
+                })
+                .collect();
+            protocol::invoke_all(con, &calls)
+        });
+        let pages = match pages {
+            Ok(p) => p,
+            Err(e) => {
+                self.in_flight = shards;
+                return Err(e);
+            }
+        };
+        let mut out = Vec::new();
+        for (&(s, _), page) in shards.iter().zip(pages) {
+            out.extend(page.tasks.into_iter().map(|r| TaskInfo::from_row(r, s)));
+            if let Some(next) = page.next {
+                self.in_flight.push((s, next));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Refills the shards whose buffer is empty (one pipeline), then returns tasks in
+    /// (second, shard) order while every shard still being read has some buffered: a shard
+    /// whose buffer runs dry may hold earlier tasks than the others' next ones.
+    fn pending_page(&mut self) -> Result<Vec<TaskInfo>, Error> {
+        let (lo_ms, hi_ms, limit) = (self.lo_ms, self.hi_ms, self.step());
+        let to_bucket = Some(hi_ms / BUCKET_MS);
+        let refill: Vec<usize> = (0..self.pending.len())
+            .filter(|&i| !self.pending[i].done && self.pending[i].buffer.is_empty())
+            .collect();
+        if !refill.is_empty() {
+            let cursors: Vec<(u32, PendingCursor)> = refill
+                .iter()
+                .map(|&i| (self.pending[i].shard, self.pending[i].cursor.clone()))
+                .collect();
+            let pages = self.inspector.with_con(|con, ns, _| {
+                let calls: Vec<InspectPending> = cursors
+                    .iter()
+                    .map(|(s, cursor)| InspectPending {
+                        keys: &ns.shards[*s as usize],
+                        from: cursor,
+                        to_bucket,
+                        lo_ms,
+                        hi_ms,
+                        limit,
+                    })
+                    .collect();
+                protocol::invoke_all(con, &calls)
+            })?;
+            for (&i, page) in refill.iter().zip(pages) {
+                let s = &mut self.pending[i];
+                s.buffer.extend(page.tasks);
+                match page.next {
+                    Some(c) => s.cursor = c,
+                    None => s.done = true,
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let want = self.left.unwrap_or(usize::MAX);
+        while out.len() < want {
+            if self.pending.iter().any(|s| !s.done && s.buffer.is_empty()) {
+                break;
+            }
+            let Some(i) = (0..self.pending.len())
+                .filter(|&i| !self.pending[i].buffer.is_empty())
+                .min_by_key(|&i| (self.pending[i].buffer[0].due_ms / BUCKET_MS, i))
+            else {
+                break;
+            };
+            let s = &mut self.pending[i];
+            let row = s.buffer.pop_front().expect("not empty");
+            out.push(TaskInfo::from_row(row, s.shard));
+        }
+        Ok(out)
+    }
+}
+
+/// A connection with the inspection scripts loaded.
+fn open_con(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
+    let mut con = connect(cfg, client)?;
+    inspect_scripts().load_all(&mut con)?;
+    Ok(con)
+}
+
+/// Reads the namespace's meta key (never creating it) and names its shards' keys as
+/// `Namespace::open` does.
+fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
+    let ns = &cfg.namespace;
+    let meta = format!("tw:{{{ns}}}:meta");
+    let incompatible = |found: String| Error::IncompatibleNamespace {
+        namespace: ns.clone(),
+        found,
+        expected: SCHEMA_VERSION,
+    };
+    let (schema, shards) = match protocol::invoke(con, &InspectMeta { meta: &meta })? {
+        MetaReply::Missing => {
+            return Err(Error::InvalidConfig(format!(
+                "namespace {ns:?} does not exist on this Redis (nothing was ever scheduled in \
+                 it; check --namespace and the database number)"
+            )))
+        }
+        MetaReply::NotAHash(t) => return Err(incompatible(format!("a key of type {t}"))),
+        MetaReply::Hash { schema, shards } => (schema, shards),
+    };
+    if schema != SCHEMA_VERSION.to_string() {
+        return Err(incompatible(if schema.is_empty() {
+            "no schema version".into()
+        } else {
+            format!("version {schema:?}")
+        }));
+    }
+    let n: u32 = shards
+        .parse()
+        .ok()
+        .filter(|&n| (1..=16384).contains(&n))
+        .ok_or_else(|| incompatible(format!("shard count {shards:?}")))?;
+    Ok(Namespace {
+        shards: (0..n)
+            .map(|s| {
+                let tag = format!("tw:{{{ns}:{s}}}");
+                ShardKeys(["due", "tasks", "inflight", "state"].map(|k| format!("{tag}:{k}")))
+            })
+            .collect(),
+        channel: format!("tw:{{{ns}}}:wake"),
+        workers_key: format!("tw:{{{ns}}}:workers"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys named here are those `Namespace::open` names (the layout lives there).
+    #[test]
+    fn the_read_only_open_names_the_keys_the_namespace_names() {
+        let server = crate::server::RedisServer::start().expect("redis-server");
+        let mut cfg = Config::new(server.url(), "keys");
+        cfg.shards = 3;
+        let client = cfg.client().unwrap();
+        let mut con = open_con(&cfg, &client).unwrap();
+        let missing = open_namespace(&cfg, &mut con).unwrap_err();
+        assert!(missing.to_string().contains("does not exist"), "{missing}");
+        let created = Namespace::open(&cfg, &mut con).unwrap();
+        let read = open_namespace(&cfg, &mut con).unwrap();
+        assert_eq!(
+            format!("{:?}", read.shards),
+            format!("{:?}", created.shards)
+        );
+        assert_eq!(read.channel, created.channel);
+        assert_eq!(read.workers_key, created.workers_key);
+    }
+}

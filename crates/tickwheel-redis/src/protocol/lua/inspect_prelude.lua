@@ -1,0 +1,21 @@
+-- INSPECT_PRELUDE: what the read-only inspection scripts (`inspect_*.lua`) share, appended
+-- to prelude.lua. The Rust side (src/protocol/inspect.rs) starts each of them with
+-- `#!lua flags=no-writes`, so Redis refuses any write they might attempt, runs them on a
+-- replica too, and never waits for an fsync on their account.
+--
+-- Every inspection script bounds its own work by an argument (`limit`, `scan`): a caller
+-- pages through a large shard in many short calls, so that reading never holds Redis long
+-- enough to make a running worker late.
+--
+-- A task's value without copying its payload: version, attempt, due, recurrence, payload
+-- length (see `parse` in prelude.lua).
+local function meta(h)
+  local a = string.find(h, ':', 1, true)
+  local b = string.find(h, ':', a + 1, true)
+  local c = string.find(h, ':', b + 1, true)
+  local d = string.find(h, ':', c + 1, true)
+  local n = tonumber(string.sub(h, c + 1, d - 1))
+  return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1, d + n),
+         #h - d - n, d + n + 1
+end
