@@ -96,8 +96,7 @@ fn millis_rounded_up(d: Duration) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    //! The poll-timeout rules, and the rounding rules of [`Ticks`] this path relies on (they
-    //! were `sys::TickScale`'s tests before `Ticks` became the one conversion).
+    //! The poll-timeout rules, and the rounding rules of [`Ticks`] this path relies on.
 
     use super::*;
     use crate::sys::model::ModelQueue;
@@ -149,12 +148,11 @@ mod tests {
 
     #[test]
     fn extremes_saturate_without_panic() {
-        // `Ticks` clamps the resolution (TickScale took a zero tick as 1 ns).
+        // `Ticks` clamps a zero resolution to the finest one, 1 µs.
         let s = Ticks::new(Instant::now(), Duration::ZERO);
         assert_eq!(s.resolution(), MIN_RESOLUTION);
         assert_eq!(s.delay_tick(s.origin(), Duration::MAX), NEVER);
-        // A huge resolution is clamped to 1 s, so `Duration::MAX` is "never" there too
-        // (TickScale made it tick 1 of a `Duration::MAX`-long tick).
+        // A huge resolution is clamped to 1 s, so `Duration::MAX` is "never" there too.
         let big = Ticks::new(Instant::now(), Duration::MAX);
         assert_eq!(big.instant_of(NEVER), None);
         assert_eq!(big.delay_tick(big.origin(), Duration::MAX), NEVER);
@@ -178,8 +176,7 @@ mod tests {
         q.insert(10, ()); // tick 10 began 0.3 ms ago: due
         assert_eq!(poll_timeout(&s, &q, now), Some(Duration::ZERO));
         assert_eq!(poll_timeout_millis(&s, &q, now), 0);
-        // Too far to express (TickScale reached it with a `Duration::MAX` tick; with the
-        // clamped resolution, the far tick is NEVER).
+        // Too far to express: with the resolution clamped to 1 s, the far tick is NEVER.
         let far = Ticks::new(Instant::now(), Duration::MAX);
         let mut q = ModelQueue::default();
         q.insert(NEVER, ());

@@ -314,7 +314,7 @@ fn tick_offset_is_exact_and_saturates() {
     let t = Ticks::new(origin, Duration::from_micros(1_500));
     assert_eq!(tick_offset(&t, 3), Duration::from_micros(4_500));
     assert_eq!(origin + tick_offset(&t, 3), t.instant_of(3).unwrap());
-    // The finest resolution is 1 µs (TickScale allowed 1 ns): the largest tick is still exact.
+    // The finest resolution is 1 µs: the largest tick is still exact.
     let fine = Ticks::new(origin, Duration::ZERO);
     assert_eq!(tick_offset(&fine, NEVER), Duration::from_micros(NEVER));
     // The coarsest is 1 s: NEVER seconds still fits a Duration, no overflow.
