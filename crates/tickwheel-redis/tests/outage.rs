@@ -79,3 +79,77 @@ fn acknowledgements_held_during_an_outage_are_sent_after_it() {
     assert_eq!(seen.len(), 200);
     assert_eq!(producer.len().unwrap(), 0, "every task acknowledged");
 }
+
+/// An outage longer than the lease: Redis's clock runs on while it is down, so every lease
+/// has expired when it is back. Each shard must stay with its owner, which renews it and
+/// sends the acknowledgements it held; a worker that took another's shard first would fence
+/// them, and each task delivered during the outage would be delivered again.
+#[test]
+fn an_outage_longer_than_the_lease_moves_no_shard_and_doubles_no_delivery() {
+    let mut server = common::server();
+    let mut cfg = Config::new(server.url(), "long-outage");
+    cfg.shards = 8;
+    cfg.lease = Duration::from_millis(900);
+    cfg.maintenance_interval = Duration::from_millis(300);
+    cfg.visibility_timeout = Duration::from_secs(4);
+    cfg.io_timeout = Duration::from_millis(500);
+    let mut producer = Producer::connect(&cfg).unwrap();
+    let seen: Arc<Mutex<BTreeMap<String, Vec<u32>>>> = Arc::default();
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut w = Worker::connect(&cfg).unwrap();
+            let (stop, status, log) = (w.stop_handle(), w.status(), seen.clone());
+            let h = std::thread::spawn(move || {
+                w.run(move |d: &Delivery| {
+                    log.lock()
+                        .unwrap()
+                        .entry(d.id.clone())
+                        .or_default()
+                        .push(d.attempt);
+                    Outcome::Ack
+                })
+            });
+            (stop, status, h)
+        })
+        .collect();
+    // Both workers hold their fair share.
+    let until = Instant::now() + Duration::from_secs(5);
+    while workers.iter().any(|w| w.1.snapshot().shards.len() != 4) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Tasks due 0.9-1.1 s from now: claimed before the outage, delivered while the workers
+    // still trust their leases, early in the outage.
+    let start = now_ms() + 900;
+    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
+    producer
+        .schedule_many(ids.iter().enumerate().map(|(i, id)| Task {
+            id,
+            run_at: RunAt::AtMillis(start + i as u64),
+            payload: b"",
+            recurrence: None,
+        }))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(start - 150 - now_ms()));
+    server.kill();
+    // Down for twice the lease.
+    std::thread::sleep(Duration::from_millis(1_800));
+    server.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while producer.len().map_or(true, |n| n > 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(cfg.visibility_timeout + Duration::from_secs(1));
+    for (stop, _, h) in workers {
+        stop.stop();
+        h.join().unwrap().unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let twice: Vec<_> = seen.iter().filter(|(_, a)| a.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} delivered twice: {twice:?}",
+        twice.len()
+    );
+    assert_eq!(seen.len(), 200);
+    assert_eq!(producer.len().unwrap(), 0, "every task acknowledged");
+}

@@ -143,6 +143,12 @@ impl Worker {
 
     /// Releases shards above a fair share (`ceil(shards / live workers)`), or takes free ones
     /// up to it, trying them from a point of its own so that workers spread out.
+    ///
+    /// Not in the first lease after an outage: Redis's clock ran on while it was down, so
+    /// every lease may have expired, with its owner alive and holding acknowledgements for
+    /// what it delivered meanwhile. Taking such a shard would fence them (each of those
+    /// tasks delivered again); its owner renews it within a reconnection wait instead. A
+    /// shard whose owner is gone is taken a lease later.
     fn rebalance(&mut self) -> Result<(), Error> {
         let total = self.ns.shards.len() as u64;
         let fair = total.div_ceil(self.live) as usize;
@@ -150,7 +156,7 @@ impl Worker {
             let s = *self.owned.keys().next_back().expect("non-empty");
             self.release(s);
         }
-        if self.owned.len() < fair {
+        if self.owned.len() < fair && self.clock.lease_us() >= self.acquire_after_us {
             let start = RandomState::new().hash_one(&self.id) % total;
             for i in 0..total {
                 let s = ((start + i) % total) as u32;

@@ -85,6 +85,10 @@ pub struct Worker {
     /// The namespace's clock estimate (shared with `run`'s delivery thread).
     clock: Clock,
     next_maintenance: u64,
+    /// Local instant (µs, [`Clock::lease_us`]) before which the worker takes no shard it
+    /// does not hold: after an outage, the shards' owners get a lease's time to renew first
+    /// (see `rebalance`).
+    acquire_after_us: u64,
     /// A window is partly read: the next tick reads on.
     refill_pending: bool,
     /// Acknowledgements not sent yet: they ride with the next claim, or go once the oldest
@@ -200,6 +204,7 @@ impl Worker {
             sub_stop,
             clock: clock.clone(),
             next_maintenance: 0,
+            acquire_after_us: 0,
             refill_pending: false,
             pending_acks: Vec::new(),
             acks_due_ms: 0,
@@ -372,6 +377,10 @@ impl Worker {
                 }
                 Err(Error::Redis(e)) => {
                     self.stats.redis_errors += 1;
+                    // Leases may run out while Redis is away, their owners alive: once it is
+                    // back, they renew first (see `rebalance`).
+                    let lease = self.cfg.lease.as_micros() as u64;
+                    self.acquire_after_us = self.clock.lease_us() + lease;
                     if !std::mem::replace(&mut disconnected, true) {
                         self.emit(WorkerEvent::Disconnected {
                             error: e.to_string(),
