@@ -200,6 +200,8 @@ mod config;
 mod connection;
 mod error;
 mod inspect;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod namespace;
 mod producer;
 mod protocol;

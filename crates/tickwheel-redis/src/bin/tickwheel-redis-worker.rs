@@ -3,8 +3,13 @@
 //! ```text
 //! tickwheel-redis-worker --url redis://127.0.0.1:6379/ --namespace NS --log FILE
 //!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
-//!     [--claim-ahead-ms 1000]
+//!     [--claim-ahead-ms 1000] [--connect-timeout-ms 60000] [--metrics [HOST:]PORT]
 //! ```
+//!
+//! At start it waits up to `--connect-timeout-ms` for Redis (starting, loading its data)
+//! before it gives up with status 1. `--metrics PORT` serves the worker's counters for
+//! Prometheus at `http://127.0.0.1:PORT/metrics` (loopback unless a host is given: see
+//! `tickwheel_redis::metrics`).
 //!
 //! Each delivery is one line, written (one `write`) before it is acknowledged, so a SIGKILL
 //! never loses the record of a delivery that Redis saw acknowledged:
@@ -40,6 +45,8 @@ fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let (mut url, mut ns, mut log) = (None, None, None);
     let mut cfg = Config::new("", "");
+    cfg.connect_timeout = Duration::from_secs(60);
+    let mut metrics_addr = None;
     let ms = |v: Option<String>| -> Result<Duration, String> {
         v.and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
@@ -55,6 +62,8 @@ fn run() -> Result<(), String> {
             "--window-ms" => cfg.window = ms(args.next())?,
             "--maintenance-ms" => cfg.maintenance_interval = ms(args.next())?,
             "--claim-ahead-ms" => cfg.claim_ahead = ms(args.next())?,
+            "--connect-timeout-ms" => cfg.connect_timeout = ms(args.next())?,
+            "--metrics" => metrics_addr = Some(metrics_addr_of(args.next())?),
             other => {
                 return Err(format!(
                     "unknown argument {other:?} (see the source's header)"
@@ -72,6 +81,13 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("{log}: {e}"))?;
     let pid = std::process::id();
     let mut worker = Worker::connect(&cfg).map_err(|e| e.to_string())?;
+    let _metrics = match metrics_addr {
+        Some(addr) => Some(
+            tickwheel_redis::metrics::serve(addr.as_str(), worker.status())
+                .map_err(|e| format!("--metrics {addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -112,6 +128,18 @@ fn run() -> Result<(), String> {
     match failed {
         Some(e) => Err(format!("{log}: {e}")),
         None => Ok(()),
+    }
+}
+
+/// `--metrics`' address: a bare port is on loopback.
+fn metrics_addr_of(v: Option<String>) -> Result<String, String> {
+    let v = v.ok_or("--metrics needs a port or host:port")?;
+    if v.parse::<u16>().is_ok() {
+        return Ok(format!("127.0.0.1:{v}"));
+    }
+    match v.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(v),
+        _ => Err(format!("--metrics {v:?}: expected PORT or HOST:PORT")),
     }
 }
 
