@@ -11,6 +11,7 @@
 //!     against tokio `sleep` tasks, a `DelayQueue` behind a channel and a heap-plus-thread
 //!     baseline.
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
+//! * `tickwheel tasks` shows and steers the durable tasks of a Redis namespace ([`tasks`]).
 //!
 //! Layout: this file parses the command line and calls [`mod@bench`] or [`demo`]; modules
 //! never import from it. [`workload`] names the workloads and their family, [`entrant`]
@@ -46,6 +47,7 @@ mod plot;
 mod queues;
 mod report;
 mod services;
+mod tasks;
 mod units;
 mod workload;
 
@@ -79,6 +81,9 @@ enum Command {
     /// each service in a fresh process this way, so memory and CPU figures are its own).
     #[command(hide = true)]
     ServiceWorker(DemoArgs),
+    /// See and steer the durable tasks of a tickwheel-redis namespace: stats, ls, show,
+    /// cancel, reschedule, upcoming.
+    Tasks(tasks::TasksArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -232,6 +237,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),
         Command::Demo(args) => demo::run(&demo_settings(args)),
         Command::ServiceWorker(args) => demo::worker(&demo_settings(args)),
+        // Prints its own errors (the message says which Redis and namespace failed).
+        Command::Tasks(args) => return tasks::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

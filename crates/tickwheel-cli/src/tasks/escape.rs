@@ -1,0 +1,86 @@
+//! Ids and payloads are user data: shown escaped, so that no id or payload can move the
+//! cursor, recolour or clear the terminal, or reorder text (bidirectional controls).
+
+use std::fmt::Write as _;
+
+/// `bytes` as printable text: UTF-8 as is but for `\`, control and invisible formatting
+/// characters (`\n`, `\t`, `\u{1b}`, `\u{202e}`, ...), and bytes that are not UTF-8 as `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            push_char(&mut out, c);
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// A string, escaped as [`escape_bytes`] does.
+pub fn escape(s: &str) -> String {
+    escape_bytes(s.as_bytes())
+}
+
+fn push_char(out: &mut String, c: char) {
+    match c {
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() || invisible(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// Formatting characters that change how the text around them shows: bidirectional
+/// overrides and isolates, zero-width characters, separators, the byte-order mark.
+fn invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00ad | 0x061c | 0x180e | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x2069
+        | 0xfeff | 0xfff9..=0xfffb)
+}
+
+/// Whether every byte shows as itself (nothing was escaped).
+pub fn is_plain(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_ok_and(|s| escape(s) == s)
+}
+
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_bidi_and_invalid_bytes_are_escaped_the_rest_is_kept() {
+        assert_eq!(
+            escape("<script>alert(1)</script>"),
+            "<script>alert(1)</script>"
+        );
+        assert_eq!(escape("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(escape("x\r\ny\t\\"), "x\\r\\ny\\t\\\\");
+        assert_eq!(escape("abc\u{202e}cba"), "abc\\u{202e}cba");
+        assert_eq!(escape("\u{7f}\u{9b}"), "\\u{7f}\\u{9b}");
+        assert_eq!(escape("héllo wörld 日本"), "héllo wörld 日本");
+        assert_eq!(escape_bytes(b"ok\xff\xfe\x00"), "ok\\xff\\xfe\\u{0}");
+        assert_eq!(hex(b"\x00\xab"), "00ab");
+        assert!(is_plain(b"plain text") && !is_plain(b"a\nb") && !is_plain(b"\xff"));
+        for s in [
+            escape_bytes(&(0..=255u8).collect::<Vec<_>>()),
+            escape("\u{1b}\u{7}"),
+        ] {
+            assert!(!s.chars().any(|c| c.is_control() || invisible(c)), "{s:?}");
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! `tickwheel tasks`: see and steer the durable tasks of a `tickwheel-redis` namespace.
+//!
+//! `stats`, `ls`, `show` and `upcoming` read through [`tickwheel_redis::Inspector`]
+//! (read-only scripts, each call bounded, so reading never makes a running worker late);
+//! `cancel` and `reschedule` go through the [`tickwheel_redis::Producer`]. None of them
+//! creates a namespace: one that does not exist is an error. Every command prints a table for
+//! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]). Exit status: 0
+//! done, 1 failed (Redis unreachable, no such namespace or task, a task that could not be
+//! cancelled or rescheduled), 2 bad arguments.
+
+mod escape;
+mod render;
+mod time;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use tickwheel_redis::{
+    Config, Error, Inspector, ListFilter, Producer, RunAt, StateFilter, MAX_ID_LEN, MAX_STEP,
+};
+
+/// `tickwheel tasks`'s arguments.
+#[derive(Debug, Args)]
+pub struct TasksArgs {
+    /// The Redis URL (`redis://[user:password@]host[:port][/db]`, or
+    /// `redis+cluster://host:port[,host:port...]`).
+    #[arg(long, value_name = "URL")]
+    redis: String,
+    /// The namespace (as given to the producers and workers).
+    #[arg(long, value_name = "NS")]
+    namespace: String,
+    /// How long to keep trying while Redis cannot be reached (e.g. 2s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = time::parse_duration)]
+    connect_timeout: Duration,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: TasksCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TasksCommand {
+    /// Per shard: owner, epoch, lease time left, pending, in flight, next run-at; totals and
+    /// live workers.
+    Stats,
+    /// Pending and in-flight tasks: in flight first, then pending by run-at second.
+    Ls(LsArgs),
+    /// One task: state, run-at, version, attempt, recurrence, payload size and preview.
+    Show {
+        /// The task's id.
+        #[arg(value_parser = parse_id)]
+        id: String,
+    },
+    /// Cancel pending tasks (exit status 1 when any was not pending).
+    Cancel {
+        /// The tasks' ids.
+        #[arg(required = true, value_parser = parse_id)]
+        ids: Vec<String>,
+    },
+    /// Move a pending task to a new run-at (exit status 1 when it was not pending).
+    Reschedule(RescheduleArgs),
+    /// Pending tasks per time slot from now on (from the per-second counts: cheap).
+    Upcoming {
+        /// The width of a slot (whole seconds).
+        #[arg(long, default_value = "1m", value_parser = time::parse_duration)]
+        per: Duration,
+        /// How far ahead.
+        #[arg(long, default_value = "3h", value_parser = time::parse_duration)]
+        horizon: Duration,
+    },
+}
+
+#[derive(Debug, Args)]
+struct LsArgs {
+    /// Only this shard (repeatable).
+    #[arg(long = "shard", value_name = "N")]
+    shards: Vec<u32>,
+    /// Pending, in flight, or all.
+    #[arg(long, value_enum, default_value_t = StateArg::All)]
+    state: StateArg,
+    /// Only tasks due at or after this instant (RFC 3339, or a duration from now: 10m, -1h).
+    #[arg(long, value_name = "WHEN", value_parser = time::parse_instant, allow_hyphen_values = true)]
+    due_after: Option<u64>,
+    /// Only tasks due before this instant (RFC 3339, or a duration from now).
+    #[arg(long, value_name = "WHEN", value_parser = time::parse_instant, allow_hyphen_values = true)]
+    due_before: Option<u64>,
+    /// At most this many tasks.
+    #[arg(long, default_value_t = 50, conflicts_with = "all",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Every task selected, however many (a progress bar on a terminal).
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
+struct RescheduleArgs {
+    /// The task's id.
+    #[arg(value_parser = parse_id)]
+    id: String,
+    /// The new run-at, RFC 3339 (`2026-11-26T09:00:00Z`).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339,
+          required_unless_present = "in_", conflicts_with = "in_")]
+    at: Option<u64>,
+    /// The new run-at as a delay from now (by the Redis clock): 90s, 5m, 1h30m.
+    #[arg(long = "in", id = "in_", value_name = "DURATION", value_parser = time::parse_duration)]
+    in_: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum StateArg {
+    All,
+    Pending,
+    InFlight,
+}
+
+fn parse_id(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > MAX_ID_LEN {
+        return Err(format!(
+            "a task id is 1 to {MAX_ID_LEN} bytes, this one is {}",
+            text.len()
+        ));
+    }
+    Ok(text.to_string())
+}
+
+fn parse_rfc3339(text: &str) -> Result<u64, String> {
+    use tickwheel::schedule::jiff::Timestamp;
+    let ts: Timestamp = text.trim().parse().map_err(|_| {
+        format!("`{text}` is not an RFC 3339 instant (example: 2026-11-26T09:00:00Z)")
+    })?;
+    u64::try_from(ts.as_millisecond()).map_err(|_| format!("`{text}` is before 1970"))
+}
+
+/// Runs `tickwheel tasks`; prints `error: …` and returns status 1 when it fails.
+pub fn run(args: TasksArgs) -> ExitCode {
+    match execute(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(args: &TasksArgs) -> Result<(), String> {
+    let mut cfg = Config::new(&args.redis, &args.namespace);
+    cfg.connect_timeout = args.connect_timeout;
+    let failed = |e: Error| describe(&e, args);
+    let mut ins = Inspector::connect(&cfg).map_err(failed)?;
+    let json = args.json;
+    match &args.command {
+        TasksCommand::Stats => {
+            let stats = ins.stats().map_err(failed)?;
+            render::stats(&args.namespace, &stats, json);
+        }
+        TasksCommand::Ls(ls) => list(&mut ins, ls, json).map_err(failed)?,
+        TasksCommand::Show { id } => match ins.show(id).map_err(failed)? {
+            Some(task) => {
+                let now = ins.stats().map_err(failed)?.now_ms;
+                render::show(&task, now, json);
+            }
+            None => {
+                return Err(format!(
+                    "no task {:?} in namespace {:?} (never scheduled, cancelled, or acknowledged)",
+                    escape::escape(id),
+                    args.namespace
+                ))
+            }
+        },
+        TasksCommand::Cancel { ids } => {
+            let mut producer = Producer::connect(&cfg).map_err(failed)?;
+            let done = producer.cancel_many(ids).map_err(failed)?;
+            render::cancelled(ids, &done, json);
+            let missed = done.iter().filter(|&&d| !d).count();
+            if missed > 0 {
+                return Err(format!(
+                    "{missed} of {} not cancelled: not pending (unknown, already done, or in \
+                     flight: being delivered now)",
+                    ids.len()
+                ));
+            }
+        }
+        TasksCommand::Reschedule(r) => {
+            let run_at = match (r.at, r.in_) {
+                (Some(ms), _) => RunAt::AtMillis(ms),
+                (None, Some(d)) => RunAt::After(d),
+                (None, None) => return Err("give --at or --in".into()),
+            };
+            let mut producer = Producer::connect(&cfg).map_err(failed)?;
+            let moved = producer.reschedule(&r.id, run_at).map_err(failed)?;
+            let after = ins.show(&r.id).map_err(failed)?;
+            render::rescheduled(&r.id, moved, after.as_ref(), json);
+            if !moved {
+                return Err(format!(
+                    "{:?} not rescheduled: not pending (unknown, already done, or in flight)",
+                    escape::escape(&r.id)
+                ));
+            }
+        }
+        TasksCommand::Upcoming { per, horizon } => {
+            let up = ins.upcoming(*per, *horizon).map_err(failed)?;
+            render::upcoming(&up, json);
+        }
+    }
+    Ok(())
+}
+
+/// `ls`: page by page, printed as it comes; a progress bar (on a terminal) for long scans.
+fn list(ins: &mut Inspector, ls: &LsArgs, json: bool) -> Result<(), Error> {
+    let limit = (!ls.all).then_some(ls.limit as usize);
+    let filter = ListFilter {
+        shards: (!ls.shards.is_empty()).then(|| ls.shards.clone()),
+        due_after_ms: ls.due_after,
+        due_before_ms: ls.due_before,
+        state: match ls.state {
+            StateArg::All => StateFilter::All,
+            StateArg::Pending => StateFilter::Pending,
+            StateArg::InFlight => StateFilter::InFlight,
+        },
+        limit,
+    };
+    let long = limit.is_none_or(|l| l > MAX_STEP);
+    let stats = ins.stats()?;
+    let progress = long.then(|| {
+        let total = stats.pending() + stats.in_flight();
+        render::progress(limit.map_or(total, |l| total.min(l as u64)))
+    });
+    let mut scan = ins.scan(filter)?;
+    let mut out = render::Listing::start(json);
+    while let Some(page) = scan.next_page()? {
+        if let Some(p) = &progress {
+            p.inc(page.len() as u64);
+        }
+        out.rows(&page);
+    }
+    if let Some(p) = progress {
+        p.finish_and_clear();
+    }
+    out.finish();
+    Ok(())
+}
+
+/// An error as the operator should read it: what failed, where, and what to check.
+fn describe(e: &Error, args: &TasksArgs) -> String {
+    let url = redact(&args.redis);
+    match e {
+        Error::Redis(r) if r.is_io_error() || r.is_connection_refusal() || r.is_timeout() => {
+            format!("cannot reach Redis at {url}: {r}")
+        }
+        Error::InvalidUrl { reason, .. } => format!("invalid Redis URL {url:?}: {reason}"),
+        Error::InvalidConfig(m) if m.contains("does not exist") => {
+            format!("{m} (at {url})")
+        }
+        e => e.to_string(),
+    }
+}
+
+/// A URL without its password.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) if !host.is_empty() => {
+            let user = user.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://h:1/"), "redis://h:1/");
+        assert!(parse_id("").is_err() && parse_id(&"x".repeat(MAX_ID_LEN + 1)).is_err());
+        assert!(parse_rfc3339("tomorrow").is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! What `tickwheel tasks` prints: aligned tables for people, JSON for scripts. Every id and
+//! payload goes through [`escape`](super::escape) in tables; JSON escapes by itself.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use tickwheel_redis::{Recurrence, Stats, TaskDetail, TaskInfo, TaskState, Upcoming};
+
+use super::escape::{escape, escape_bytes, hex, is_plain};
+use super::time::{relative, rfc3339, span};
+
+/// Payload bytes a table shows.
+const SHOWN_BYTES: usize = 512;
+
+/// A table: a header and rows of cells, printed with each column padded to its widest cell
+/// (the last column unpadded).
+struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            rows: vec![header.iter().map(|h| h.to_string()).collect()],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn print(&self) {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for r in &self.rows {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c + 1 == r.len() {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    let pad = widths[c] - cell.chars().count() + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            say!("{}", line.trim_end());
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    say!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn opt_time(ms: Option<u64>) -> Value {
+    ms.map_or(Value::Null, |ms| json!({ "ms": ms, "utc": rfc3339(ms) }))
+}
+
+/// `stats`.
+pub fn stats(namespace: &str, s: &Stats, json: bool) {
+    let now = s.now_ms;
+    if json {
+        let shards: Vec<Value> = s
+            .shards
+            .iter()
+            .map(|sh| {
+                json!({
+                    "shard": sh.shard,
+                    "owner": sh.owner,
+                    "epoch": sh.epoch,
+                    "lease_left_ms": sh.lease_left.map(|d| d.as_millis() as u64),
+                    "pending": sh.pending,
+                    "in_flight": sh.in_flight,
+                    "in_flight_expired": sh.in_flight_expired,
+                    "buckets": sh.buckets,
+                    "next_run_at": opt_time(sh.next_run_at_ms),
+                    "next_run_at_exact": sh.next_run_at_exact,
+                })
+            })
+            .collect();
+        let workers: Vec<Value> = s
+            .workers
+            .iter()
+            .map(|w| json!({ "id": w.id, "expires_in_ms": w.expires_in.as_millis() as u64 }))
+            .collect();
+        print_json(&json!({
+            "namespace": namespace,
+            "now": opt_time(Some(now)),
+            "totals": {
+                "shards": s.shards.len(),
+                "unowned_shards": s.unowned(),
+                "pending": s.pending(),
+                "in_flight": s.in_flight(),
+                "in_flight_expired": s.in_flight_expired(),
+                "next_run_at": opt_time(s.next_run_at_ms()),
+                "live_workers": s.live_workers,
+            },
+            "shards": shards,
+            "workers": workers,
+        }));
+        return;
+    }
+    let next = s.next_run_at_ms().map_or("none".to_string(), |ms| {
+        format!("{} ({})", rfc3339(ms), relative(ms, now))
+    });
+    say!(
+        "namespace {}: {} shards ({} without a live lease), {} live workers",
+        escape(namespace),
+        s.shards.len(),
+        s.unowned(),
+        s.live_workers
+    );
+    say!(
+        "pending {}, in flight {} ({} past their visibility deadline), next run-at {next}",
+        s.pending(),
+        s.in_flight(),
+        s.in_flight_expired()
+    );
+    say!("");
+    let mut t = Table::new(&[
+        "SHARD",
+        "PENDING",
+        "IN FLIGHT",
+        "EPOCH",
+        "LEASE LEFT",
+        "NEXT RUN-AT",
+        "",
+        "OWNER",
+    ]);
+    for sh in &s.shards {
+        let (next, when) = match sh.next_run_at_ms {
+            Some(ms) => (
+                rfc3339(ms),
+                format!(
+                    "{}{}",
+                    relative(ms, now),
+                    if sh.next_run_at_exact {
+                        ""
+                    } else {
+                        " (this second)"
+                    }
+                ),
+            ),
+            None => ("-".into(), String::new()),
+        };
+        t.row(vec![
+            sh.shard.to_string(),
+            sh.pending.to_string(),
+            if sh.in_flight_expired > 0 {
+                format!("{} ({} expired)", sh.in_flight, sh.in_flight_expired)
+            } else {
+                sh.in_flight.to_string()
+            },
+            sh.epoch.to_string(),
+            sh.lease_left.map_or("lapsed".into(), span),
+            next,
+            when,
+            sh.owner.as_deref().map_or("-".into(), escape),
+        ]);
+    }
+    t.print();
+    if !s.workers.is_empty() {
+        say!("");
+        let mut t = Table::new(&["WORKER", "REGISTERED FOR"]);
+        for w in &s.workers {
+            t.row(vec![escape(&w.id), span(w.expires_in)]);
+        }
+        t.print();
+    }
+}
+
+fn state_name(t: &TaskInfo) -> &'static str {
+    match t.state {
+        TaskState::Pending { .. } => "pending",
+        TaskState::InFlight { .. } => "in-flight",
+        TaskState::Unknown => "unknown",
+    }
+}
+
+fn visible_at(t: &TaskInfo) -> Option<u64> {
+    match t.state {
+        TaskState::InFlight { visible_at_ms, .. } => Some(visible_at_ms),
+        _ => None,
+    }
+}
+
+fn task_json(t: &TaskInfo) -> Value {
+    json!({
+        "id": t.id,
+        "shard": t.shard,
+        "state": state_name(t),
+        "due": opt_time(Some(t.due_ms())),
+        "version": t.version(),
+        "attempt": t.attempt(),
+        "visible_at": opt_time(visible_at(t)),
+        "payload_len": t.payload_len,
+        "recurring": t.recurring,
+    })
+}
+
+/// `ls`, printed page by page: fixed-width columns and the id last, so that rows align
+/// without reading them all first.
+pub struct Listing {
+    json: bool,
+    count: u64,
+}
+
+impl Listing {
+    pub fn start(json: bool) -> Listing {
+        if json {
+            say_raw!("[");
+        } else {
+            say!(
+                "{:<9}  {:>5}  {:<24}  {:>10}  {:>7}  {:>8}  ID",
+                "STATE",
+                "SHARD",
+                "DUE (UTC)",
+                "VERSION",
+                "ATTEMPT",
+                "PAYLOAD"
+            );
+        }
+        Listing { json, count: 0 }
+    }
+
+    pub fn rows(&mut self, page: &[TaskInfo]) {
+        for t in page {
+            if self.json {
+                let sep = if self.count == 0 { "\n  " } else { ",\n  " };
+                say_raw!("{sep}{}", task_json(t));
+            } else {
+                let rec = if t.recurring { " (recurring)" } else { "" };
+                say!(
+                    "{:<9}  {:>5}  {:<24}  {:>10}  {:>7}  {:>8}  {}{rec}",
+                    state_name(t),
+                    t.shard,
+                    rfc3339(t.due_ms()),
+                    t.version(),
+                    t.attempt(),
+                    t.payload_len,
+                    escape(&t.id)
+                );
+            }
+            self.count += 1;
+        }
+    }
+
+    pub fn finish(self) {
+        if self.json {
+            say!("{}]", if self.count == 0 { "" } else { "\n" });
+        } else {
+            say!("({} tasks)", self.count);
+        }
+    }
+}
+
+/// A progress bar on standard error (hidden when it is not a terminal).
+pub fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {pos}/{len} tasks read, {elapsed} ({eta} left)")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `show`.
+pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
+    let i = &t.info;
+    let rec = t.recurrence.as_ref().map(|r| match r {
+        Recurrence::Every(d) => format!("every {}", span(*d)),
+        Recurrence::Cron { pattern, zone } => {
+            format!("cron {} in {}", escape(pattern), escape(zone))
+        }
+    });
+    if json {
+        let mut v = task_json(i);
+        v["recurrence"] = rec.map_or(Value::Null, Value::String);
+        v["payload_preview_hex"] = Value::String(hex(&t.payload_preview));
+        v["payload_preview_utf8"] = std::str::from_utf8(&t.payload_preview)
+            .map_or(Value::Null, |s| Value::String(s.to_string()));
+        v["payload_preview_complete"] =
+            Value::Bool(t.payload_preview.len() as u64 == i.payload_len);
+        print_json(&v);
+        return;
+    }
+    let due = i.due_ms();
+    let mut rows = vec![
+        ("id", escape(&i.id)),
+        ("shard", i.shard.to_string()),
+        ("state", state_name(i).to_string()),
+        (
+            "due",
+            format!("{} ({})", rfc3339(due), relative(due, now_ms)),
+        ),
+        ("version", i.version().to_string()),
+        ("attempt", i.attempt().to_string()),
+    ];
+    if let Some(v) = visible_at(i) {
+        rows.push((
+            "visible at",
+            format!(
+                "{} ({}): delivered again then unless acknowledged",
+                rfc3339(v),
+                relative(v, now_ms)
+            ),
+        ));
+    }
+    rows.push((
+        "recurrence",
+        rec.unwrap_or_else(|| "none (one-shot)".into()),
+    ));
+    rows.push(("payload", format!("{} bytes", i.payload_len)));
+    for (k, v) in rows {
+        say!("{k:<11} {v}");
+    }
+    let shown = &t.payload_preview[..t.payload_preview.len().min(SHOWN_BYTES)];
+    let more = i.payload_len.saturating_sub(shown.len() as u64);
+    let tail = if more > 0 {
+        format!(" … {more} more bytes")
+    } else {
+        String::new()
+    };
+    if !shown.is_empty() {
+        let kind = if is_plain(shown) { "text" } else { "escaped" };
+        say!(
+            "{:<11} \"{}\"{tail} ({kind})",
+            "preview",
+            escape_bytes(shown)
+        );
+        if !is_plain(shown) {
+            say!("{:<11} {}{tail}", "hex", hex(shown));
+        }
+    }
+}
+
+/// `cancel`.
+pub fn cancelled(ids: &[String], done: &[bool], json: bool) {
+    if json {
+        let v: Vec<Value> = ids
+            .iter()
+            .zip(done)
+            .map(|(id, d)| json!({ "id": id, "cancelled": d }))
+            .collect();
+        print_json(&Value::Array(v));
+        return;
+    }
+    let mut t = Table::new(&["RESULT", "ID"]);
+    for (id, d) in ids.iter().zip(done) {
+        let r = if *d { "cancelled" } else { "not pending" };
+        t.row(vec![r.into(), escape(id)]);
+    }
+    t.print();
+}
+
+/// `reschedule`.
+pub fn rescheduled(id: &str, moved: bool, after: Option<&TaskDetail>, json: bool) {
+    let run_at = after.map(|t| t.info.due_ms());
+    if json {
+        print_json(&json!({
+            "id": id,
+            "rescheduled": moved,
+            "run_at": opt_time(run_at),
+            "version": after.map(|t| t.info.version()),
+        }));
+        return;
+    }
+    if moved {
+        let at = run_at.map_or("?".into(), rfc3339);
+        say!("rescheduled {} to {at}", escape(id));
+    } else {
+        say!("not rescheduled: {}", escape(id));
+    }
+}
+
+/// `upcoming`.
+pub fn upcoming(u: &Upcoming, json: bool) {
+    let per = u.per.as_millis() as u64;
+    if json {
+        let slots: Vec<Value> = u
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(k, c)| json!({ "start": opt_time(Some(u.start_ms + k as u64 * per)), "pending": c }))
+            .collect();
+        print_json(&json!({
+            "now": opt_time(Some(u.now_ms)),
+            "per_ms": per,
+            "overdue": u.overdue,
+            "total": u.overdue + u.counts.iter().sum::<u64>(),
+            "slots": slots,
+        }));
+        return;
+    }
+    let max = u.counts.iter().copied().max().unwrap_or(0).max(1);
+    say!(
+        "pending per {} from {} ({} overdue before it)",
+        span(u.per),
+        rfc3339(u.start_ms),
+        u.overdue
+    );
+    let mut t = Table::new(&["FROM (UTC)", "PENDING", ""]);
+    for (k, &c) in u.counts.iter().enumerate() {
+        let bar = "#".repeat(((c * 40).div_ceil(max)) as usize);
+        t.row(vec![
+            rfc3339(u.start_ms + k as u64 * per),
+            c.to_string(),
+            bar,
+        ]);
+    }
+    t.print();
+}

@@ -1,0 +1,416 @@
+//! `tickwheel tasks` as an operator runs it: the built binary against a real redis-server
+//! with a real worker delivering. Counts that match what was scheduled, cancelled and
+//! delivered; hostile ids and binary payloads shown escaped; every bad input a message and a
+//! non-zero exit, never a panic.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tickwheel_redis::server::RedisServer;
+use tickwheel_redis::{Config, Outcome, Producer, RunAt, Worker};
+
+struct Run {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+/// Runs `tickwheel tasks --redis URL --namespace NS ARGS...`.
+fn tasks(url: &str, ns: &str, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(["tasks", "--redis", url, "--namespace", ns])
+        .args(args)
+        .output()
+        .expect("run tickwheel");
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        !run.err.contains("panicked"),
+        "tickwheel tasks {args:?} panicked: {}",
+        run.err
+    );
+    run
+}
+
+/// Runs and expects success; the JSON it printed.
+fn json(url: &str, ns: &str, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let r = tasks(url, ns, &all);
+    assert_eq!(r.code, 0, "tickwheel tasks {args:?}: {}{}", r.out, r.err);
+    serde_json::from_str(&r.out).unwrap_or_else(|e| panic!("{e}: {}", r.out))
+}
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+fn ids(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn counts_match_what_was_scheduled_cancelled_and_delivered() {
+    let s = server();
+    let url = s.url();
+    let mut cfg = Config::new(&url, "shop");
+    cfg.shards = 4;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let hour = Duration::from_secs(3600);
+    for i in 0..100 {
+        p.schedule(&format!("far-{i}"), RunAt::After(hour), b"x")
+            .unwrap();
+    }
+    for i in 0..10 {
+        p.schedule(
+            &format!("now-{i}"),
+            RunAt::After(Duration::from_millis(50)),
+            b"",
+        )
+        .unwrap();
+    }
+    for i in 0..3 {
+        p.schedule(
+            &format!("hold-{i}"),
+            RunAt::After(Duration::from_millis(50)),
+            b"",
+        )
+        .unwrap();
+    }
+    // Cancel 20 through the CLI; an unknown id among them fails the command.
+    let cancel: Vec<String> = (0..20).map(|i| format!("far-{i}")).collect();
+    let mut args: Vec<&str> = vec!["cancel"];
+    args.extend(cancel.iter().map(String::as_str));
+    let v = json(&url, "shop", &args);
+    assert!(v
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["cancelled"] == Value::Bool(true)));
+    let r = tasks(&url, "shop", &["cancel", "far-0", "far-99", "never-1"]);
+    assert_eq!(r.code, 1, "{}", r.err);
+    assert!(r.err.contains("2 of 3 not cancelled"), "{}", r.err);
+    assert!(r.out.contains("cancelled    far-99"), "{}", r.out);
+
+    let mut w = Worker::connect(&cfg).unwrap();
+    let stop = w.stop_handle();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let counter = acked.clone();
+    let runner = std::thread::spawn(move || {
+        w.run(|d| {
+            if d.id.starts_with("hold-") {
+                Outcome::Leave
+            } else {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Outcome::Ack
+            }
+        })
+    });
+    assert!(eventually(Duration::from_secs(10), || {
+        let v = json(&url, "shop", &["stats"]);
+        acked.load(Ordering::SeqCst) == 10 && v["totals"]["in_flight"] == 3
+    }));
+
+    let v = json(&url, "shop", &["stats"]);
+    let t = &v["totals"];
+    assert_eq!(t["pending"], 79, "{v}");
+    assert_eq!(t["in_flight"], 3);
+    assert_eq!(t["live_workers"], 1);
+    assert_eq!(t["unowned_shards"], 0);
+    assert_eq!(v["shards"].as_array().unwrap().len(), 4);
+    let per_shard: u64 = v["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["pending"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_shard, 79);
+
+    let all = json(&url, "shop", &["ls", "--all"]);
+    let want: BTreeSet<String> = (20..99)
+        .map(|i| format!("far-{i}"))
+        .chain((0..3).map(|i| format!("hold-{i}")))
+        .collect();
+    assert_eq!(all.as_array().unwrap().len(), 82);
+    assert_eq!(ids(&all), want);
+    let held = json(&url, "shop", &["ls", "--state", "in-flight"]);
+    assert_eq!(ids(&held), (0..3).map(|i| format!("hold-{i}")).collect());
+    assert!(held
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["state"] == "in-flight" && t["attempt"] == 1));
+    let r = tasks(&url, "shop", &["ls", "--state", "pending", "--limit", "5"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    let lines: Vec<&str> = r.out.lines().collect();
+    assert_eq!(lines.len(), 7, "{}", r.out);
+    assert!(lines[0].starts_with("STATE") && lines[6] == "(5 tasks)");
+    assert!(lines[1..6].iter().all(|l| l.starts_with("pending")));
+    let table = tasks(&url, "shop", &["stats"]);
+    assert!(
+        table.out.contains("pending 79, in flight 3"),
+        "{}",
+        table.out
+    );
+
+    // Upcoming: the 79 far tasks an hour ahead.
+    let up = json(
+        &url,
+        "shop",
+        &["upcoming", "--per", "10m", "--horizon", "2h"],
+    );
+    assert_eq!(up["total"], 79);
+    assert_eq!(up["slots"].as_array().unwrap().len(), 12);
+
+    // Reschedule: moves a pending task; an in-flight one is refused.
+    let v = json(&url, "shop", &["reschedule", "far-50", "--in", "2h"]);
+    let at = v["run_at"]["ms"].as_u64().unwrap();
+    assert!(at.abs_diff(now_ms() + 7_200_000) < 60_000, "{v}");
+    let v = json(&url, "shop", &["show", "far-50"]);
+    assert_eq!(v["due"]["ms"].as_u64(), Some(at));
+    let r = tasks(
+        &url,
+        "shop",
+        &["reschedule", "hold-0", "--at", "2030-01-01T00:00:00Z"],
+    );
+    assert_eq!(r.code, 1);
+    assert!(r.err.contains("not rescheduled"), "{}", r.err);
+
+    stop.stop();
+    runner.join().unwrap().unwrap();
+}
+
+#[test]
+fn hostile_ids_and_binary_payloads_are_shown_escaped() {
+    let s = server();
+    let url = s.url();
+    let cfg = Config::new(&url, "hostile");
+    let mut p = Producer::connect(&cfg).unwrap();
+    let script = "<script>alert(1)</script>";
+    let payload: Vec<u8> = b"\x1b[2J\x1b]0;pwned\x07\xff\xfe ok".to_vec();
+    p.schedule(script, RunAt::After(Duration::from_secs(600)), &payload)
+        .unwrap();
+    let nasty = "clear\u{1b}[2J\r\nfake row\u{202e}txt.exe";
+    p.schedule(
+        nasty,
+        RunAt::After(Duration::from_secs(600)),
+        b"plain words",
+    )
+    .unwrap();
+
+    let clean = |text: &str| {
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)),
+            "raw control characters in {text:?}"
+        );
+    };
+    let r = tasks(&url, "hostile", &["show", script]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    clean(&r.out);
+    assert!(
+        r.out.contains("id          <script>alert(1)</script>"),
+        "{}",
+        r.out
+    );
+    assert!(
+        r.out
+            .contains("\\u{1b}[2J\\u{1b}]0;pwned\\u{7}\\xff\\xfe ok"),
+        "{}",
+        r.out
+    );
+    assert!(r.out.contains(&format!("{} bytes", payload.len())));
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(r.out.contains(&hex), "{}", r.out);
+
+    let r = tasks(&url, "hostile", &["show", nasty]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    clean(&r.out);
+    assert!(
+        r.out
+            .contains("clear\\u{1b}[2J\\r\\nfake row\\u{202e}txt.exe"),
+        "{}",
+        r.out
+    );
+    assert!(r.out.contains("\"plain words\" (text)"), "{}", r.out);
+
+    for args in [&["ls"][..], &["stats"], &["cancel", nasty, script]] {
+        let r = tasks(&url, "hostile", args);
+        clean(&r.out);
+        clean(&r.err);
+    }
+    // JSON keeps the id exactly (JSON escapes it) and the payload as hex.
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule(nasty, RunAt::After(Duration::from_secs(600)), &payload)
+        .unwrap();
+    let v = json(&url, "hostile", &["show", nasty]);
+    assert_eq!(v["id"], nasty);
+    assert_eq!(v["payload_preview_hex"], Value::String(hex));
+    assert_eq!(v["payload_preview_utf8"], Value::Null);
+    assert_eq!(v["payload_preview_complete"], true);
+    let listed = json(&url, "hostile", &["ls"]);
+    assert_eq!(ids(&listed), [nasty.to_string()].into());
+}
+
+#[test]
+fn bad_input_is_a_message_and_a_non_zero_exit() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "real")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(60)), b"")
+        .unwrap();
+
+    let expect = |url: &str, ns: &str, args: &[&str], code: i32, says: &str| {
+        let r = tasks(url, ns, args);
+        assert_eq!(r.code, code, "{args:?}: {}{}", r.out, r.err);
+        assert!(
+            r.err.contains(says),
+            "{args:?}: expected {says:?} in {:?}",
+            r.err
+        );
+        // cancel and reschedule print what they did before failing; the rest print nothing.
+        if !says.starts_with("not ") {
+            assert!(r.out.is_empty(), "{args:?} printed {:?}", r.out);
+        }
+    };
+    // Redis unreachable, or not a Redis URL.
+    let t = Instant::now();
+    expect(
+        "redis://127.0.0.1:1/",
+        "real",
+        &["--connect-timeout", "300ms", "stats"],
+        1,
+        "cannot reach Redis at redis://127.0.0.1:1/",
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    expect(
+        "http://example.com",
+        "real",
+        &["stats"],
+        1,
+        "invalid Redis URL",
+    );
+    let secret = "redis://user:hunter2@127.0.0.1:1/";
+    let r = tasks(secret, "real", &["--connect-timeout", "0s", "stats"]);
+    assert!(r.code == 1 && !r.err.contains("hunter2"), "{}", r.err);
+    // No such namespace (and none is created), an incompatible one, an invalid name.
+    for args in [
+        &["stats"][..],
+        &["ls"],
+        &["cancel", "t"],
+        &["show", "t"],
+        &["upcoming"],
+    ] {
+        expect(&url, "nope", args, 1, "namespace \"nope\" does not exist");
+    }
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &s.port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (installed with redis-server)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let nope = cli(&["--scan", "--pattern", "*nope*"]);
+    assert!(nope.trim().is_empty(), "created {nope:?}");
+    cli(&["HSET", "tw:{old}:meta", "schema", "1", "shards", "4"]);
+    expect(&url, "old", &["stats"], 1, "schema");
+    expect(&url, "bad name", &["stats"], 1, "invalid namespace");
+    // No such task; tasks that cannot be cancelled or moved.
+    expect(&url, "real", &["show", "missing"], 1, "no task \"missing\"");
+    expect(&url, "real", &["cancel", "missing"], 1, "not cancelled");
+    expect(
+        &url,
+        "real",
+        &["reschedule", "missing", "--in", "5m"],
+        1,
+        "not rescheduled",
+    );
+    // Malformed ids, times, durations, shards: clap's status 2.
+    let long = "x".repeat(1025);
+    expect(
+        &url,
+        "real",
+        &["show", ""],
+        2,
+        "a task id is 1 to 1024 bytes",
+    );
+    expect(
+        &url,
+        "real",
+        &["cancel", &long],
+        2,
+        "a task id is 1 to 1024 bytes",
+    );
+    expect(
+        &url,
+        "real",
+        &["reschedule", "t", "--at", "tomorrow"],
+        2,
+        "not an RFC 3339",
+    );
+    expect(
+        &url,
+        "real",
+        &["reschedule", "t", "--at", "2026-02-30T00:00:00Z"],
+        2,
+        "not an RFC 3339",
+    );
+    expect(
+        &url,
+        "real",
+        &["reschedule", "t", "--in=-5m"],
+        2,
+        "must not be negative",
+    );
+    expect(&url, "real", &["reschedule", "t"], 2, "--at");
+    expect(
+        &url,
+        "real",
+        &["ls", "--due-after", "whenever"],
+        2,
+        "neither an RFC 3339",
+    );
+    expect(&url, "real", &["ls", "--limit", "0"], 2, "--limit");
+    expect(&url, "real", &["ls", "--shard", "99"], 1, "shard 99");
+    expect(
+        &url,
+        "real",
+        &["upcoming", "--per", "1s", "--horizon", "720h"],
+        1,
+        "slots",
+    );
+    // And the real namespace still answers.
+    let r = tasks(&url, "real", &["show", "t"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+}
