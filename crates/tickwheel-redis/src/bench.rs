@@ -226,8 +226,8 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
     let ns = format!("bench-{}", std::process::id());
     let mut config = Config::new(url, &ns);
     config.shards = cfg.shards;
-    config.client()?; // the URL's errors, as the clients report them
-                      // The memory figures read one server's INFO: the durable workload runs on one server.
+    crate::connection::Endpoint::of(&config)?; // the URL's errors, as the clients report them
+                                               // The memory figures read one server's INFO: the durable workload runs on one server.
     let mut con = redis::Client::open(url)?.get_connection()?;
     delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
     let base = used_memory(&mut con)?;

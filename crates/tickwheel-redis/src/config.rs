@@ -4,12 +4,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster::ClusterClientBuilder;
-use redis::Client;
-
-use crate::connection::{Endpoint, CLUSTER_SCHEME};
 use crate::error::Error;
-use crate::namespace::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
+use crate::limits::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
+
+/// The URL scheme of a Redis Cluster: `redis+cluster://` and a comma-separated list of seed
+/// nodes (`host:port`); the client learns the rest of the cluster from them.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// A manual clock in milliseconds since the Unix epoch, shared by clones.
 #[derive(Clone, Debug, Default)]
@@ -183,46 +183,6 @@ impl Config {
             return bad("claim_ahead must be at most half the window");
         }
         Ok(())
-    }
-
-    pub(crate) fn client(&self) -> Result<Endpoint, Error> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: self.url.clone(),
-            reason,
-        };
-        if let Some(rest) = self.url.strip_prefix(CLUSTER_SCHEME) {
-            let hosts = rest.strip_suffix('/').unwrap_or(rest);
-            if hosts.is_empty() || hosts.contains('/') {
-                return Err(invalid(
-                    "expected redis+cluster://host:port[,host:port...][/]".into(),
-                ));
-            }
-            let mut nodes = Vec::new();
-            for host in hosts.split(',') {
-                let url = format!("redis://{host}/");
-                nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
-            }
-            let cluster =
-                ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
-                    .connection_timeout(self.io_timeout)
-                    .response_timeout(self.io_timeout)
-                    .build()
-                    .map_err(|e| invalid(e.to_string()))?;
-            return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
-        }
-        if !(self.url.starts_with("redis://")
-            || self.url.starts_with("rediss://")
-            || self.url.starts_with("redis+unix://")
-            || self.url.starts_with("unix://"))
-        {
-            return Err(invalid(
-                "expected redis://host[:port][/db] or redis+cluster://host:port[,host:port...]"
-                    .into(),
-            ));
-        }
-        Client::open(self.url.as_str())
-            .map(Endpoint::Single)
-            .map_err(|e| invalid(e.to_string()))
     }
 
     /// The claim horizon, ms: [`Config::claim_ahead`] (at most half the window, see

@@ -2,18 +2,13 @@
 
 use std::time::Duration;
 
-use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
 use redis::{
     Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisResult, Value,
 };
 
-use crate::config::Config;
+use crate::config::{Config, CLUSTER_SCHEME};
 use crate::error::Error;
-use crate::scripts::scripts;
-
-/// The URL scheme of a Redis Cluster: `redis+cluster://` and a comma-separated list of seed
-/// nodes (`host:port`); the client learns the rest of the cluster from them.
-pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// Where a client connects: one server, or a Redis Cluster (its seed nodes kept as plain
 /// clients for the notification subscription).
@@ -24,6 +19,47 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
+    /// Where `cfg.url` says to connect (checked: an `Error::InvalidUrl` says why not).
+    pub(crate) fn of(cfg: &Config) -> Result<Endpoint, Error> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: cfg.url.clone(),
+            reason,
+        };
+        if let Some(rest) = cfg.url.strip_prefix(CLUSTER_SCHEME) {
+            let hosts = rest.strip_suffix('/').unwrap_or(rest);
+            if hosts.is_empty() || hosts.contains('/') {
+                return Err(invalid(
+                    "expected redis+cluster://host:port[,host:port...][/]".into(),
+                ));
+            }
+            let mut nodes = Vec::new();
+            for host in hosts.split(',') {
+                let url = format!("redis://{host}/");
+                nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
+            }
+            let cluster =
+                ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
+                    .connection_timeout(cfg.io_timeout)
+                    .response_timeout(cfg.io_timeout)
+                    .build()
+                    .map_err(|e| invalid(e.to_string()))?;
+            return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
+        }
+        if !(cfg.url.starts_with("redis://")
+            || cfg.url.starts_with("rediss://")
+            || cfg.url.starts_with("redis+unix://")
+            || cfg.url.starts_with("unix://"))
+        {
+            return Err(invalid(
+                "expected redis://host[:port][/db] or redis+cluster://host:port[,host:port...]"
+                    .into(),
+            ));
+        }
+        Client::open(cfg.url.as_str())
+            .map(Endpoint::Single)
+            .map_err(|e| invalid(e.to_string()))
+    }
+
     /// A plain connection for the notification subscription. In a Cluster a `PUBLISH` reaches
     /// every node, so any reachable seed node will do.
     pub(crate) fn pubsub_connection(&self, timeout: Duration) -> RedisResult<Connection> {
@@ -107,22 +143,6 @@ pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> R
             cp.query(c)
         }
     }
-}
-
-/// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
-/// Cluster).
-pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
-    let mut con = match client {
-        Endpoint::Single(client) => {
-            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
-            con.set_read_timeout(Some(cfg.io_timeout))?;
-            con.set_write_timeout(Some(cfg.io_timeout))?;
-            Con::Single(con)
-        }
-        Endpoint::Cluster(client, _) => Con::Cluster(Box::new(client.get_connection()?)),
-    };
-    scripts().load_all(&mut con)?;
-    Ok(con)
 }
 
 /// Reply decoding helpers.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::namespace::MAX_ID_LEN;
+use crate::limits::MAX_ID_LEN;
 #[allow(unused_imports)] // doc links
 use crate::{Config, SCHEMA_VERSION};
 

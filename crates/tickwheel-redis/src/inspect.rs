@@ -2,9 +2,10 @@
 //! it, the tasks pending and in flight, one task in full, and what is coming up.
 //!
 //! Every read is a read-only script (`#!lua flags=no-writes`, files `inspect_*.lua`) whose
-//! work is bounded by its arguments (at most [`MAX_STEP`] entries a call), so a scan of
-//! millions of tasks is many short calls and never holds Redis long enough to make a running
-//! worker late. Nothing is ever created: [`Inspector::connect`] refuses a namespace that does
+//! work is bounded by its arguments (at most [`MAX_STEP`] entries a call, about a
+//! millisecond of Redis's time), sent one call per round trip: a scan of millions of tasks is
+//! many short calls, between which Redis serves the workers, so reading never holds it long
+//! enough to make a running worker late. Nothing is ever created: [`Inspector::connect`] refuses a namespace that does
 //! not exist. Changes go through the [`Producer`](crate::Producer)
 //! ([`cancel`](crate::Producer::cancel), [`reschedule`](crate::Producer::reschedule)).
 
@@ -12,15 +13,16 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, TimeSource};
-use crate::connection::{connect, Con, Endpoint};
+use crate::connection::{Con, Endpoint};
 use crate::error::Error;
 use crate::namespace::{check_id, retryable, Namespace, ShardKeys, SCHEMA_VERSION};
+use crate::protocol::connect;
+use crate::protocol::scripts::BUCKET_MS;
 use crate::protocol::{
     self, inspect_scripts, InspectBuckets, InspectInFlight, InspectMeta, InspectPending,
     InspectShard, InspectTask, InspectWorkers, MetaReply, PendingCursor, TaskRow,
 };
 use crate::recurrence::Recurrence;
-use crate::scripts::BUCKET_MS;
 use crate::task::TaskState;
 
 /// The most entries one inspection script call reads (list entries, in-flight entries or
@@ -261,7 +263,7 @@ impl Inspector {
     /// [`Producer::connect`](crate::Producer::connect) for the URL and the configuration.
     pub fn connect(cfg: &Config) -> Result<Inspector, Error> {
         cfg.validate()?;
-        let client = cfg.client()?;
+        let client = Endpoint::of(cfg)?;
         let deadline = Instant::now() + cfg.connect_timeout;
         let mut wait = Duration::from_millis(50);
         loop {
@@ -317,7 +319,7 @@ impl Inspector {
     }
 
     /// Every shard's owner, lease, pending and in-flight counts and next run-at, and the live
-    /// workers: one pipeline of one bounded call per shard.
+    /// workers: one bounded call per shard.
     pub fn stats(&mut self) -> Result<Stats, Error> {
         self.with_con(|con, ns, now| {
             let calls: Vec<InspectShard> = ns
@@ -329,7 +331,7 @@ impl Inspector {
                     scan: MAX_STEP as u64,
                 })
                 .collect();
-            let replies = protocol::invoke_all(con, &calls)?;
+            let replies = one_by_one(con, &calls)?;
             let workers = protocol::invoke(
                 con,
                 &InspectWorkers {
@@ -385,7 +387,7 @@ impl Inspector {
     }
 
     /// A scan of the tasks `filter` selects, in the order of [`list`](Inspector::list),
-    /// read page by page ([`Scan::next_page`]): each page is one pipeline of one call per
+    /// read page by page ([`Scan::next_page`]): each page is one call per
     /// shard, each call reading at most [`MAX_STEP`] entries.
     pub fn scan(&mut self, filter: ListFilter) -> Result<Scan<'_>, Error> {
         let n = self.shards();
@@ -489,7 +491,7 @@ impl Inspector {
         let mut counts = vec![0u64; slots];
         let mut overdue = 0;
         self.with_con(|con, ns, _| {
-            // Each shard's buckets from the first, MAX_STEP a call, all shards per pipeline.
+            // Each shard's buckets from the first, MAX_STEP a call, a call per round trip.
             let mut from: Vec<(usize, Option<u64>)> =
                 (0..ns.shards.len()).map(|s| (s, None)).collect();
             while !from.is_empty() {
@@ -502,7 +504,7 @@ impl Inspector {
                         limit: MAX_STEP as u64,
                     })
                     .collect();
-                let pages = protocol::invoke_all(con, &calls)?;
+                let pages = one_by_one(con, &calls)?;
                 let mut next = Vec::new();
                 for (&(s, _), page) in from.iter().zip(pages) {
                     for (b, n) in page.counts {
@@ -607,7 +609,7 @@ impl Scan<'_> {
                     hi_ms,
                 })
                 .collect();
-            protocol::invoke_all(con, &calls)
+            one_by_one(con, &calls)
         });
         let pages = match pages {
             Ok(p) => p,
@@ -626,7 +628,7 @@ impl Scan<'_> {
         Ok(out)
     }
 
-    /// Refills the shards whose buffer is empty (one pipeline), then returns tasks in
+    /// Refills the shards whose buffer is empty (a call each), then returns tasks in
     /// (second, shard) order while every shard still being read has some buffered: a shard
     /// whose buffer runs dry may hold earlier tasks than the others' next ones.
     fn pending_page(&mut self) -> Result<Vec<TaskInfo>, Error> {
@@ -652,7 +654,7 @@ impl Scan<'_> {
                         limit,
                     })
                     .collect();
-                protocol::invoke_all(con, &calls)
+                one_by_one(con, &calls)
             })?;
             for (&i, page) in refill.iter().zip(pages) {
                 let s = &mut self.pending[i];
@@ -681,6 +683,13 @@ impl Scan<'_> {
         }
         Ok(out)
     }
+}
+
+/// Runs calls one round trip each, not as one pipeline: Redis runs a pipeline's commands
+/// back to back, so 16 calls of a millisecond would hold it for 16; one at a time, another
+/// client (a worker's claim) waits at most one call.
+fn one_by_one<C: protocol::Call>(con: &mut Con, calls: &[C]) -> Result<Vec<C::Reply>, Error> {
+    calls.iter().map(|c| protocol::invoke(con, c)).collect()
 }
 
 /// A connection with the inspection scripts loaded.
@@ -744,7 +753,7 @@ mod tests {
         let server = crate::server::RedisServer::start().expect("redis-server");
         let mut cfg = Config::new(server.url(), "keys");
         cfg.shards = 3;
-        let client = cfg.client().unwrap();
+        let client = Endpoint::of(&cfg).unwrap();
         let mut con = open_con(&cfg, &client).unwrap();
         let missing = open_namespace(&cfg, &mut con).unwrap_err();
         assert!(missing.to_string().contains("does not exist"), "{missing}");

@@ -200,13 +200,13 @@ mod config;
 mod connection;
 mod error;
 mod inspect;
+mod limits;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod namespace;
 mod producer;
 mod protocol;
 mod recurrence;
-mod scripts;
 #[cfg(feature = "testing")]
 pub mod server;
 mod task;
@@ -215,14 +215,13 @@ mod worker;
 #[cfg(feature = "testing")]
 pub mod bench;
 
-pub use config::{Config, ManualTime, TimeSource};
-pub use connection::CLUSTER_SCHEME;
+pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME};
 pub use error::Error;
 pub use inspect::{
     Inspector, ListFilter, LiveWorker, Scan, ShardStats, StateFilter, Stats, TaskDetail, TaskInfo,
     Upcoming, MAX_SLOTS, MAX_STEP, PREVIEW_BYTES,
 };
-pub use namespace::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
+pub use limits::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Producer, Task};
 pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};

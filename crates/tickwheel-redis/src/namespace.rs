@@ -1,31 +1,16 @@
-//! The key layout of a namespace: its schema version, limits, shards and their keys.
+//! The key layout of a namespace, its shards and their keys, and `open`: validate, connect
+//! with retries, check (or create) the namespace.
 
 // The namespace's neighbours, under the paths the rest of the crate has used.
 #[allow(unused_imports)]
 pub(crate) use crate::config::ManualTime;
 pub(crate) use crate::config::{Config, TimeSource};
-pub(crate) use crate::connection::{array, bytes, connect, int, query_pipe, string, Con, Endpoint};
+pub(crate) use crate::connection::{int, query_pipe, string, Con, Endpoint};
 pub(crate) use crate::error::Error;
+pub(crate) use crate::limits::{MAX_ID_LEN, SCHEMA_VERSION};
+pub(crate) use crate::protocol::{connect, ShardKeys};
 #[allow(unused_imports)]
 pub(crate) use crate::task::{RunAt, TaskState};
-
-/// The version of the key layout and value format this crate reads and writes. A namespace
-/// stores the version that created it; clients of another version refuse to use it.
-pub const SCHEMA_VERSION: u32 = 4;
-
-/// The longest task id, in bytes.
-pub const MAX_ID_LEN: usize = 1024;
-
-/// The default [`Config::max_payload`]: 1 MiB.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
-
-/// The largest [`Config::max_payload`] accepted: 64 MiB (Redis itself caps a value at 512 MiB,
-/// and a script copies a payload on each delivery).
-pub const MAX_PAYLOAD_LIMIT: usize = 64 << 20;
-
-/// The keys of one shard, in script order.
-#[derive(Clone, Debug)]
-pub(crate) struct ShardKeys(pub [String; 4]);
 
 /// A namespace as opened: its keys and stored shard count.
 #[derive(Clone, Debug)]
@@ -107,7 +92,7 @@ pub(crate) fn check_id(id: &str) -> Result<(), Error> {
 /// loading, until [`Config::connect_timeout`] has passed (see there).
 pub(crate) fn open(cfg: &Config) -> Result<(Endpoint, Con, Namespace), Error> {
     cfg.validate()?;
-    let client = cfg.client()?;
+    let client = Endpoint::of(cfg)?;
     let deadline = std::time::Instant::now() + cfg.connect_timeout;
     let mut wait = std::time::Duration::from_millis(50);
     loop {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tickwheel::schedule::jiff::Timestamp;
 use tickwheel::schedule::Cron;
 
-use crate::namespace::Error;
+use crate::error::Error;
 
 /// The longest stored recurrence (a cron pattern and its zone name), in bytes.
 pub const MAX_RECURRENCE_LEN: usize = 512;

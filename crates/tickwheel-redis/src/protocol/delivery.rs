@@ -7,9 +7,10 @@
 
 use redis::{Cmd, Script, Value};
 
+use super::ShardKeys;
 use super::{flag, now_arg, shard_keys, Call, Fields};
-use crate::namespace::{Error, ShardKeys};
-use crate::scripts::scripts;
+use crate::error::Error;
+use crate::protocol::scripts::scripts;
 
 /// Where a window read resumes: the first bucket not read to its end, the generation of its
 /// list that was read (empty when none of its entries was), and how many entries of that

@@ -1,7 +1,7 @@
 //! The inspection scripts (`lua/inspect_*.lua`): read-only, each call's work bounded by its
 //! own arguments, for [`crate::Inspector`].
 //!
-//! Each script is compiled here (not with the worker's, in `crate::scripts`) as
+//! Each script is compiled here (not with the worker's, in `protocol::scripts`) as
 //! `#!lua flags=no-writes`, then the bucket width, `prelude.lua`, `inspect_prelude.lua` and
 //! its own body: Redis refuses any write from it, and runs it on a replica too.
 
@@ -9,9 +9,10 @@ use std::sync::OnceLock;
 
 use redis::{Cmd, ConnectionLike, Script, Value};
 
+use super::ShardKeys;
 use super::{now_arg, shard_keys, Call, Fields};
-use crate::namespace::{Error, ShardKeys};
-use crate::scripts::BUCKET_MS;
+use crate::error::Error;
+use crate::protocol::scripts::BUCKET_MS;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const INSPECT_PRELUDE: &str = include_str!("lua/inspect_prelude.lua");

@@ -3,14 +3,14 @@
 //!
 //! Each script lives in its own file under `protocol/lua/` (its header says its KEYS, ARGV
 //! and reply; `prelude.lua` describes a shard's keys and the functions every script shares),
-//! compiled by [`crate::scripts`]. Here, each script has a struct of its arguments that
+//! compiled by [`scripts`]. Here, each script has a struct of its arguments that
 //! implements [`Call`]: [`Call::encode`] writes its keys and ARGV in the script's order, and
 //! [`Call::decode`] turns its `redis::Value` reply into a typed reply. The conventions of the
 //! wire live here only: the `now` argument (empty for the server's clock, see [`now`]), a
 //! run-at as `<ms>` or `-<ms>` (a delay), flags as `1`|`0`, a window read's resume point, and
 //! the claim-ahead offset (every time a reply hands the worker to arm in its wheel is a
 //! *wheel time*: the instant at which `now + claim_ahead` reaches the moment the task can
-//! be claimed; see [`Armed`] and [`Claimed::rearm_at_ms`]).
+//! be claimed; see [`delivery::Armed`] and [`delivery::Claimed::rearm_at_ms`]).
 //!
 //! Following a delivery: the producer stores it with [`Schedule`] (`schedule.lua`); the
 //! worker owning its shard ([`Acquire`], renewed with the same call, and [`Heartbeat`]) reads
@@ -41,6 +41,7 @@
 mod delivery;
 mod inspect;
 mod producer;
+pub(crate) mod scripts;
 mod shard;
 
 pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
@@ -53,7 +54,29 @@ pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
 
 use redis::{Cmd, ConnectionLike, Pipeline, Script, Value};
 
-use crate::namespace::{self, query_pipe, Con, Config, Error, ShardKeys, TimeSource};
+use crate::config::{Config, TimeSource};
+use crate::connection::{self, query_pipe, Con, Endpoint};
+use crate::error::Error;
+
+/// The keys of one shard, in script order.
+#[derive(Clone, Debug)]
+pub(crate) struct ShardKeys(pub [String; 4]);
+
+/// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
+/// Cluster).
+pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
+    let mut con = match client {
+        Endpoint::Single(client) => {
+            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
+            con.set_read_timeout(Some(cfg.io_timeout))?;
+            con.set_write_timeout(Some(cfg.io_timeout))?;
+            Con::Single(con)
+        }
+        Endpoint::Cluster(client, _) => Con::Cluster(Box::new(client.get_connection()?)),
+    };
+    scripts::scripts().load_all(&mut con)?;
+    Ok(con)
+}
 
 /// One call of one script: its arguments, and how its reply reads.
 pub(crate) trait Call {
@@ -176,7 +199,7 @@ struct Fields {
 impl Fields {
     /// The reply of `script`, which must be an array.
     fn new(script: &'static str, reply: Value) -> Result<Fields, Error> {
-        let a = namespace::array(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))?;
+        let a = connection::array(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))?;
         Ok(Fields {
             script,
             it: a.into_iter(),
@@ -195,7 +218,7 @@ impl Fields {
 
     fn int(&mut self) -> Result<i64, Error> {
         let v = self.next()?;
-        self.wrap(namespace::int(&v))
+        self.wrap(connection::int(&v))
     }
 
     fn u64(&mut self) -> Result<u64, Error> {
@@ -205,12 +228,12 @@ impl Fields {
 
     fn string(&mut self) -> Result<String, Error> {
         let v = self.next()?;
-        self.wrap(namespace::string(v))
+        self.wrap(connection::string(v))
     }
 
     fn bytes(&mut self) -> Result<Vec<u8>, Error> {
         let v = self.next()?;
-        self.wrap(namespace::bytes(v))
+        self.wrap(connection::bytes(v))
     }
 
     /// The next field, itself an array.
@@ -226,7 +249,7 @@ impl Fields {
 
 /// A reply that is a single integer.
 fn int_reply(script: &'static str, reply: &Value) -> Result<i64, Error> {
-    namespace::int(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))
+    connection::int(reply).map_err(|e| Error::Protocol(format!("{script}: {e}")))
 }
 
 /// Flags `{1|0, ...}`, one per item of a call.

@@ -2,9 +2,11 @@
 
 use redis::{Cmd, Script, Value};
 
+use super::ShardKeys;
 use super::{flags, now_arg, shard_keys, Call, Fields};
-use crate::namespace::{Error, RunAt, ShardKeys, TaskState};
-use crate::scripts::scripts;
+use crate::error::Error;
+use crate::protocol::scripts::scripts;
+use crate::task::{RunAt, TaskState};
 
 /// A run-at on the wire: `<ms>` an instant, `-<ms>` a delay from the script's now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

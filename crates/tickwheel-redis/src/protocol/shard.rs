@@ -2,9 +2,10 @@
 
 use redis::{Cmd, Script, Value};
 
+use super::ShardKeys;
 use super::{flag, int_reply, now_arg, shard_keys, Call, Fields};
-use crate::namespace::{Error, ShardKeys};
-use crate::scripts::{scripts, PROBE};
+use crate::error::Error;
+use crate::protocol::scripts::{scripts, PROBE};
 
 /// ACQUIRE (`acquire.lua`): takes a shard (`held_epoch` 0) or renews the lease held under
 /// `held_epoch`. Taking bumps the shard's epoch (the fencing token) and puts the previous

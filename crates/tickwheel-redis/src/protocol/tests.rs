@@ -6,8 +6,9 @@ use redis::Value;
 use super::delivery::{Armed, DeliverReply};
 use super::shard::AcquireReply;
 use super::*;
-use crate::namespace::{Con, ShardKeys, TaskState};
+use crate::connection::Con;
 use crate::server::RedisServer;
+use crate::task::TaskState;
 
 const T0: u64 = 1_800_000_000_000;
 

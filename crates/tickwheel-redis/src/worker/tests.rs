@@ -285,7 +285,7 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
     let clock = Clock::new(TimeSource::Server);
     let stop = Arc::new(AtomicBool::new(false));
     let t = {
-        let (client, clock, stop) = (cfg.client().unwrap(), clock.clone(), stop.clone());
+        let (client, clock, stop) = (Endpoint::of(&cfg).unwrap(), clock.clone(), stop.clone());
         std::thread::spawn(move || clock_loop(client, clock, stop, Duration::from_secs(5)))
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

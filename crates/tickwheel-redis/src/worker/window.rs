@@ -55,7 +55,11 @@ impl Window {
         else {
             return Ok(());
         };
-        if horizon.checked_add(1) != resume.bucket.checked_mul(crate::scripts::BUCKET_MS) {
+        if horizon.checked_add(1)
+            != resume
+                .bucket
+                .checked_mul(crate::protocol::scripts::BUCKET_MS)
+        {
             return Err(format!(
                 "horizon {horizon} is not the end of the bucket before {resume:?}"
             ));

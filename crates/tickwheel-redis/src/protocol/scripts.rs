@@ -9,23 +9,23 @@ use std::sync::OnceLock;
 /// The width of a time bucket, ms (part of the schema).
 pub(crate) const BUCKET_MS: u64 = 1000;
 
-const PRELUDE: &str = include_str!("protocol/lua/prelude.lua");
-const SCHEDULE: &str = include_str!("protocol/lua/schedule.lua");
-const CANCEL: &str = include_str!("protocol/lua/cancel.lua");
-const RESCHEDULE: &str = include_str!("protocol/lua/reschedule.lua");
-const STATE: &str = include_str!("protocol/lua/state.lua");
-const ACQUIRE: &str = include_str!("protocol/lua/acquire.lua");
-const RELEASE: &str = include_str!("protocol/lua/release.lua");
-const LOAD: &str = include_str!("protocol/lua/load.lua");
-const DELIVER: &str = include_str!("protocol/lua/deliver.lua");
-const ACK: &str = include_str!("protocol/lua/ack.lua");
-const RETRY: &str = include_str!("protocol/lua/retry.lua");
-const HEARTBEAT: &str = include_str!("protocol/lua/heartbeat.lua");
-const INIT: &str = include_str!("protocol/lua/init.lua");
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+const SCHEDULE: &str = include_str!("lua/schedule.lua");
+const CANCEL: &str = include_str!("lua/cancel.lua");
+const RESCHEDULE: &str = include_str!("lua/reschedule.lua");
+const STATE: &str = include_str!("lua/state.lua");
+const ACQUIRE: &str = include_str!("lua/acquire.lua");
+const RELEASE: &str = include_str!("lua/release.lua");
+const LOAD: &str = include_str!("lua/load.lua");
+const DELIVER: &str = include_str!("lua/deliver.lua");
+const ACK: &str = include_str!("lua/ack.lua");
+const RETRY: &str = include_str!("lua/retry.lua");
+const HEARTBEAT: &str = include_str!("lua/heartbeat.lua");
+const INIT: &str = include_str!("lua/init.lua");
 
 /// No keys, no prelude: sent by `EVAL` to each primary of a Cluster in turn, for the workers'
 /// clock estimates (see `probe.lua`).
-pub(crate) const PROBE: &str = include_str!("protocol/lua/probe.lua");
+pub(crate) const PROBE: &str = include_str!("lua/probe.lua");
 
 /// The compiled scripts (each a SHA1 and its source; loaded into Redis on first use).
 pub(crate) struct Scripts {
