@@ -232,52 +232,82 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
     delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
     let base = used_memory(&mut con)?;
     let mut producer = Producer::connect(&config)?;
-
     let sink = Arc::new(Mutex::new(Sink::with_capacity(cfg.tasks as usize)));
     let delivered = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    let mut stops = Vec::new();
+    let mut running = Vec::new();
     for _ in 0..workers {
-        let mut w = Worker::connect(&config)?;
-        stops.push(w.stop_handle());
-        let (sink, delivered) = (sink.clone(), delivered.clone());
-        handles.push(std::thread::spawn(move || {
-            let mut local: Vec<(String, u64, u64)> = Vec::new();
-            let r = w.run(|d| {
-                local.push((d.id.clone(), d.due_ms, now_us()));
-                delivered.fetch_add(1, Ordering::Relaxed);
-                if local.len() >= 1024 {
-                    let mut s = sink.lock().expect("sink");
-                    for (id, due, at) in local.drain(..) {
-                        s.record(&id, due, at);
-                    }
-                }
-                Outcome::Ack
-            });
+        running.push(spawn_durable_worker(&config, &sink, &delivered)?);
+    }
+    std::thread::sleep(Duration::from_millis(500)); // leases taken, windows loaded
+
+    let started = Instant::now();
+    schedule_durable(&mut producer, cfg)?;
+    let secs = started.elapsed().as_secs_f64();
+    let settled_ms = now_us() / 1000;
+    let pending = producer.len()?;
+    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
+    wait_for_deliveries(&delivered, cfg);
+    running.iter().for_each(|(stop, _)| stop.stop());
+    for (_, h) in running {
+        h.join()
+            .map_err(|_| Error::Protocol("worker thread panicked".into()))??;
+    }
+    delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
+    let sink = sink.lock().expect("sink");
+    let design = "tickwheel-redis".to_string();
+    Ok(report(
+        design, workers, cfg, secs, memory, &sink, settled_ms,
+    ))
+}
+
+/// A worker on its own thread, recording each delivery in `sink` (1024 at a time).
+#[allow(clippy::type_complexity)]
+fn spawn_durable_worker(
+    config: &Config,
+    sink: &Arc<Mutex<Sink>>,
+    delivered: &Arc<AtomicU64>,
+) -> Result<
+    (
+        crate::StopHandle,
+        std::thread::JoinHandle<Result<(), Error>>,
+    ),
+    Error,
+> {
+    let mut w = Worker::connect(config)?;
+    let stop = w.stop_handle();
+    let (sink, delivered) = (sink.clone(), delivered.clone());
+    let handle = std::thread::spawn(move || {
+        let mut local: Vec<(String, u64, u64)> = Vec::new();
+        let flush = |local: &mut Vec<(String, u64, u64)>| {
             let mut s = sink.lock().expect("sink");
             for (id, due, at) in local.drain(..) {
                 s.record(&id, due, at);
             }
-            r
-        }));
-    }
-    std::thread::sleep(Duration::from_millis(500)); // leases taken, windows loaded
+        };
+        let r = w.run(|d| {
+            local.push((d.id.clone(), d.due_ms, now_us()));
+            delivered.fetch_add(1, Ordering::Relaxed);
+            if local.len() >= 1024 {
+                flush(&mut local);
+            }
+            Outcome::Ack
+        });
+        flush(&mut local);
+        r
+    });
+    Ok((stop, handle))
+}
 
+/// Schedules the workload's tasks, 10 000 a call, each after a random delay.
+fn schedule_durable(producer: &mut Producer, cfg: &BenchConfig) -> Result<(), Error> {
     let payload = vec![b'p'; cfg.payload];
     let max = cfg.max_delay.as_millis() as u64 + 1;
     let mut rng = Lcg(42);
-    let started = Instant::now();
-    let mut ids: Vec<String> = Vec::with_capacity(10_000);
-    let mut delays: Vec<u64> = Vec::with_capacity(10_000);
     let mut i = 0;
     while i < cfg.tasks {
-        ids.clear();
-        delays.clear();
         let n = (cfg.tasks - i).min(10_000);
-        for j in i..i + n {
-            ids.push(format!("task-{j}"));
-            delays.push(rng.next(max));
-        }
+        let ids: Vec<String> = (i..i + n).map(|j| format!("task-{j}")).collect();
+        let delays: Vec<u64> = (0..n).map(|_| rng.next(max)).collect();
         producer.schedule_many(ids.iter().zip(&delays).map(|(id, &d)| Task {
             id,
             run_at: RunAt::After(Duration::from_millis(d)),
@@ -286,39 +316,40 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
         }))?;
         i += n;
     }
-    let secs = started.elapsed().as_secs_f64();
-    let settled_ms = now_us() / 1000;
-    let pending = producer.len()?;
-    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
+    Ok(())
+}
 
+/// Waits until every task is delivered, or the longest delay and 30 s more have passed.
+fn wait_for_deliveries(delivered: &AtomicU64, cfg: &BenchConfig) {
     let limit = Instant::now() + cfg.max_delay + Duration::from_secs(30);
     while delivered.load(Ordering::Relaxed) < cfg.tasks && Instant::now() < limit {
         std::thread::sleep(Duration::from_millis(100));
     }
-    for s in &stops {
-        s.stop();
-    }
-    for h in handles {
-        h.join()
-            .map_err(|_| Error::Protocol("worker thread panicked".into()))??;
-    }
-    delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
-    let sink = sink.lock().expect("sink");
+}
+
+/// A run's report from what its sink recorded.
+fn report(
+    design: String,
+    workers: usize,
+    cfg: &BenchConfig,
+    secs: f64,
+    memory_per_task: f64,
+    sink: &Sink,
+    settled_ms: u64,
+) -> RunReport {
     let (all, settled) = split_percentiles(&sink.lateness_us, settled_ms);
-    let delivered = sink.seen.len() as u64;
-    let duplicates = sink.duplicates;
-    Ok(RunReport {
-        design: "tickwheel-redis".into(),
+    RunReport {
+        design,
         workers,
         tasks: cfg.tasks,
         schedule_rate: cfg.tasks as f64 / secs,
-        delivered,
-        duplicates,
+        delivered: sink.seen.len() as u64,
+        duplicates: sink.duplicates,
         lateness_ms: all,
         lateness_settled_ms: settled,
-        memory_per_task: memory,
+        memory_per_task,
         payload: cfg.payload,
-    })
+    }
 }
 
 /// The baseline's claim: everything due, in batches, moved out atomically.
@@ -338,59 +369,111 @@ return out
 
 fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
     let prefix = format!("poll-{}", std::process::id());
-    let (zset, hash) = (format!("{prefix}:schedule"), format!("{prefix}:payloads"));
+    let keys = (format!("{prefix}:schedule"), format!("{prefix}:payloads"));
     let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl {
         url: url.into(),
         reason: e.to_string(),
     })?;
     let mut con = client.get_connection()?;
-    redis::cmd("DEL")
-        .arg(&zset)
-        .arg(&hash)
-        .query::<()>(&mut con)?;
+    let clear = |con: &mut redis::Connection| -> Result<(), Error> {
+        Ok(redis::cmd("DEL")
+            .arg(&keys.0)
+            .arg(&keys.1)
+            .query::<()>(con)?)
+    };
+    clear(&mut con)?;
     let base = used_memory(&mut con)?;
-
     let sink = Arc::new(Mutex::new(Sink::with_capacity(cfg.tasks as usize)));
     let delivered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for w in 0..workers {
-        let (sink, delivered, stop) = (sink.clone(), delivered.clone(), stop.clone());
-        let (zset, hash, client) = (zset.clone(), hash.clone(), client.clone());
-        let interval = cfg.poll_interval;
-        handles.push(std::thread::spawn(move || -> Result<(), Error> {
-            let mut con = client.get_connection()?;
-            let script = Script::new(POLL_CLAIM);
-            // Workers spread their polls over the interval, as Sidekiq's random poll offsets do.
-            let mut next = Instant::now() + interval.mul_f64(w as f64 / workers as f64);
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                next += interval;
-                loop {
-                    let now_ms = now_us() / 1000;
-                    let got: Vec<redis::Value> =
-                        script.key(&zset).key(&hash).arg(now_ms).invoke(&mut con)?;
-                    let n = got.len() / 3;
-                    let mut s = sink.lock().expect("sink");
-                    for t in got.chunks(3) {
-                        let id = crate::namespace::string(t[0].clone())?;
-                        let due = crate::namespace::int(&t[1])? as u64;
-                        s.record(&id, due, now_us());
-                    }
-                    delivered.fetch_add(n as u64, Ordering::Relaxed);
-                    if n < 1000 {
-                        break;
-                    }
+    let handles: Vec<_> = (0..workers)
+        .map(|w| {
+            let poller = Poller {
+                client: client.clone(),
+                keys: keys.clone(),
+                interval: cfg.poll_interval,
+                offset: cfg.poll_interval.mul_f64(w as f64 / workers as f64),
+            };
+            let (sink, delivered, stop) = (sink.clone(), delivered.clone(), stop.clone());
+            std::thread::spawn(move || poller.run(&sink, &delivered, &stop))
+        })
+        .collect();
+
+    let started = Instant::now();
+    schedule_polled(&mut con, &keys, cfg)?;
+    let secs = started.elapsed().as_secs_f64();
+    let settled_ms = now_us() / 1000;
+    let pending: u64 = redis::cmd("ZCARD").arg(&keys.0).query(&mut con)?;
+    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
+    wait_for_deliveries(&delivered, cfg);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .map_err(|_| Error::Protocol("poller thread panicked".into()))??;
+    }
+    clear(&mut con)?;
+    let sink = sink.lock().expect("sink");
+    let design = format!("polled zset ({} ms)", cfg.poll_interval.as_millis());
+    Ok(report(
+        design, workers, cfg, secs, memory, &sink, settled_ms,
+    ))
+}
+
+/// One polling worker of the baseline: (sorted set, payload hash) keys, its poll interval
+/// and its offset in it (workers spread their polls, as Sidekiq's random offsets do).
+struct Poller {
+    client: redis::Client,
+    keys: (String, String),
+    interval: Duration,
+    offset: Duration,
+}
+
+impl Poller {
+    fn run(
+        &self,
+        sink: &Mutex<Sink>,
+        delivered: &AtomicU64,
+        stop: &AtomicBool,
+    ) -> Result<(), Error> {
+        let mut con = self.client.get_connection()?;
+        let script = Script::new(POLL_CLAIM);
+        let mut next = Instant::now() + self.offset;
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            next += self.interval;
+            loop {
+                let now_ms = now_us() / 1000;
+                let got: Vec<redis::Value> = script
+                    .key(&self.keys.0)
+                    .key(&self.keys.1)
+                    .arg(now_ms)
+                    .invoke(&mut con)?;
+                let n = got.len() / 3;
+                let mut s = sink.lock().expect("sink");
+                for t in got.chunks(3) {
+                    let id = crate::connection::string(t[0].clone())?;
+                    let due = crate::connection::int(&t[1])? as u64;
+                    s.record(&id, due, now_us());
+                }
+                delivered.fetch_add(n as u64, Ordering::Relaxed);
+                if n < 1000 {
+                    break;
                 }
             }
-            Ok(())
-        }));
+        }
+        Ok(())
     }
+}
 
+/// The baseline's schedule: a ZADD and an HSET per task, 10 000 tasks a pipeline.
+fn schedule_polled(
+    con: &mut redis::Connection,
+    (zset, hash): &(String, String),
+    cfg: &BenchConfig,
+) -> Result<(), Error> {
     let payload = vec![b'p'; cfg.payload];
     let max = cfg.max_delay.as_millis() as u64 + 1;
     let mut rng = Lcg(42);
-    let started = Instant::now();
     let mut i = 0;
     while i < cfg.tasks {
         let n = (cfg.tasks - i).min(10_000);
@@ -399,47 +482,16 @@ fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport,
         for j in i..i + n {
             let id = format!("task-{j}");
             pipe.cmd("ZADD")
-                .arg(&zset)
+                .arg(zset)
                 .arg(now_ms + rng.next(max))
                 .arg(&id)
                 .ignore();
-            pipe.cmd("HSET").arg(&hash).arg(&id).arg(&payload).ignore();
+            pipe.cmd("HSET").arg(hash).arg(&id).arg(&payload).ignore();
         }
-        pipe.query::<()>(&mut con)?;
+        pipe.query::<()>(con)?;
         i += n;
     }
-    let secs = started.elapsed().as_secs_f64();
-    let settled_ms = now_us() / 1000;
-    let pending: u64 = redis::cmd("ZCARD").arg(&zset).query(&mut con)?;
-    let memory = used_memory(&mut con)?.saturating_sub(base) as f64 / pending.max(1) as f64;
-
-    let limit = Instant::now() + cfg.max_delay + Duration::from_secs(30);
-    while delivered.load(Ordering::Relaxed) < cfg.tasks && Instant::now() < limit {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join()
-            .map_err(|_| Error::Protocol("poller thread panicked".into()))??;
-    }
-    redis::cmd("DEL")
-        .arg(&zset)
-        .arg(&hash)
-        .query::<()>(&mut con)?;
-    let sink = sink.lock().expect("sink");
-    let (all, settled) = split_percentiles(&sink.lateness_us, settled_ms);
-    Ok(RunReport {
-        design: format!("polled zset ({} ms)", cfg.poll_interval.as_millis()),
-        workers,
-        tasks: cfg.tasks,
-        schedule_rate: cfg.tasks as f64 / secs,
-        delivered: sink.seen.len() as u64,
-        duplicates: sink.duplicates,
-        lateness_ms: all,
-        lateness_settled_ms: settled,
-        memory_per_task: memory,
-        payload: cfg.payload,
-    })
+    Ok(())
 }
 
 /// `redis-benchmark -P 64 -t zadd -n <n> -q` against `url`'s host and port: ZADDs per second,

@@ -5,9 +5,10 @@
 //! work is bounded by its arguments (at most [`MAX_STEP`] entries a call, about a
 //! millisecond of Redis's time), sent one call per round trip: a scan of millions of tasks is
 //! many short calls, between which Redis serves the workers, so reading never holds it long
-//! enough to make a running worker late. Nothing is ever created: [`Inspector::connect`] refuses a namespace that does
-//! not exist. Changes go through the [`Producer`](crate::Producer)
-//! ([`cancel`](crate::Producer::cancel), [`reschedule`](crate::Producer::reschedule)).
+//! enough to make a running worker late. Nothing is ever created: [`Inspector::connect`]
+//! refuses a namespace that does not exist. Changes go through the
+//! [`Producer`](crate::Producer) ([`cancel`](crate::Producer::cancel),
+//! [`reschedule`](crate::Producer::reschedule)).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

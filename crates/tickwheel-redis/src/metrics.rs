@@ -49,6 +49,16 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Renders a worker's snapshot in the OpenMetrics text format (see the module's table).
 pub fn encode(s: &WorkerSnapshot) -> String {
     let mut r = Registry::with_prefix("tickwheel_redis");
+    register_counters(&mut r, s);
+    register_gauges(&mut r, s);
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r)
+        .expect("formatting into a String cannot fail");
+    out
+}
+
+/// The counters, and the lateness histogram.
+fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     let st = &s.stats;
     let counters: [(&str, &str, u64); 12] = [
         (
@@ -105,6 +115,10 @@ pub fn encode(s: &WorkerSnapshot) -> String {
         Unit::Seconds,
         LatenessMetric(st.lateness),
     );
+}
+
+/// The gauges: the worker's state now.
+fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
     let gauges: [(&str, &str, i64); 4] = [
         (
             "shards_held",
@@ -130,21 +144,16 @@ pub fn encode(s: &WorkerSnapshot) -> String {
     for (name, help, v) in gauges {
         r.register(name, help, ConstGauge::new(v));
     }
+    let leases = s
+        .shards
+        .iter()
+        .map(|x| (x.shard, x.lease_left.as_secs_f64()));
     r.register_with_unit(
         "shard_lease_remaining",
         "Time left on each lease, by the worker's own reckoning",
         Unit::Seconds,
-        LeaseGauges(
-            s.shards
-                .iter()
-                .map(|x| (x.shard, x.lease_left.as_secs_f64()))
-                .collect(),
-        ),
+        LeaseGauges(leases.collect()),
     );
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &r)
-        .expect("formatting into a String cannot fail");
-    out
 }
 
 /// The lateness histogram, its buckets in seconds.

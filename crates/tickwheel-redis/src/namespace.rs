@@ -5,7 +5,7 @@
 #[allow(unused_imports)]
 pub(crate) use crate::config::ManualTime;
 pub(crate) use crate::config::{Config, TimeSource};
-pub(crate) use crate::connection::{int, query_pipe, string, Con, Endpoint};
+pub(crate) use crate::connection::{query_pipe, string, Con, Endpoint};
 pub(crate) use crate::error::Error;
 pub(crate) use crate::limits::{MAX_ID_LEN, SCHEMA_VERSION};
 pub(crate) use crate::protocol::{connect, ShardKeys};

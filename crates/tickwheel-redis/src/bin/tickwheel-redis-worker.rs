@@ -41,12 +41,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
+/// The command line, parsed.
+struct Args {
+    cfg: Config,
+    log: String,
+    metrics: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut url, mut ns, mut log) = (None, None, None);
     let mut cfg = Config::new("", "");
     cfg.connect_timeout = Duration::from_secs(60);
-    let mut metrics_addr = None;
+    let mut metrics = None;
     let ms = |v: Option<String>| -> Result<Duration, String> {
         v.and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
@@ -63,7 +70,7 @@ fn run() -> Result<(), String> {
             "--maintenance-ms" => cfg.maintenance_interval = ms(args.next())?,
             "--claim-ahead-ms" => cfg.claim_ahead = ms(args.next())?,
             "--connect-timeout-ms" => cfg.connect_timeout = ms(args.next())?,
-            "--metrics" => metrics_addr = Some(metrics_addr_of(args.next())?),
+            "--metrics" => metrics = Some(metrics_addr_of(args.next())?),
             other => {
                 return Err(format!(
                     "unknown argument {other:?} (see the source's header)"
@@ -74,54 +81,33 @@ fn run() -> Result<(), String> {
     cfg.url = url.ok_or("--url is required")?;
     cfg.namespace = ns.ok_or("--namespace is required")?;
     let log = log.ok_or("--log is required")?;
+    Ok(Args { cfg, log, metrics })
+}
+
+fn run() -> Result<(), String> {
+    let Args { cfg, log, metrics } = parse_args()?;
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log)
         .map_err(|e| format!("{log}: {e}"))?;
-    let pid = std::process::id();
     let mut worker = Worker::connect(&cfg).map_err(|e| e.to_string())?;
-    let _metrics = match metrics_addr {
+    let _metrics = match metrics {
         Some(addr) => Some(
             tickwheel_redis::metrics::serve(addr.as_str(), worker.status())
                 .map_err(|e| format!("--metrics {addr}: {e}"))?,
         ),
         None => None,
     };
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])
-    .map_err(|e| format!("cannot handle signals: {e}"))?;
-    let stop = worker.stop_handle();
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            stop.stop();
-        }
-    });
+    stop_on_signals(worker.stop_handle())?;
+    let pid = std::process::id();
     let mut failed = None;
     worker
-        .run(|d| {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |t| t.as_millis());
-            let line = format!(
-                "{} {} {} {} {} {} {} {}\n",
-                escape_id(&d.id),
-                d.due_ms,
-                d.attempt,
-                now,
-                d.version,
-                d.shard,
-                d.epoch,
-                pid
-            );
-            match file.write_all(line.as_bytes()) {
-                Ok(()) => Outcome::Ack,
-                Err(e) => {
-                    failed.get_or_insert(e);
-                    Outcome::Leave
-                }
+        .run(|d| match file.write_all(log_line(d, pid).as_bytes()) {
+            Ok(()) => Outcome::Ack,
+            Err(e) => {
+                failed.get_or_insert(e);
+                Outcome::Leave
             }
         })
         .map_err(|e| e.to_string())?;
@@ -129,6 +115,39 @@ fn run() -> Result<(), String> {
         Some(e) => Err(format!("{log}: {e}")),
         None => Ok(()),
     }
+}
+
+/// SIGTERM and SIGINT stop the worker (it then releases its shards).
+fn stop_on_signals(stop: tickwheel_redis::StopHandle) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| format!("cannot handle signals: {e}"))?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            stop.stop();
+        }
+    });
+    Ok(())
+}
+
+/// A delivery's log line (see the header).
+fn log_line(d: &tickwheel_redis::Delivery, pid: u32) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.as_millis());
+    format!(
+        "{} {} {} {} {} {} {} {}\n",
+        escape_id(&d.id),
+        d.due_ms,
+        d.attempt,
+        now,
+        d.version,
+        d.shard,
+        d.epoch,
+        pid
+    )
 }
 
 /// `--metrics`' address: a bare port is on loopback.

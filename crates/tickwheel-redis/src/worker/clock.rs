@@ -162,75 +162,96 @@ pub(crate) fn clock_loop(
     stop: Arc<AtomicBool>,
     io_timeout: Duration,
 ) {
-    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
     let mut single = None;
-    let mut cluster = None;
-    let mut primaries: Vec<(String, u16)> = Vec::new();
-    let mut round = 0u64;
-    let probe = crate::protocol::Probe::command();
-    let observe = |v: Value, after: u64| -> Result<(), Error> {
-        let r = crate::protocol::Probe::decode(v)?;
-        clock.observe(&r.node, r.now_us, after);
-        Ok(())
-    };
+    let mut cluster = ClusterProbe::default();
     while !stop.load(Ordering::SeqCst) {
         match &client {
-            Endpoint::Single(c) => {
-                if single.is_none() {
-                    single = c.get_connection_with_timeout(io_timeout).ok();
-                    if let Some(c) = &single {
-                        let _ = c.set_read_timeout(Some(io_timeout));
-                    }
-                }
-                if let Some(c) = single.as_mut() {
-                    match redis::cmd("TIME").query::<(i64, i64)>(c) {
-                        Ok((secs, micros)) => {
-                            clock.observe("", secs * 1_000_000 + micros, clock.local_us());
-                        }
-                        Err(_) => single = None,
-                    }
-                }
-            }
-            Endpoint::Cluster(c, _) => {
-                if cluster.is_none() {
-                    cluster = c.get_connection().ok();
-                    primaries.clear();
-                }
-                if let Some(c) = cluster.as_mut() {
-                    let ok = if primaries.is_empty() || round % 50 == 0 {
-                        // Every primary at once: their addresses, and a sample of each
-                        // (stamped when the last one answered: a looser bound, still a bound).
-                        let all =
-                            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                        c.route_command(&probe, all).ok().and_then(|v| {
-                            let after = clock.local_us();
-                            let Value::Map(m) = v else { return None };
-                            primaries.clear();
-                            for (addr, v) in m {
-                                let addr = string(addr).ok()?;
-                                let (host, port) = addr.rsplit_once(':')?;
-                                primaries.push((host.to_string(), port.parse().ok()?));
-                                observe(v, after).ok()?;
-                            }
-                            Some(())
-                        })
-                    } else {
-                        primaries.iter().try_for_each(|(host, port)| {
-                            let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                                host: host.clone(),
-                                port: *port,
-                            });
-                            let v = c.route_command(&probe, to).ok()?;
-                            observe(v, clock.local_us()).ok()
-                        })
-                    };
-                    if ok.is_none() {
-                        cluster = None;
-                    }
-                }
-            }
+            Endpoint::Single(c) => probe_single(c, &mut single, &clock, io_timeout),
+            Endpoint::Cluster(c, _) => cluster.probe(c, &clock),
         }
-        round += 1;
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One reading of a single server's clock with `TIME` (a command that writes nothing),
+/// reconnecting first if the last one failed.
+fn probe_single(
+    client: &redis::Client,
+    con: &mut Option<redis::Connection>,
+    clock: &Clock,
+    io_timeout: Duration,
+) {
+    if con.is_none() {
+        *con = client.get_connection_with_timeout(io_timeout).ok();
+        if let Some(c) = con {
+            let _ = c.set_read_timeout(Some(io_timeout));
+        }
+    }
+    if let Some(c) = con.as_mut() {
+        match redis::cmd("TIME").query::<(i64, i64)>(c) {
+            Ok((secs, micros)) => {
+                clock.observe("", secs * 1_000_000 + micros, clock.local_us());
+            }
+            Err(_) => *con = None,
+        }
+    }
+}
+
+/// The clock prober's state on a Cluster: its connection, the primaries it knows, and how
+/// many rounds it made (every 50th reads every primary at once, learning them anew).
+#[derive(Default)]
+struct ClusterProbe {
+    con: Option<redis::cluster::ClusterConnection>,
+    primaries: Vec<(String, u16)>,
+    round: u64,
+}
+
+impl ClusterProbe {
+    /// One round: a reading of every primary's clock, each filed under the node it names.
+    fn probe(&mut self, client: &redis::cluster::ClusterClient, clock: &Clock) {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+        if self.con.is_none() {
+            self.con = client.get_connection().ok();
+            self.primaries.clear();
+        }
+        let Some(c) = self.con.as_mut() else {
+            return;
+        };
+        let probe = crate::protocol::Probe::command();
+        let observe = |v: Value, after: u64| -> Option<()> {
+            let r = crate::protocol::Probe::decode(v).ok()?;
+            clock.observe(&r.node, r.now_us, after);
+            Some(())
+        };
+        let ok = if self.primaries.is_empty() || self.round % 50 == 0 {
+            // Every primary at once: their addresses, and a sample of each (stamped when the
+            // last one answered: a looser bound, still a bound).
+            let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+            let primaries = &mut self.primaries;
+            c.route_command(&probe, all).ok().and_then(|v| {
+                let after = clock.local_us();
+                let Value::Map(m) = v else { return None };
+                primaries.clear();
+                for (addr, v) in m {
+                    let addr = string(addr).ok()?;
+                    let (host, port) = addr.rsplit_once(':')?;
+                    primaries.push((host.to_string(), port.parse().ok()?));
+                    observe(v, after)?;
+                }
+                Some(())
+            })
+        } else {
+            self.primaries.iter().try_for_each(|(host, port)| {
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                observe(c.route_command(&probe, to).ok()?, clock.local_us())
+            })
+        };
+        if ok.is_none() {
+            self.con = None;
+        }
+        self.round += 1;
     }
 }

@@ -145,6 +145,38 @@ fn open_con<'a>(
     }
 }
 
+/// Starts a worker's helper threads: the notification subscriber, and on the server's clock
+/// the clock prober. Both stop when `stop` is set.
+fn spawn_helpers(
+    cfg: &Config,
+    client: &Endpoint,
+    ns: &Namespace,
+    tx: &Sender<Notice>,
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+) -> Result<(), Error> {
+    let (c, channel, tx, s) = (client.clone(), ns.channel.clone(), tx.clone(), stop.clone());
+    let timeout = cfg.io_timeout;
+    std::thread::Builder::new()
+        .name("tickwheel-redis-sub".into())
+        .spawn(move || subscribe_loop(c, channel, tx, s, timeout))
+        .map_err(|source| Error::Thread {
+            thread: "subscriber",
+            source,
+        })?;
+    if let TimeSource::Server = &cfg.time {
+        let (c, clock, s) = (client.clone(), clock.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("tickwheel-redis-clock".into())
+            .spawn(move || clock_loop(c, clock, s, timeout))
+            .map_err(|source| Error::Thread {
+                thread: "clock",
+                source,
+            })?;
+    }
+    Ok(())
+}
+
 fn local_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -160,34 +192,8 @@ impl Worker {
         let id = format!("{}-{:016x}", std::process::id(), random);
         let (tx, notices) = mpsc::channel();
         let sub_stop = Arc::new(AtomicBool::new(false));
-        {
-            let (client, channel, tx, stop) = (
-                client.clone(),
-                ns.channel.clone(),
-                tx.clone(),
-                sub_stop.clone(),
-            );
-            let timeout = cfg.io_timeout;
-            std::thread::Builder::new()
-                .name("tickwheel-redis-sub".into())
-                .spawn(move || subscribe_loop(client, channel, tx, stop, timeout))
-                .map_err(|source| Error::Thread {
-                    thread: "subscriber",
-                    source,
-                })?;
-        }
         let clock = Clock::new(cfg.time.clone());
-        if let TimeSource::Server = &cfg.time {
-            let (c, clock, stop) = (client.clone(), clock.clone(), sub_stop.clone());
-            let timeout = cfg.io_timeout;
-            std::thread::Builder::new()
-                .name("tickwheel-redis-clock".into())
-                .spawn(move || clock_loop(c, clock, stop, timeout))
-                .map_err(|source| Error::Thread {
-                    thread: "clock",
-                    source,
-                })?;
-        }
+        spawn_helpers(cfg, &client, &ns, &tx, &clock, &sub_stop)?;
         let mut w = Worker {
             cfg: cfg.clone(),
             client,
