@@ -414,3 +414,126 @@ fn bad_input_is_a_message_and_a_non_zero_exit() {
     let r = tasks(&url, "real", &["show", "t"]);
     assert_eq!(r.code, 0, "{}", r.err);
 }
+
+/// The scale check of issue #29 (figures, not assertions on speed): 10^6 pending tasks in 16
+/// shards; how long `stats`, `ls --limit 50`, `upcoming` and a full `ls --all` take, and the
+/// lateness of a running worker's deliveries without and with those reads going on.
+/// `cargo test --release -p tickwheel-cli --test tasks -- --ignored --nocapture scale`.
+#[test]
+#[ignore = "scale check: 10^6 tasks, about a minute; run with --release -- --ignored --nocapture"]
+fn scale_check_a_million_pending_tasks() {
+    let s = server();
+    let url = s.url();
+    let mut cfg = Config::new(&url, "scale");
+    cfg.shards = 16;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let n = 1_000_000usize;
+    let t = Instant::now();
+    let names: Vec<String> = (0..n).map(|i| format!("task-{i:07}")).collect();
+    let base = now_ms() + 3_600_000;
+    for chunk in names.chunks(10_000).enumerate() {
+        let (k, ids) = chunk;
+        let tasks = ids.iter().enumerate().map(|(j, id)| {
+            let at = base + ((k * 10_000 + j) as u64 * 7) % 7_200_000;
+            tickwheel_redis::Task::new(
+                id,
+                RunAt::AtMillis(at),
+                b"payload-64-bytes-payload-64-bytes-payload-64-bytes-payload-64-b",
+            )
+        });
+        p.schedule_many(tasks).unwrap();
+    }
+    eprintln!("scheduled {n} tasks in {:?}", t.elapsed());
+
+    // A worker delivering probe tasks every 10 ms; its lateness per phase.
+    let mut w = Worker::connect(&cfg).unwrap();
+    let stop = w.stop_handle();
+    let late = Arc::new(std::sync::Mutex::new(Vec::<(String, u64)>::new()));
+    let record = late.clone();
+    let runner = std::thread::spawn(move || {
+        w.run(|d| {
+            if d.id.starts_with("probe-") {
+                let ms = now_ms().saturating_sub(d.due_ms);
+                record.lock().unwrap().push((d.id.clone(), ms));
+            }
+            Outcome::Ack
+        })
+    });
+    let probes = |phase: &str, p: &mut Producer| {
+        let start = now_ms() + 2_000;
+        let tasks: Vec<String> = (0..1000).map(|i| format!("probe-{phase}-{i}")).collect();
+        p.schedule_many(tasks.iter().enumerate().map(|(i, id)| {
+            tickwheel_redis::Task::new(id, RunAt::AtMillis(start + i as u64 * 10), b"")
+        }))
+        .unwrap();
+        start + 10_000
+    };
+    let summary = |phase: &str| {
+        let mut v: Vec<u64> = late
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(id, _)| id.starts_with(&format!("probe-{phase}-")))
+            .map(|&(_, ms)| ms)
+            .collect();
+        v.sort_unstable();
+        let q = |f: f64| {
+            v.get(((v.len() as f64 - 1.0) * f) as usize)
+                .copied()
+                .unwrap_or(0)
+        };
+        format!(
+            "{} deliveries, lateness p50 {} ms, p99 {} ms, max {} ms",
+            v.len(),
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        )
+    };
+    let wait_until = |ms: u64| {
+        while now_ms() < ms + 1500 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let end = probes("quiet", &mut p);
+    wait_until(end);
+    eprintln!("worker, no reads:            {}", summary("quiet"));
+
+    let time = |args: &[&str]| {
+        let t = Instant::now();
+        let r = tasks(&url, "scale", args);
+        assert_eq!(r.code, 0, "{}", r.err);
+        (t.elapsed(), r.out)
+    };
+    let end = probes("reads", &mut p);
+    let mut figures: Vec<String> = Vec::new();
+    let mut rounds = 0;
+    while now_ms() < end {
+        let (a, out) = time(&["stats", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert!(v["totals"]["pending"].as_u64().unwrap() >= n as u64);
+        let (b, out) = time(&["ls", "--limit", "50"]);
+        assert_eq!(out.lines().count(), 52);
+        let (c, _) = time(&["upcoming", "--per", "1m", "--horizon", "4h"]);
+        if rounds == 0 {
+            figures.push(format!(
+                "stats {a:?}, ls --limit 50 {b:?}, upcoming 1m x 4h {c:?}"
+            ));
+        }
+        rounds += 1;
+    }
+    wait_until(end);
+    eprintln!("first round: {}", figures[0]);
+    eprintln!("{rounds} rounds of stats + ls + upcoming during the probes");
+    eprintln!("worker, stats/ls/upcoming:   {}", summary("reads"));
+
+    let end = probes("scan", &mut p);
+    let (d, out) = time(&["ls", "--all", "--state", "pending"]);
+    eprintln!("ls --all: {} lines in {d:?}", out.lines().count());
+    wait_until(end);
+    eprintln!("worker, during ls --all:     {}", summary("scan"));
+
+    stop.stop();
+    runner.join().unwrap().unwrap();
+}
