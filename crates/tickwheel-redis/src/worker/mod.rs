@@ -55,7 +55,7 @@ impl StopHandle {
 
 /// The longest wait between two reconnection attempts (the wait starts at 50 ms and doubles):
 /// once Redis answers again, a worker is back within this, not seconds later.
-const RECONNECT_MAX: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Debug)]
 struct Owned {
@@ -328,7 +328,7 @@ impl Worker {
     /// before their run-at and sends the acknowledgements; it sleeps until the wheel's next
     /// deadline, a notification, an outcome or the next maintenance. Redis's latency (an
     /// fsync per write under `appendfsync always`) therefore delays claims, not deliveries.
-    /// Redis errors are retried with backoff (50 ms doubling to 200 ms) after dropping the
+    /// Redis errors are retried with backoff (50 ms doubling to 100 ms) after dropping the
     /// in-memory windows, which are loaded again from Redis; tasks already claimed are still
     /// delivered while their leases hold. Returns `Err` only for errors a retry cannot fix.
     /// On stop it releases its shards so other workers take them at once.
@@ -410,13 +410,19 @@ impl Worker {
         r
     }
 
-    /// Forgets the connection and the in-memory windows. Kept: the leases (renewed next), the
-    /// claimed tasks (delivered while their leases hold) and every outcome not yet answered
-    /// by Redis - acknowledgements, retries, lapsed claims - sent once Redis answers again,
-    /// each fenced by the epoch it was delivered under.
+    /// Forgets the connection, and marks every window to be read again (notices may have
+    /// been missed meanwhile). Kept: the leases (renewed next); the wheel, so that what it
+    /// holds is claimed as soon as Redis answers, before the windows are read again (a claim
+    /// checks each task against Redis: one cancelled or moved meanwhile is answered "gone"
+    /// or "not yet"); the claimed tasks (delivered while their leases hold); and every
+    /// outcome not yet answered by Redis - acknowledgements, retries, lapsed claims - sent
+    /// once Redis answers again, each fenced by the epoch it was delivered under.
     fn reset(&mut self) {
         self.con = None;
-        self.reload_windows();
+        for o in self.owned.values_mut() {
+            o.window = Window::Unloaded;
+        }
+        self.next_maintenance = 0;
     }
 
     /// Releases every shard and leaves the worker set (best effort: errors are ignored, the
