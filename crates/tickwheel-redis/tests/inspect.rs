@@ -16,16 +16,7 @@ use tickwheel_redis::{
     TaskState, Worker, MAX_STEP, PREVIEW_BYTES,
 };
 
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
+use common::eventually;
 
 fn ids(tasks: &[tickwheel_redis::TaskInfo]) -> BTreeSet<String> {
     tasks.iter().map(|t| t.id.clone()).collect()

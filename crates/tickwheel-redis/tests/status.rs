@@ -5,23 +5,13 @@
 mod common;
 
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tickwheel_redis::{
     Config, Outcome, Producer, RunAt, ShardLoss, Worker, WorkerEvent, WorkerSnapshot,
 };
 
-/// Polls `f` every 20 ms until it holds or `within` passes.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
+use common::eventually;
 
 fn drain(rx: &Receiver<WorkerEvent>) -> Vec<WorkerEvent> {
     rx.try_iter().collect()

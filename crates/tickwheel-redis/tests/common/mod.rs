@@ -78,3 +78,15 @@ return 'ok'
         assert_eq!(r, "ok", "namespace {ns}, shard {s}");
     }
 }
+
+/// Polls `f` every 20 ms until it holds or `within` passes; whether it held.
+pub fn eventually(within: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    f()
+}
