@@ -112,7 +112,7 @@ pub fn stats(namespace: &str, s: &Stats, json: bool) {
         format!("{} ({})", rfc3339(ms), relative(ms, now))
     });
     say!(
-        "namespace {}: {} shards ({} without a live lease), {} live workers",
+        "namespace {}: {} shards ({} without a live lease), live workers {}",
         escape(namespace),
         s.shards.len(),
         s.unowned(),

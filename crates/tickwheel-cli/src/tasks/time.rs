@@ -41,18 +41,26 @@ pub fn span(d: Duration) -> String {
     match s {
         0 => format!("{ms}ms"),
         1..=59 => format!("{:.1}s", ms as f64 / 1000.0),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+        60..=3599 => two(s / 60, "m", s % 60, "s"),
+        3600..=86_399 => two(s / 3600, "h", s % 3600 / 60, "m"),
+        _ => two(s / 86_400, "d", s % 86_400 / 3600, "h"),
+    }
+}
+
+/// `3m 20s`, or `3m` when the second unit is zero.
+fn two(a: u64, ua: &str, b: u64, ub: &str) -> String {
+    if b == 0 {
+        format!("{a}{ua}")
+    } else {
+        format!("{a}{ua} {b}{ub}")
     }
 }
 
 /// A duration: `90s`, `5m`, `1h30m`, `48h`, `250ms`, or ISO 8601 (`PT1H`). Not negative.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d: SignedDuration = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (examples: 90s, 5m, 1h30m, 48h, 250ms)"))?;
+    let d: SignedDuration = text.trim().parse().map_err(|_| {
+        format!("`{text}` is not a duration (examples: 90s, 5m, 1h30m, 48h, 250ms)")
+    })?;
     Duration::try_from(d).map_err(|_| format!("`{text}`: a duration must not be negative"))
 }
 
@@ -111,5 +119,7 @@ mod tests {
         assert_eq!(relative(5_000, 1_000), "in 4.0s");
         assert_eq!(relative(1_000, 3_700_000), "1h 1m ago");
         assert_eq!(span(Duration::from_millis(850)), "850ms");
+        assert_eq!(span(Duration::from_secs(600)), "10m");
+        assert_eq!(span(Duration::from_secs(200)), "3m 20s");
     }
 }
