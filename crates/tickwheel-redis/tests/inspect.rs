@@ -364,3 +364,39 @@ fn a_scan_in_pages_neither_skips_nor_repeats() {
         "{first_second} cancelled tasks listed"
     );
 }
+
+/// On a 3-node Redis Cluster (shards spread over the nodes, the server clock read by `TIME`
+/// on some node): the same counts, listings, task and slots.
+#[test]
+fn the_inspector_reads_a_redis_cluster() {
+    let c = match tickwheel_redis::server::RedisCluster::start(3) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    };
+    let mut cfg = Config::cluster(&c.seeds(), "ops");
+    cfg.shards = 12;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let names: Vec<String> = (0..600).map(|i| format!("c-{i}")).collect();
+    p.schedule_many(
+        names
+            .iter()
+            .map(|id| Task::new(id, RunAt::After(Duration::from_secs(600)), b"c")),
+    )
+    .unwrap();
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    let st = ins.stats().unwrap();
+    assert_eq!(
+        (st.shards.len(), st.pending(), st.in_flight()),
+        (12, 600, 0)
+    );
+    assert_eq!(st.unowned(), 12);
+    let all = ins.list(&ListFilter::default()).unwrap();
+    assert_eq!(ids(&all), names.iter().cloned().collect());
+    let t = ins.show("c-7").unwrap().unwrap();
+    assert_eq!(t.payload_preview, b"c");
+    let up = ins
+        .upcoming(Duration::from_secs(60), Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(up.counts.iter().sum::<u64>(), 600);
+    assert_eq!(up.counts[9] + up.counts[10], 600);
+}
