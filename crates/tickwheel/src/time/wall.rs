@@ -324,7 +324,32 @@ impl ManualWallClock {
         self.set_wall(SystemTime::from(at.timestamp()));
     }
 
-    /// The current wall-clock time in the zone `tz`.
+    /// A clock whose wall time reads `at` (a jiff `Timestamp`, as [`Cron`](crate::schedule::Cron)
+    /// speaks it).
+    pub fn starting_at_timestamp(at: jiff::Timestamp) -> ManualWallClock {
+        ManualWallClock::starting_at(SystemTime::from(at))
+    }
+
+    /// The current wall-clock time as a jiff `Timestamp`, to ask a
+    /// [`Cron`](crate::schedule::Cron) about; `None` for a wall time beyond jiff's range
+    /// (years -9999 to 9999).
+    ///
+    /// ```
+    /// use tickwheel::schedule::{jiff::Timestamp, Cron};
+    /// use tickwheel::time::ManualWallClock;
+    ///
+    /// let at: Timestamp = "2026-03-20T00:00:00Z".parse().unwrap();
+    /// let clock = ManualWallClock::starting_at_timestamp(at);
+    /// let hourly = Cron::utc("0 * * * *").unwrap();
+    /// let next = hourly.next_after(clock.timestamp().unwrap()).unwrap();
+    /// assert_eq!(next.to_string(), "2026-03-20T01:00:00Z");
+    /// ```
+    pub fn timestamp(&self) -> Option<jiff::Timestamp> {
+        jiff::Timestamp::try_from(self.wall_now()).ok()
+    }
+
+    /// The current wall-clock time in the zone `tz` (the Unix epoch for a wall time beyond
+    /// jiff's range: see [`timestamp`](Self::timestamp)).
     pub fn zoned(&self, tz: &jiff::tz::TimeZone) -> jiff::Zoned {
         let ts = jiff::Timestamp::try_from(self.wall_now()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
         jiff::Zoned::new(ts, tz.clone())
