@@ -532,8 +532,9 @@ impl Inspector {
         })
     }
 
-    /// The namespace's clock: the Redis server's, or the manual one.
-    fn now_ms(&mut self) -> Result<u64, Error> {
+    /// The namespace's clock, ms since the Unix epoch: the Redis server's (`TIME`), or the
+    /// manual one of [`TimeSource::Manual`].
+    pub fn now_ms(&mut self) -> Result<u64, Error> {
         if let TimeSource::Manual(t) = &self.cfg.time {
             return Ok(t.now_ms());
         }

@@ -159,7 +159,7 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
         TasksCommand::Ls(ls) => list(&mut ins, ls, json).map_err(failed)?,
         TasksCommand::Show { id } => match ins.show(id).map_err(failed)? {
             Some(task) => {
-                let now = ins.stats().map_err(failed)?.now_ms;
+                let now = ins.now_ms().map_err(failed)?;
                 render::show(&task, now, json);
             }
             None => {
@@ -170,42 +170,57 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
                 ))
             }
         },
-        TasksCommand::Cancel { ids } => {
-            let mut producer = Producer::connect(&cfg).map_err(failed)?;
-            let done = producer.cancel_many(ids).map_err(failed)?;
-            render::cancelled(ids, &done, json);
-            let missed = done.iter().filter(|&&d| !d).count();
-            if missed > 0 {
-                return Err(format!(
-                    "{missed} of {} not cancelled: not pending (unknown, already done, or in \
-                     flight: being delivered now)",
-                    ids.len()
-                ));
-            }
-        }
-        TasksCommand::Reschedule(r) => {
-            let run_at = match (r.at, r.in_) {
-                (Some(ms), _) => RunAt::AtMillis(ms),
-                (None, Some(d)) => RunAt::After(d),
-                (None, None) => return Err("give --at or --in".into()),
-            };
-            let mut producer = Producer::connect(&cfg).map_err(failed)?;
-            let moved = producer.reschedule(&r.id, run_at).map_err(failed)?;
-            let after = ins.show(&r.id).map_err(failed)?;
-            render::rescheduled(&r.id, moved, after.as_ref(), json);
-            if !moved {
-                return Err(format!(
-                    "{:?} not rescheduled: not pending (unknown, already done, or in flight)",
-                    escape::escape(&r.id)
-                ));
-            }
-        }
+        TasksCommand::Cancel { ids } => cancel(&cfg, ids, json).map_err(failed)??,
+        TasksCommand::Reschedule(r) => reschedule(&cfg, &mut ins, r, json).map_err(failed)??,
         TasksCommand::Upcoming { per, horizon } => {
             let up = ins.upcoming(*per, *horizon).map_err(failed)?;
             render::upcoming(&up, json);
         }
     }
     Ok(())
+}
+
+/// `cancel`: `Ok(Err(message))` when a task was not pending.
+fn cancel(cfg: &Config, ids: &[String], json: bool) -> Result<Result<(), String>, Error> {
+    let mut producer = Producer::connect(cfg)?;
+    let done = producer.cancel_many(ids)?;
+    render::cancelled(ids, &done, json);
+    let missed = done.iter().filter(|&&d| !d).count();
+    Ok(if missed > 0 {
+        Err(format!(
+            "{missed} of {} not cancelled: not pending (unknown, already done, or in flight: \
+             being delivered now)",
+            ids.len()
+        ))
+    } else {
+        Ok(())
+    })
+}
+
+/// `reschedule`: `Ok(Err(message))` when the task was not pending.
+fn reschedule(
+    cfg: &Config,
+    ins: &mut Inspector,
+    r: &RescheduleArgs,
+    json: bool,
+) -> Result<Result<(), String>, Error> {
+    let run_at = match (r.at, r.in_) {
+        (Some(ms), _) => RunAt::AtMillis(ms),
+        (None, Some(d)) => RunAt::After(d),
+        (None, None) => return Ok(Err("give --at or --in".into())),
+    };
+    let mut producer = Producer::connect(cfg)?;
+    let moved = producer.reschedule(&r.id, run_at)?;
+    let after = ins.show(&r.id)?;
+    render::rescheduled(&r.id, moved, after.as_ref(), json);
+    Ok(if moved {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} not rescheduled: not pending (unknown, already done, or in flight)",
+            escape::escape(&r.id)
+        ))
+    })
 }
 
 /// `ls`: page by page, printed as it comes; a progress bar (on a terminal) for long scans.

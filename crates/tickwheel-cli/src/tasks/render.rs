@@ -64,67 +64,52 @@ fn opt_time(ms: Option<u64>) -> Value {
     ms.map_or(Value::Null, |ms| json!({ "ms": ms, "utc": rfc3339(ms) }))
 }
 
-/// `stats`.
-pub fn stats(namespace: &str, s: &Stats, json: bool) {
+/// `stats --json`.
+fn stats_json(namespace: &str, s: &Stats) {
     let now = s.now_ms;
-    if json {
-        let shards: Vec<Value> = s
-            .shards
-            .iter()
-            .map(|sh| {
-                json!({
-                    "shard": sh.shard,
-                    "owner": sh.owner,
-                    "epoch": sh.epoch,
-                    "lease_left_ms": sh.lease_left.map(|d| d.as_millis() as u64),
-                    "pending": sh.pending,
-                    "in_flight": sh.in_flight,
-                    "in_flight_expired": sh.in_flight_expired,
-                    "buckets": sh.buckets,
-                    "next_run_at": opt_time(sh.next_run_at_ms),
-                    "next_run_at_exact": sh.next_run_at_exact,
-                })
+    let shards: Vec<Value> = s
+        .shards
+        .iter()
+        .map(|sh| {
+            json!({
+                "shard": sh.shard,
+                "owner": sh.owner,
+                "epoch": sh.epoch,
+                "lease_left_ms": sh.lease_left.map(|d| d.as_millis() as u64),
+                "pending": sh.pending,
+                "in_flight": sh.in_flight,
+                "in_flight_expired": sh.in_flight_expired,
+                "buckets": sh.buckets,
+                "next_run_at": opt_time(sh.next_run_at_ms),
+                "next_run_at_exact": sh.next_run_at_exact,
             })
-            .collect();
-        let workers: Vec<Value> = s
-            .workers
-            .iter()
-            .map(|w| json!({ "id": w.id, "expires_in_ms": w.expires_in.as_millis() as u64 }))
-            .collect();
-        print_json(&json!({
-            "namespace": namespace,
-            "now": opt_time(Some(now)),
-            "totals": {
-                "shards": s.shards.len(),
-                "unowned_shards": s.unowned(),
-                "pending": s.pending(),
-                "in_flight": s.in_flight(),
-                "in_flight_expired": s.in_flight_expired(),
-                "next_run_at": opt_time(s.next_run_at_ms()),
-                "live_workers": s.live_workers,
-            },
-            "shards": shards,
-            "workers": workers,
-        }));
-        return;
-    }
-    let next = s.next_run_at_ms().map_or("none".to_string(), |ms| {
-        format!("{} ({})", rfc3339(ms), relative(ms, now))
-    });
-    say!(
-        "namespace {}: {} shards ({} without a live lease), live workers {}",
-        escape(namespace),
-        s.shards.len(),
-        s.unowned(),
-        s.live_workers
-    );
-    say!(
-        "pending {}, in flight {} ({} past their visibility deadline), next run-at {next}",
-        s.pending(),
-        s.in_flight(),
-        s.in_flight_expired()
-    );
-    say!("");
+        })
+        .collect();
+    let workers: Vec<Value> = s
+        .workers
+        .iter()
+        .map(|w| json!({ "id": w.id, "expires_in_ms": w.expires_in.as_millis() as u64 }))
+        .collect();
+    print_json(&json!({
+        "namespace": namespace,
+        "now": opt_time(Some(now)),
+        "totals": {
+            "shards": s.shards.len(),
+            "unowned_shards": s.unowned(),
+            "pending": s.pending(),
+            "in_flight": s.in_flight(),
+            "in_flight_expired": s.in_flight_expired(),
+            "next_run_at": opt_time(s.next_run_at_ms()),
+            "live_workers": s.live_workers,
+        },
+        "shards": shards,
+        "workers": workers,
+    }));
+}
+
+/// `stats`'s table of shards.
+fn shard_table(s: &Stats) {
+    let now = s.now_ms;
     let mut t = Table::new(&[
         "SHARD",
         "PENDING",
@@ -167,6 +152,33 @@ pub fn stats(namespace: &str, s: &Stats, json: bool) {
         ]);
     }
     t.print();
+}
+
+/// `stats`.
+pub fn stats(namespace: &str, s: &Stats, json: bool) {
+    let now = s.now_ms;
+    if json {
+        stats_json(namespace, s);
+        return;
+    }
+    let next = s.next_run_at_ms().map_or("none".to_string(), |ms| {
+        format!("{} ({})", rfc3339(ms), relative(ms, now))
+    });
+    say!(
+        "namespace {}: {} shards ({} without a live lease), live workers {}",
+        escape(namespace),
+        s.shards.len(),
+        s.unowned(),
+        s.live_workers
+    );
+    say!(
+        "pending {}, in flight {} ({} past their visibility deadline), next run-at {next}",
+        s.pending(),
+        s.in_flight(),
+        s.in_flight_expired()
+    );
+    say!("");
+    shard_table(s);
     if !s.workers.is_empty() {
         say!("");
         let mut t = Table::new(&["WORKER", "REGISTERED FOR"]);
@@ -273,6 +285,18 @@ pub fn progress(total: u64) -> ProgressBar {
     bar
 }
 
+/// `show --json`.
+fn show_json(t: &TaskDetail, rec: Option<String>) {
+    let i = &t.info;
+    let mut v = task_json(i);
+    v["recurrence"] = rec.map_or(Value::Null, Value::String);
+    v["payload_preview_hex"] = Value::String(hex(&t.payload_preview));
+    v["payload_preview_utf8"] = std::str::from_utf8(&t.payload_preview)
+        .map_or(Value::Null, |s| Value::String(s.to_string()));
+    v["payload_preview_complete"] = Value::Bool(t.payload_preview.len() as u64 == i.payload_len);
+    print_json(&v);
+}
+
 /// `show`.
 pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
     let i = &t.info;
@@ -283,14 +307,7 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
         }
     });
     if json {
-        let mut v = task_json(i);
-        v["recurrence"] = rec.map_or(Value::Null, Value::String);
-        v["payload_preview_hex"] = Value::String(hex(&t.payload_preview));
-        v["payload_preview_utf8"] = std::str::from_utf8(&t.payload_preview)
-            .map_or(Value::Null, |s| Value::String(s.to_string()));
-        v["payload_preview_complete"] =
-            Value::Bool(t.payload_preview.len() as u64 == i.payload_len);
-        print_json(&v);
+        show_json(t, rec);
         return;
     }
     let due = i.due_ms();
@@ -323,6 +340,12 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
     for (k, v) in rows {
         say!("{k:<11} {v}");
     }
+    preview(t);
+}
+
+/// `show`'s payload: the first bytes, escaped, and in hex unless plain text.
+fn preview(t: &TaskDetail) {
+    let i = &t.info;
     let shown = &t.payload_preview[..t.payload_preview.len().min(SHOWN_BYTES)];
     let more = i.payload_len.saturating_sub(shown.len() as u64);
     let tail = if more > 0 {
