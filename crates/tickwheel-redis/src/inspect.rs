@@ -38,6 +38,26 @@ pub const MAX_SLOTS: usize = 10_000;
 
 /// Reads a namespace without changing it. One connection; after a connection error the next
 /// call reconnects.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tickwheel_redis::{Config, Inspector, ListFilter, StateFilter};
+///
+/// # fn main() -> Result<(), tickwheel_redis::Error> {
+/// let mut ins = Inspector::connect(&Config::new("redis://127.0.0.1:6379/", "orders"))?;
+/// let stats = ins.stats()?;
+/// println!("{} pending, {} in flight, {} shards without a live lease",
+///          stats.pending(), stats.in_flight(), stats.unowned());
+/// let stuck = ins.list(&ListFilter { state: StateFilter::InFlight, limit: Some(20),
+///                                    ..ListFilter::default() })?;
+/// if let Some(task) = ins.show("cancel-order-42")? {
+///     println!("{:?}, {} payload bytes", task.info.state, task.info.payload_len);
+/// }
+/// let next_hour = ins.upcoming(Duration::from_secs(60), Duration::from_secs(3600))?;
+/// println!("{} in flight, {:?} due per minute", stuck.len(), next_hour.counts);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Inspector {
     cfg: Config,
     client: Endpoint,
