@@ -352,6 +352,13 @@ fn bad_input_is_a_message_and_a_non_zero_exit() {
     expect(
         &url,
         "real",
+        &["show", "gone\u{1b}[2J"],
+        1,
+        "no task \"gone\\u{1b}[2J\"",
+    );
+    expect(
+        &url,
+        "real",
         &["reschedule", "missing", "--in", "5m"],
         1,
         "not rescheduled",

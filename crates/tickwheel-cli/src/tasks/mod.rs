@@ -162,13 +162,11 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
                 let now = ins.now_ms().map_err(failed)?;
                 render::show(&task, now, json);
             }
-            None => {
-                return Err(format!(
-                    "no task {:?} in namespace {:?} (never scheduled, cancelled, or acknowledged)",
-                    escape::escape(id),
-                    args.namespace
-                ))
-            }
+            None => return Err(format!(
+                "no task \"{}\" in namespace {:?} (never scheduled, cancelled, or acknowledged)",
+                escape::escape(id),
+                args.namespace
+            )),
         },
         TasksCommand::Cancel { ids } => cancel(&cfg, ids, json).map_err(failed)??,
         TasksCommand::Reschedule(r) => reschedule(&cfg, &mut ins, r, json).map_err(failed)??,
@@ -217,7 +215,7 @@ fn reschedule(
         Ok(())
     } else {
         Err(format!(
-            "{:?} not rescheduled: not pending (unknown, already done, or in flight)",
+            "\"{}\" not rescheduled: not pending (unknown, already done, or in flight)",
             escape::escape(&r.id)
         ))
     })
