@@ -10,19 +10,21 @@
 //! [`Producer`](crate::Producer) ([`cancel`](crate::Producer::cancel),
 //! [`reschedule`](crate::Producer::reschedule)).
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+mod open;
+mod scan;
+
+pub use scan::Scan;
+
+use open::{open_con, open_namespace};
 
 use crate::config::{Config, TimeSource};
 use crate::connection::{Con, Endpoint};
 use crate::error::Error;
-use crate::namespace::{check_id, retryable, Namespace, ShardKeys, SCHEMA_VERSION};
-use crate::protocol::connect;
+use crate::namespace::{check_id, retryable, Namespace};
 use crate::protocol::scripts::BUCKET_MS;
-use crate::protocol::{
-    self, inspect_scripts, InspectBuckets, InspectInFlight, InspectMeta, InspectPending,
-    InspectShard, InspectTask, InspectWorkers, MetaReply, PendingCursor, TaskRow,
-};
+use crate::protocol::{self, InspectBuckets, InspectShard, InspectTask, InspectWorkers, TaskRow};
 use crate::recurrence::Recurrence;
 use crate::task::TaskState;
 
@@ -411,59 +413,7 @@ impl Inspector {
     /// read page by page ([`Scan::next_page`]): each page is one call per
     /// shard, each call reading at most [`MAX_STEP`] entries.
     pub fn scan(&mut self, filter: ListFilter) -> Result<Scan<'_>, Error> {
-        let n = self.shards();
-        let shards: Vec<u32> = match &filter.shards {
-            None => (0..n).collect(),
-            Some(list) => {
-                if let Some(&bad) = list.iter().find(|&&s| s >= n) {
-                    return Err(Error::InvalidConfig(format!(
-                        "shard {bad}: the namespace has shards 0 to {}",
-                        n - 1
-                    )));
-                }
-                let mut list = list.clone();
-                list.sort_unstable();
-                list.dedup();
-                list
-            }
-        };
-        let lo_ms = filter.due_after_ms.unwrap_or(0);
-        let hi_ms = match filter.due_before_ms {
-            Some(0) => None,
-            Some(ms) => Some(ms - 1),
-            None => Some(u64::MAX >> 11),
-        };
-        let in_flight = match filter.state {
-            StateFilter::Pending => Vec::new(),
-            _ => shards.iter().map(|&s| (s, 0)).collect(),
-        };
-        let pending = match (filter.state, hi_ms) {
-            (StateFilter::InFlight, _) | (_, None) => Vec::new(),
-            (_, Some(_)) => shards
-                .iter()
-                .map(|&s| ShardScan {
-                    shard: s,
-                    cursor: PendingCursor {
-                        bucket: filter.due_after_ms.map(|ms| ms / BUCKET_MS),
-                        ..PendingCursor::default()
-                    },
-                    buffer: VecDeque::new(),
-                    done: false,
-                })
-                .collect(),
-        };
-        Ok(Scan {
-            inspector: self,
-            in_flight: if hi_ms.is_none() {
-                Vec::new()
-            } else {
-                in_flight
-            },
-            pending,
-            lo_ms,
-            hi_ms: hi_ms.unwrap_or(0),
-            left: filter.limit,
-        })
+        Scan::new(self, filter)
     }
 
     /// One task: its state, run-at, version, attempt, recurrence, payload size and the first
@@ -565,227 +515,9 @@ impl Inspector {
     }
 }
 
-/// A scan in progress: [`Inspector::scan`].
-#[derive(Debug)]
-pub struct Scan<'a> {
-    inspector: &'a mut Inspector,
-    /// In-flight phase: (shard, next rank) of the shards not read to their end.
-    in_flight: Vec<(u32, u64)>,
-    /// Pending phase: each shard's cursor and the tasks read from it and not yet returned.
-    pending: Vec<ShardScan>,
-    lo_ms: u64,
-    hi_ms: u64,
-    /// Tasks still to return (`None`: no limit).
-    left: Option<usize>,
-}
-
-#[derive(Debug)]
-struct ShardScan {
-    shard: u32,
-    cursor: PendingCursor,
-    buffer: VecDeque<TaskRow>,
-    done: bool,
-}
-
-impl Scan<'_> {
-    /// The next page of tasks (at most about [`MAX_STEP`] times the shards read), or `None`
-    /// when the scan is complete. A page may be empty while the scan goes on.
-    pub fn next_page(&mut self) -> Result<Option<Vec<TaskInfo>>, Error> {
-        if self.left == Some(0) {
-            return Ok(None);
-        }
-        let page = if !self.in_flight.is_empty() {
-            self.in_flight_page()?
-        } else if self.pending.iter().any(|s| !s.done || !s.buffer.is_empty()) {
-            self.pending_page()?
-        } else {
-            return Ok(None);
-        };
-        Ok(Some(self.take(page)))
-    }
-
-    /// The step each call reads: the tasks still wanted, at most [`MAX_STEP`].
-    fn step(&self) -> u64 {
-        self.left.unwrap_or(MAX_STEP).clamp(1, MAX_STEP) as u64
-    }
-
-    fn take(&mut self, mut page: Vec<TaskInfo>) -> Vec<TaskInfo> {
-        if let Some(left) = &mut self.left {
-            page.truncate(*left);
-            *left -= page.len();
-        }
-        page
-    }
-
-    fn in_flight_page(&mut self) -> Result<Vec<TaskInfo>, Error> {
-        let (lo_ms, hi_ms, limit) = (self.lo_ms, self.hi_ms, self.step());
-        let shards = std::mem::take(&mut self.in_flight);
-        let pages = self.inspector.with_con(|con, ns, _| {
-            let calls: Vec<InspectInFlight> = shards
-                .iter()
-                .map(|&(s, offset)| InspectInFlight {
-                    keys: &ns.shards[s as usize],
-                    offset,
-                    limit,
-                    lo_ms,
-                    hi_ms,
-                })
-                .collect();
-            one_by_one(con, &calls)
-        });
-        let pages = match pages {
-            Ok(p) => p,
-            Err(e) => {
-                self.in_flight = shards;
-                return Err(e);
-            }
-        };
-        let mut out = Vec::new();
-        for (&(s, _), page) in shards.iter().zip(pages) {
-            out.extend(page.tasks.into_iter().map(|r| TaskInfo::from_row(r, s)));
-            if let Some(next) = page.next {
-                self.in_flight.push((s, next));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Refills the shards whose buffer is empty (a call each), then returns tasks in
-    /// (second, shard) order while every shard still being read has some buffered: a shard
-    /// whose buffer runs dry may hold earlier tasks than the others' next ones.
-    fn pending_page(&mut self) -> Result<Vec<TaskInfo>, Error> {
-        let (lo_ms, hi_ms, limit) = (self.lo_ms, self.hi_ms, self.step());
-        let to_bucket = Some(hi_ms / BUCKET_MS);
-        let refill: Vec<usize> = (0..self.pending.len())
-            .filter(|&i| !self.pending[i].done && self.pending[i].buffer.is_empty())
-            .collect();
-        if !refill.is_empty() {
-            let cursors: Vec<(u32, PendingCursor)> = refill
-                .iter()
-                .map(|&i| (self.pending[i].shard, self.pending[i].cursor.clone()))
-                .collect();
-            let pages = self.inspector.with_con(|con, ns, _| {
-                let calls: Vec<InspectPending> = cursors
-                    .iter()
-                    .map(|(s, cursor)| InspectPending {
-                        keys: &ns.shards[*s as usize],
-                        from: cursor,
-                        to_bucket,
-                        lo_ms,
-                        hi_ms,
-                        limit,
-                    })
-                    .collect();
-                one_by_one(con, &calls)
-            })?;
-            for (&i, page) in refill.iter().zip(pages) {
-                let s = &mut self.pending[i];
-                s.buffer.extend(page.tasks);
-                match page.next {
-                    Some(c) => s.cursor = c,
-                    None => s.done = true,
-                }
-            }
-        }
-        let mut out = Vec::new();
-        let want = self.left.unwrap_or(usize::MAX);
-        while out.len() < want {
-            if self.pending.iter().any(|s| !s.done && s.buffer.is_empty()) {
-                break;
-            }
-            let Some(i) = (0..self.pending.len())
-                .filter(|&i| !self.pending[i].buffer.is_empty())
-                .min_by_key(|&i| (self.pending[i].buffer[0].due_ms / BUCKET_MS, i))
-            else {
-                break;
-            };
-            let s = &mut self.pending[i];
-            let row = s.buffer.pop_front().expect("not empty");
-            out.push(TaskInfo::from_row(row, s.shard));
-        }
-        Ok(out)
-    }
-}
-
 /// Runs calls one round trip each, not as one pipeline: Redis runs a pipeline's commands
 /// back to back, so 16 calls of a millisecond would hold it for 16; one at a time, another
 /// client (a worker's claim) waits at most one call.
 fn one_by_one<C: protocol::Call>(con: &mut Con, calls: &[C]) -> Result<Vec<C::Reply>, Error> {
     calls.iter().map(|c| protocol::invoke(con, c)).collect()
-}
-
-/// A connection with the inspection scripts loaded.
-fn open_con(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
-    let mut con = connect(cfg, client)?;
-    inspect_scripts().load_all(&mut con)?;
-    Ok(con)
-}
-
-/// Reads the namespace's meta key (never creating it) and names its shards' keys as
-/// `Namespace::open` does.
-fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
-    let ns = &cfg.namespace;
-    let meta = format!("tw:{{{ns}}}:meta");
-    let incompatible = |found: String| Error::IncompatibleNamespace {
-        namespace: ns.clone(),
-        found,
-        expected: SCHEMA_VERSION,
-    };
-    let (schema, shards) = match protocol::invoke(con, &InspectMeta { meta: &meta })? {
-        MetaReply::Missing => {
-            return Err(Error::InvalidConfig(format!(
-                "namespace {ns:?} does not exist on this Redis (nothing was ever scheduled in \
-                 it; check --namespace and the database number)"
-            )))
-        }
-        MetaReply::NotAHash(t) => return Err(incompatible(format!("a key of type {t}"))),
-        MetaReply::Hash { schema, shards } => (schema, shards),
-    };
-    if schema != SCHEMA_VERSION.to_string() {
-        return Err(incompatible(if schema.is_empty() {
-            "no schema version".into()
-        } else {
-            format!("version {schema:?}")
-        }));
-    }
-    let n: u32 = shards
-        .parse()
-        .ok()
-        .filter(|&n| (1..=16384).contains(&n))
-        .ok_or_else(|| incompatible(format!("shard count {shards:?}")))?;
-    Ok(Namespace {
-        shards: (0..n)
-            .map(|s| {
-                let tag = format!("tw:{{{ns}:{s}}}");
-                ShardKeys(["due", "tasks", "inflight", "state"].map(|k| format!("{tag}:{k}")))
-            })
-            .collect(),
-        channel: format!("tw:{{{ns}}}:wake"),
-        workers_key: format!("tw:{{{ns}}}:workers"),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The keys named here are those `Namespace::open` names (the layout lives there).
-    #[test]
-    fn the_read_only_open_names_the_keys_the_namespace_names() {
-        let server = crate::server::RedisServer::start().expect("redis-server");
-        let mut cfg = Config::new(server.url(), "keys");
-        cfg.shards = 3;
-        let client = Endpoint::of(&cfg).unwrap();
-        let mut con = open_con(&cfg, &client).unwrap();
-        let missing = open_namespace(&cfg, &mut con).unwrap_err();
-        assert!(missing.to_string().contains("does not exist"), "{missing}");
-        let created = Namespace::open(&cfg, &mut con).unwrap();
-        let read = open_namespace(&cfg, &mut con).unwrap();
-        assert_eq!(
-            format!("{:?}", read.shards),
-            format!("{:?}", created.shards)
-        );
-        assert_eq!(read.channel, created.channel);
-        assert_eq!(read.workers_key, created.workers_key);
-    }
 }

@@ -1,0 +1,83 @@
+//! Opening a namespace read-only: its meta key read, never created.
+
+use crate::config::Config;
+use crate::connection::{Con, Endpoint};
+use crate::error::Error;
+use crate::namespace::{Namespace, ShardKeys, SCHEMA_VERSION};
+use crate::protocol::{self, connect, inspect_scripts, InspectMeta, MetaReply};
+
+/// A connection with the inspection scripts loaded.
+pub(super) fn open_con(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
+    let mut con = connect(cfg, client)?;
+    inspect_scripts().load_all(&mut con)?;
+    Ok(con)
+}
+
+/// Reads the namespace's meta key (never creating it) and names its shards' keys as
+/// `Namespace::open` does.
+pub(super) fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
+    let ns = &cfg.namespace;
+    let meta = format!("tw:{{{ns}}}:meta");
+    let incompatible = |found: String| Error::IncompatibleNamespace {
+        namespace: ns.clone(),
+        found,
+        expected: SCHEMA_VERSION,
+    };
+    let (schema, shards) = match protocol::invoke(con, &InspectMeta { meta: &meta })? {
+        MetaReply::Missing => {
+            return Err(Error::InvalidConfig(format!(
+                "namespace {ns:?} does not exist on this Redis (nothing was ever scheduled in \
+                 it; check --namespace and the database number)"
+            )))
+        }
+        MetaReply::NotAHash(t) => return Err(incompatible(format!("a key of type {t}"))),
+        MetaReply::Hash { schema, shards } => (schema, shards),
+    };
+    if schema != SCHEMA_VERSION.to_string() {
+        return Err(incompatible(if schema.is_empty() {
+            "no schema version".into()
+        } else {
+            format!("version {schema:?}")
+        }));
+    }
+    let n: u32 = shards
+        .parse()
+        .ok()
+        .filter(|&n| (1..=16384).contains(&n))
+        .ok_or_else(|| incompatible(format!("shard count {shards:?}")))?;
+    Ok(Namespace {
+        shards: (0..n)
+            .map(|s| {
+                let tag = format!("tw:{{{ns}:{s}}}");
+                ShardKeys(["due", "tasks", "inflight", "state"].map(|k| format!("{tag}:{k}")))
+            })
+            .collect(),
+        channel: format!("tw:{{{ns}}}:wake"),
+        workers_key: format!("tw:{{{ns}}}:workers"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys named here are those `Namespace::open` names (the layout lives there).
+    #[test]
+    fn the_read_only_open_names_the_keys_the_namespace_names() {
+        let server = crate::server::RedisServer::start().expect("redis-server");
+        let mut cfg = Config::new(server.url(), "keys");
+        cfg.shards = 3;
+        let client = Endpoint::of(&cfg).unwrap();
+        let mut con = open_con(&cfg, &client).unwrap();
+        let missing = open_namespace(&cfg, &mut con).unwrap_err();
+        assert!(missing.to_string().contains("does not exist"), "{missing}");
+        let created = Namespace::open(&cfg, &mut con).unwrap();
+        let read = open_namespace(&cfg, &mut con).unwrap();
+        assert_eq!(
+            format!("{:?}", read.shards),
+            format!("{:?}", created.shards)
+        );
+        assert_eq!(read.channel, created.channel);
+        assert_eq!(read.workers_key, created.workers_key);
+    }
+}
