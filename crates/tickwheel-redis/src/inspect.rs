@@ -400,6 +400,11 @@ impl Inspector {
     /// The tasks `filter` selects, up to its limit: in-flight ones first (shard by shard,
     /// by visibility deadline), then pending ones by run-at second (within a second, in no
     /// particular order). See [`scan`](Inspector::scan) to read them page by page.
+    ///
+    /// Not a snapshot: each call reads its shard as it is then. A task that stays pending
+    /// throughout is listed exactly once (a bucket emptied and filled again between two
+    /// calls is read again from its start); one scheduled, moved, claimed or settled during
+    /// the scan may be listed in its old state, its new one, or neither.
     pub fn list(&mut self, filter: &ListFilter) -> Result<Vec<TaskInfo>, Error> {
         let mut scan = self.scan(filter.clone())?;
         let mut out = Vec::new();
