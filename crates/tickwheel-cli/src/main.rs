@@ -12,6 +12,7 @@
 //!     baseline.
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
 //! * `tickwheel tasks` shows and steers the durable tasks of a Redis namespace ([`tasks`]).
+//! * `tickwheel dashboard` serves a web page on a Redis namespace's durable tasks ([`dashboard`]).
 //!
 //! Layout: this file parses the command line and calls [`mod@bench`] or [`demo`]; modules
 //! never import from it. [`workload`] names the workloads and their family, [`entrant`]
@@ -37,6 +38,7 @@ macro_rules! say_raw {
 }
 
 mod bench;
+mod dashboard;
 mod demo;
 mod durable;
 mod entrant;
@@ -84,6 +86,9 @@ enum Command {
     /// See and steer the durable tasks of a tickwheel-redis namespace: stats, ls, show,
     /// cancel, reschedule, upcoming.
     Tasks(tasks::TasksArgs),
+    /// Serve a web page on a tickwheel-redis namespace: totals, shards, upcoming tasks, tasks
+    /// in flight, search by id (read-only unless --allow-writes with a token).
+    Dashboard(dashboard::DashboardArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -239,6 +244,7 @@ fn main() -> ExitCode {
         Command::ServiceWorker(args) => demo::worker(&demo_settings(args)),
         // Prints its own errors (the message says which Redis and namespace failed).
         Command::Tasks(args) => return tasks::run(args),
+        Command::Dashboard(args) => return dashboard::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

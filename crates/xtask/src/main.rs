@@ -2,8 +2,9 @@
 //!
 //! `cargo xtask test [ARGS...]` is the README's test command, for a machine with nothing but a
 //! Rust toolchain: it makes sure the programs the tests start are there (`redis-server` and
-//! `redis-cli`, for tickwheel-redis's tests and the CLI's durable workload), finding them or
-//! installing them, then runs `cargo test --workspace ARGS...`.
+//! `redis-cli`, for tickwheel-redis's tests and the CLI's durable workload; `chromium`, for the
+//! dashboard's browser tests), finding them or installing them, then runs `cargo test
+//! --workspace ARGS...`.
 //!
 //! A program is looked for in the variable the tests read its path from (for example
 //! `TICKWHEEL_REDIS_SERVER`), then on `PATH`, then in the directories package managers install
@@ -25,6 +26,10 @@ struct Tool {
     apt: &'static str,
     /// The Homebrew formula that ships it.
     brew: &'static str,
+    /// The Fedora package that ships it.
+    dnf: &'static str,
+    /// Which tests start it.
+    used_by: &'static str,
 }
 
 /// What `cargo test --workspace` needs beyond the toolchain.
@@ -34,6 +39,8 @@ const TOOLS: &[Tool] = &[
         env: "TICKWHEEL_REDIS_SERVER",
         apt: "redis-server",
         brew: "redis",
+        dnf: "redis",
+        used_by: "The tests of tickwheel-redis and the CLI's durable workload",
     },
     // The Redis Cluster test forms its cluster with `redis-cli --cluster create`; Debian's
     // redis-server package depends on redis-tools, which ships it.
@@ -42,6 +49,17 @@ const TOOLS: &[Tool] = &[
         env: "TICKWHEEL_REDIS_CLI",
         apt: "redis-server",
         brew: "redis",
+        dnf: "redis",
+        used_by: "The tests of tickwheel-redis and the CLI's durable workload",
+    },
+    // The dashboard's tests drive a real headless browser (tickwheel-cli's tests/dashboard.rs).
+    Tool {
+        program: "chromium",
+        env: "TICKWHEEL_CHROMIUM",
+        apt: "chromium",
+        brew: "--cask chromium",
+        dnf: "chromium",
+        used_by: "The dashboard's tests (tickwheel-cli, tests/dashboard.rs)",
     },
 ];
 
@@ -58,10 +76,10 @@ const USUAL_DIRS: &[&str] = &[
 const USAGE: &str = "\
 usage: cargo xtask test [--no-install] [CARGO TEST ARGS...]
 
-test   find redis-server and redis-cli ($TICKWHEEL_REDIS_SERVER and $TICKWHEEL_REDIS_CLI,
-       PATH, then the usual install directories), install them when missing (apt-get, as
-       root on Debian/Ubuntu) or say how to, then run `cargo test --workspace` with the
-       remaining arguments.
+test   find redis-server, redis-cli and chromium ($TICKWHEEL_REDIS_SERVER,
+       $TICKWHEEL_REDIS_CLI, $TICKWHEEL_CHROMIUM, PATH, then the usual install
+       directories), install them when missing (apt-get, as root on Debian/Ubuntu) or say
+       how to, then run `cargo test --workspace` with the remaining arguments.
        --no-install: never install; stop with the instructions instead.";
 
 fn main() -> ExitCode {
@@ -215,17 +233,18 @@ fn locate(tool: &Tool) -> Result<Option<Found>, String> {
 fn missing(tool: &Tool, why: &str) -> String {
     format!(
         "{program} was not found ({env} unset, not on PATH, not in {dirs}), and {why}.\n\
-         The tests of tickwheel-redis and the CLI's durable workload start {program}. Install \
-         it, then run `cargo xtask test` again:\n  \
+         {used_by} start {program}. Install it, then run `cargo xtask test` again:\n  \
          Debian/Ubuntu: sudo apt-get install -y {apt}\n  \
          macOS:         brew install {brew}\n  \
-         Fedora:        sudo dnf install redis\n\
+         Fedora:        sudo dnf install {dnf}\n\
          or set {env} to its path.",
         program = tool.program,
         env = tool.env,
         dirs = USUAL_DIRS.join(", "),
         apt = tool.apt,
         brew = tool.brew,
+        dnf = tool.dnf,
+        used_by = tool.used_by,
     )
 }
 

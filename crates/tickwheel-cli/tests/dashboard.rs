@@ -1,0 +1,766 @@
+//! `tickwheel dashboard` in a real headless Chromium (Debian's `chromium` package; `cargo
+//! xtask test` installs it), driven over the DevTools protocol on a pipe
+//! (`--remote-debugging-pipe`), against a private `redis-server` holding tasks and a worker
+//! running in a thread. Without Chromium these tests fail, saying how to install it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use tickwheel_redis::server::RedisServer;
+use tickwheel_redis::{
+    Config, Inspector, Outcome, Producer, Recurrence, RunAt, StopHandle, Task, TaskState, Worker,
+};
+
+const SCRIPT_ID: &str = "<script>alert(1)</script>";
+const TOKEN: &str = "s3cret-token-0123456789";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+// ---------------------------------------------------------------------------------------
+// Chromium over the DevTools protocol, on file descriptors 3 (commands) and 4 (replies).
+
+struct Browser {
+    child: Child,
+    to: std::io::PipeWriter,
+    from: BufReader<std::io::PipeReader>,
+    session: String,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+fn chromium_binary() -> String {
+    let name = std::env::var("TICKWHEEL_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let found = Command::new(&name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "Chromium was not found ({name}): the dashboard tests need a real headless browser. \
+         Install it (Debian/Ubuntu: `sudo apt-get install -y chromium`; `cargo xtask test` \
+         does this when run as root) or set TICKWHEEL_CHROMIUM to its path."
+    );
+    name
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let binary = chromium_binary();
+        let profile = tempfile::tempdir().unwrap();
+        let (their_in, to) = std::io::pipe().unwrap();
+        let (from, their_out) = std::io::pipe().unwrap();
+        let (fd_in, fd_out) = (their_in.as_raw_fd(), their_out.as_raw_fd());
+        let mut cmd = Command::new(binary);
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--remote-debugging-pipe",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+        // (fcntl, dup2) on descriptors this process owns, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Copies above 2 first, so that moving one onto 3 or 4 cannot close the other.
+                let a = libc::fcntl(fd_in, libc::F_DUPFD_CLOEXEC, 10);
+                let b = libc::fcntl(fd_out, libc::F_DUPFD_CLOEXEC, 10);
+                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("chromium starts");
+        drop::<(OwnedFd, OwnedFd)>((their_in.into(), their_out.into()));
+        let mut b = Browser {
+            child,
+            to,
+            from: BufReader::new(from),
+            session: String::new(),
+            next: 0,
+            _profile: profile,
+        };
+        let target = b.call("Target.createTarget", json!({"url": "about:blank"}));
+        let target = target["targetId"].as_str().unwrap().to_string();
+        let attached = b.call(
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+        );
+        b.session = attached["sessionId"].as_str().unwrap().to_string();
+        // The dashboard's Content-Security-Policy forbids scripts and fetches; the tests
+        // fetch, and escaping (not the policy) must keep user data from becoming markup.
+        b.call("Page.setBypassCSP", json!({"enabled": true}));
+        // Page events on: a JavaScript dialog (a script of user data that ran) fails the test.
+        b.call("Page.enable", json!({}));
+        b
+    }
+
+    /// Sends a command (to the page once attached) and returns its result.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            msg["sessionId"] = json!(self.session);
+        }
+        let mut bytes = serde_json::to_vec(&msg).unwrap();
+        bytes.push(0);
+        self.to.write_all(&bytes).expect("chromium reads its pipe");
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).expect("chromium answers");
+            assert!(n > 0, "chromium closed its DevTools pipe");
+            buf.pop();
+            let reply: Value = serde_json::from_slice(&buf).unwrap();
+            assert!(
+                reply["method"] != json!("Page.javascriptDialogOpening"),
+                "a script ran in the page and opened a dialog: {}",
+                reply["params"]
+            );
+            if reply["id"] == json!(id) {
+                assert!(
+                    reply.get("error").is_none(),
+                    "{method} failed: {}",
+                    reply["error"]
+                );
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluates `expr` in the page (awaiting a promise) and returns its value.
+    fn eval(&mut self, expr: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
+        );
+        assert!(
+            r.get("exceptionDetails").is_none(),
+            "{expr}: {}",
+            r["exceptionDetails"]
+        );
+        r["result"]["value"].clone()
+    }
+
+    fn text(&mut self, expr: &str) -> String {
+        match self.eval(expr) {
+            Value::String(s) => s,
+            other => panic!("{expr}: not a string but {other}"),
+        }
+    }
+
+    /// Marks the current document, runs `action`, and waits until another document has
+    /// loaded in its place.
+    fn load(&mut self, action: impl FnOnce(&mut Browser)) {
+        self.eval("window.__old = true");
+        action(self);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.eval("window.__old !== true && document.readyState === 'complete'")
+            != json!(true)
+        {
+            assert!(Instant::now() < deadline, "the page did not load");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn goto(&mut self, url: &str) {
+        let url = url.to_string();
+        self.load(|b| {
+            b.call("Page.navigate", json!({"url": url}));
+        });
+    }
+
+    /// The status of a request made by the page's own `fetch` (same origin).
+    fn fetch_status(&mut self, path: &str, form: Option<&str>) -> u64 {
+        let init = match form {
+            Some(body) => format!(
+                "{{method: 'POST', headers: {{'Content-Type': \
+                 'application/x-www-form-urlencoded'}}, body: {}}}",
+                json!(body)
+            ),
+            None => "{}".into(),
+        };
+        self.eval(&format!(
+            "fetch({}, {init}).then(r => r.status)",
+            json!(path)
+        ))
+        .as_u64()
+        .unwrap()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The dashboard process.
+
+struct Dashboard {
+    child: Child,
+    url: String,
+}
+
+impl Dashboard {
+    fn start(redis: &str, ns: &str, extra: &[&str], token: Option<&str>) -> Dashboard {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel"));
+        cmd.args(["dashboard", "--redis", redis, "--namespace", ns])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
+            .env("RUST_BACKTRACE", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(t) = token {
+            cmd.env("TICKWHEEL_DASHBOARD_TOKEN", t);
+        }
+        let mut child = cmd.spawn().expect("the tickwheel binary runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        Dashboard { child, url }
+    }
+
+    fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// A raw request, for what a browser would not send; returns the status code.
+    fn raw(&self, request: &str) -> u16 {
+        let mut s = TcpStream::connect(self.addr()).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {reply:?}"))
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+fn run_at(id: &str, cfg: &Config) -> Option<TaskState> {
+    Inspector::connect(cfg)
+        .unwrap()
+        .show(id)
+        .unwrap()
+        .map(|d| d.info.state)
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// Tasks at known minutes from now, one recurring, one with a hostile id and payload that a
+/// worker delivers twice and leaves in flight (attempt 2).
+fn seed(server: &RedisServer, ns: &str) -> RunningWorker {
+    let mut cfg = Config::new(server.url(), ns);
+    cfg.shards = 4;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let base = now_ms();
+    let ids: Vec<String> = (0..30).map(|i| format!("order-{i}")).collect();
+    let mut tasks = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        // 10 tasks 5½ minutes ahead, 20 tasks 65½ minutes ahead.
+        let min = if i < 10 { 5 } else { 65 };
+        let at = base + min * 60_000 + 30_000;
+        tasks.push(Task::new(id, RunAt::AtMillis(at), b"payload of an order"));
+    }
+    p.schedule_many(tasks).unwrap();
+    let every = Recurrence::Every(Duration::from_secs(3600));
+    p.schedule_recurring(
+        "hourly-report",
+        RunAt::AtMillis(base + 125 * 60_000 + 30_000),
+        &every,
+        b"\x00\x01binary\xff",
+    )
+    .unwrap();
+    p.schedule(
+        SCRIPT_ID,
+        RunAt::After(Duration::ZERO),
+        b"<img src=x onerror=alert(2)>",
+    )
+    .unwrap();
+    // The worker retries the hostile task once, then leaves its second delivery in flight.
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let left = Arc::new(AtomicBool::new(false));
+    let flag = left.clone();
+    let thread = std::thread::spawn(move || {
+        worker
+            .run(|d| match d.attempt {
+                1 => Outcome::RetryAfter(Duration::ZERO),
+                _ => {
+                    flag.store(true, Ordering::SeqCst);
+                    Outcome::Leave
+                }
+            })
+            .unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    loop {
+        let s = ins.stats().unwrap();
+        if left.load(Ordering::SeqCst) && s.in_flight() == 1 && s.unowned() == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not deliver twice"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    RunningWorker {
+        stop,
+        thread: Some(thread),
+        cfg,
+    }
+}
+
+/// A worker in a thread, stopped on drop.
+struct RunningWorker {
+    stop: StopHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+    cfg: Config,
+}
+
+impl Drop for RunningWorker {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn the_overview_shows_counts_chart_in_flight_and_search_finds_a_task() {
+    let server = RedisServer::start().expect("redis-server");
+    let worker = seed(&server, "dash");
+    let cfg = worker.cfg.clone();
+    let dash = Dashboard::start(&server.url(), "dash", &[], None);
+    let mut b = Browser::start();
+    b.goto(&format!("{}/", dash.url));
+
+    // Counts: 30 orders and the recurring task pending, the hostile task in flight.
+    assert_eq!(
+        b.text("document.getElementById('pending').textContent"),
+        "31"
+    );
+    assert_eq!(
+        b.text("document.getElementById('in-flight').textContent"),
+        "1"
+    );
+    assert_eq!(
+        b.text("document.getElementById('live-workers').textContent"),
+        "1"
+    );
+    assert_eq!(
+        b.text("document.getElementById('shards-unowned').textContent"),
+        "0 of 4"
+    );
+    assert!(b
+        .text("document.getElementById('not-available').textContent")
+        .contains("lateness percentiles"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#shards tbody tr').length"),
+        json!(4)
+    );
+    let owners = b.text(
+        "[...document.querySelectorAll('#shards td.owner')].map(e => e.textContent).join(' ')",
+    );
+    assert!(!owners.contains('—'), "every shard owned: {owners}");
+
+    // The chart: 10 tasks in minute 5, 20 in minute 65, the recurring one beyond 3 hours? No:
+    // at minute 125, inside the default 3 h.
+    let bars = b.eval(
+        "[...document.querySelectorAll('svg#upcoming rect.bar')]\
+         .map(r => [Number(r.dataset.minute), Number(r.dataset.count), \
+         r.querySelector('title').textContent])",
+    );
+    let bars = bars.as_array().unwrap();
+    let got: Vec<(u64, u64)> = bars
+        .iter()
+        .map(|b| (b[0].as_u64().unwrap(), b[1].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, vec![(5, 10), (65, 20), (125, 1)], "{bars:?}");
+    assert!(bars[0][2].as_str().unwrap().ends_with("UTC: 10 tasks"));
+    assert!(b
+        .text("document.getElementById('upcoming-total').textContent")
+        .starts_with("31 tasks due in the next 3 h"));
+    // One hour: the later bars are out of range.
+    b.goto(&format!("{}/?hours=1", dash.url));
+    assert_eq!(
+        b.eval("document.querySelectorAll('svg#upcoming rect.bar').length"),
+        json!(1)
+    );
+
+    // The in-flight task, redelivered, its id shown as text and no element made of it.
+    b.goto(&format!("{}/", dash.url));
+    let row = b.eval(
+        "[...document.querySelectorAll('#in-flight-tasks tbody td')].map(e => e.textContent)",
+    );
+    let row: Vec<&str> = row
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(row[0], SCRIPT_ID);
+    assert_eq!(row[2], "2 redelivered");
+    assert_eq!(b.eval("document.scripts.length"), json!(0));
+
+    // Search by id through the form.
+    b.load(|b| {
+        b.eval(
+            "document.querySelector('#search input[name=id]').value = 'order-12'; \
+             document.getElementById('search').submit()",
+        );
+    });
+    assert!(b.text("location.href").ends_with("/task?id=order-12"));
+    assert_eq!(
+        b.text("document.getElementById('task-id').textContent"),
+        "order-12"
+    );
+    assert_eq!(
+        b.text("document.getElementById('state').textContent"),
+        "pending"
+    );
+    assert_eq!(
+        b.text("document.getElementById('attempt').textContent"),
+        "0"
+    );
+    assert_eq!(
+        b.text("document.getElementById('payload-size').textContent"),
+        "19 bytes"
+    );
+    assert_eq!(
+        b.text("document.getElementById('payload').textContent"),
+        "payload of an order"
+    );
+    let Some(TaskState::Pending {
+        run_at_ms, version, ..
+    }) = run_at("order-12", &cfg)
+    else {
+        panic!("order-12 is pending");
+    };
+    assert!(b
+        .text("document.getElementById('run-at').textContent")
+        .starts_with(&rfc3339_prefix(run_at_ms)));
+    assert_eq!(
+        b.text("document.getElementById('version').textContent"),
+        version.to_string()
+    );
+    // Read-only: no forms but the search, and the page says why.
+    assert_eq!(b.eval("document.forms.length"), json!(1));
+    assert!(b.eval("!!document.getElementById('read-only')") == json!(true));
+
+    // A binary payload as hex, the recurrence shown.
+    b.goto(&format!("{}/task?id=hourly-report", dash.url));
+    assert_eq!(
+        b.text("document.getElementById('recurrence').textContent"),
+        "every 1h 0m"
+    );
+    assert_eq!(
+        b.eval("document.getElementById('payload').dataset.kind"),
+        json!("hex")
+    );
+    assert!(b
+        .text("document.getElementById('payload').textContent")
+        .starts_with("00000000  00 01 62 69 6e 61 72 79 ff"));
+
+    // The hostile id and payload: text, not markup.
+    b.goto(&format!("{}/task?id={}", dash.url, enc(SCRIPT_ID)));
+    assert_eq!(
+        b.text("document.getElementById('task-id').textContent"),
+        SCRIPT_ID
+    );
+    assert_eq!(
+        b.text("document.getElementById('state').textContent"),
+        "in flight"
+    );
+    assert_eq!(
+        b.text("document.getElementById('attempt').textContent"),
+        "2 (redelivered)"
+    );
+    assert_eq!(
+        b.text("document.getElementById('payload').textContent"),
+        "<img src=x onerror=alert(2)>"
+    );
+    assert_eq!(b.eval("document.scripts.length"), json!(0));
+    assert_eq!(b.eval("document.images.length"), json!(0));
+    assert!(b.text("document.title").contains(SCRIPT_ID));
+
+    // An unknown id: a page that says so; malformed requests: 400.
+    b.goto(&format!("{}/task?id=no-such-task", dash.url));
+    assert!(b.eval("!!document.getElementById('not-found')") == json!(true));
+    assert_eq!(b.fetch_status("/task?id=no-such-task", None), 404);
+    assert_eq!(b.fetch_status("/task?id=", None), 400);
+    assert_eq!(b.fetch_status("/task", None), 400);
+    assert_eq!(
+        b.fetch_status(&format!("/task?id={}", "x".repeat(2000)), None),
+        400
+    );
+    assert_eq!(b.fetch_status("/?hours=soon", None), 400);
+    assert_eq!(b.fetch_status("/?hours=0", None), 400);
+    assert_eq!(dash.raw("BLAH\r\n\r\n"), 400);
+
+    // Writes refused without the flag, even with a token and from the page's own origin.
+    b.goto(&format!("{}/", dash.url));
+    let form = format!("id=order-3&token={TOKEN}");
+    assert_eq!(b.fetch_status("/cancel", Some(&form)), 403);
+    assert_eq!(
+        b.fetch_status("/reschedule", Some(&format!("{form}&at=1h"))),
+        403
+    );
+    assert!(run_at("order-3", &cfg).is_some(), "order-3 is still there");
+}
+
+/// `2026-11-26T01:02:03.004Z`'s first 19 characters, for ms since the epoch.
+fn rfc3339_prefix(ms: u64) -> String {
+    let out = Command::new("date")
+        .args(["-u", "-d", &format!("@{}", ms / 1000), "+%Y-%m-%dT%H:%M:%S"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn writes_need_the_flag_the_token_and_the_same_origin() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut cfg = Config::new(server.url(), "w");
+    cfg.shards = 2;
+    let mut p = Producer::connect(&cfg).unwrap();
+    for id in ["a-1", "a-2", SCRIPT_ID] {
+        p.schedule(id, RunAt::After(Duration::from_secs(3600)), b"x")
+            .unwrap();
+    }
+    let dash = Dashboard::start(&server.url(), "w", &["--allow-writes"], Some(TOKEN));
+    let mut b = Browser::start();
+
+    // A wrong token through the form: 403, the task stays.
+    b.goto(&format!("{}/task?id=a-1", dash.url));
+    assert_eq!(b.eval("document.forms.length"), json!(3));
+    b.load(|b| {
+        b.eval(
+            "document.querySelector('#cancel input[name=token]').value = 'wrong-token-0123456789'; \
+             document.getElementById('cancel').submit()",
+        );
+    });
+    assert!(b.text("document.title").starts_with("403"));
+    assert!(run_at("a-1", &cfg).is_some());
+    // No token at all.
+    assert_eq!(b.fetch_status("/cancel", Some("id=a-1")), 403);
+    assert!(run_at("a-1", &cfg).is_some());
+
+    // The right token from another site, or from nowhere: 403.
+    let post = |origin: &str| {
+        let body = format!("id=a-1&token={TOKEN}");
+        format!(
+            "POST /cancel HTTP/1.1\r\nHost: {}\r\n{origin}Content-Type: \
+             application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            dash.addr(),
+            body.len()
+        )
+    };
+    assert_eq!(dash.raw(&post("Origin: http://evil.example\r\n")), 403);
+    assert_eq!(dash.raw(&post("Referer: http://evil.example/\r\n")), 403);
+    assert_eq!(dash.raw(&post("")), 403);
+    assert_eq!(
+        dash.raw(&post(&format!(
+            "Origin: http://{}\r\nSec-Fetch-Site: cross-site\r\n",
+            dash.addr()
+        ))),
+        403
+    );
+    // A host name that is not loopback (DNS rebinding): refused even for reading.
+    assert_eq!(
+        dash.raw("GET / HTTP/1.1\r\nHost: evil.example:80\r\n\r\n"),
+        403
+    );
+    assert!(run_at("a-1", &cfg).is_some());
+
+    // Reschedule with the token through the form; a malformed time is a 400.
+    b.goto(&format!("{}/task?id=a-2", dash.url));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#reschedule input[name=token]').value = '{TOKEN}'; \
+             document.querySelector('#reschedule input[name=at]').value = 'tomorrow-ish'; \
+             document.getElementById('reschedule').submit()"
+        ));
+    });
+    assert!(b.text("document.title").starts_with("400"));
+    let before = now_ms();
+    b.goto(&format!("{}/task?id=a-2", dash.url));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#reschedule input[name=token]').value = '{TOKEN}'; \
+             document.querySelector('#reschedule input[name=at]').value = '2h'; \
+             document.getElementById('reschedule').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "rescheduled");
+    let Some(TaskState::Pending { run_at_ms, .. }) = run_at("a-2", &cfg) else {
+        panic!("a-2 is pending");
+    };
+    assert!(
+        (before + 7_199_000..now_ms() + 7_201_000).contains(&run_at_ms),
+        "{run_at_ms} vs {before}"
+    );
+
+    // Cancel with the token through the form: the task is gone.
+    for id in ["a-1", SCRIPT_ID] {
+        b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
+        assert_eq!(b.eval("document.scripts.length"), json!(0));
+        b.load(|b| {
+            b.eval(&format!(
+                "document.querySelector('#cancel input[name=token]').value = '{TOKEN}'; \
+                 document.getElementById('cancel').submit()"
+            ));
+        });
+        assert_eq!(b.text("document.title"), "cancelled");
+        assert_eq!(
+            b.text("document.getElementById('result').textContent"),
+            format!("Task {id} cancelled.")
+        );
+        assert_eq!(b.eval("document.scripts.length"), json!(0));
+        assert!(run_at(id, &cfg).is_none(), "{id} is gone");
+        b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
+        assert!(b.eval("!!document.getElementById('not-found')") == json!(true));
+    }
+    // Cancelling it again: nothing to cancel.
+    assert_eq!(
+        b.fetch_status("/cancel", Some(&format!("id=a-1&token={TOKEN}"))),
+        409
+    );
+}
+
+#[test]
+fn bad_start_inputs_are_a_message_and_a_non_zero_exit() {
+    let run = |args: &[&str], token: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel"));
+        cmd.arg("dashboard")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--connect-timeout", "0.3"])
+            .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
+            .env("RUST_BACKTRACE", "0");
+        if let Some(t) = token {
+            cmd.env("TICKWHEEL_DASHBOARD_TOKEN", t);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (out.status.code(), stderr)
+    };
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (code, err) = run(
+        &[
+            "--redis",
+            &format!("redis://127.0.0.1:{port}/"),
+            "--namespace",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("cannot read namespace \"x\"") && err.contains("is Redis running"),
+        "{err}"
+    );
+
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let (code, err) = run(&["--redis", &url, "--namespace", "nothing-here"], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+
+    // A namespace whose meta key holds something else.
+    let mut con = TcpStream::connect(format!("127.0.0.1:{}", server.port())).unwrap();
+    con.write_all(b"*3\r\n$3\r\nSET\r\n$13\r\ntw:{odd}:meta\r\n$1\r\nx\r\n")
+        .unwrap();
+    let mut ok = [0u8; 5];
+    con.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let (code, err) = run(&["--redis", &url, "--namespace", "odd"], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("holds schema"), "{err}");
+
+    // Writes without a token, or with a short one: bad arguments.
+    let mut p = Producer::connect(&Config::new(url.clone(), "ok")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(60)), b"")
+        .unwrap();
+    let (code, err) = run(
+        &["--redis", &url, "--namespace", "ok", "--allow-writes"],
+        None,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs a token"), "{err}");
+    let (code, err) = run(
+        &["--redis", &url, "--namespace", "ok", "--allow-writes"],
+        Some("short"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("at least 16"), "{err}");
+    let (code, err) = run(
+        &[
+            "--redis",
+            &url,
+            "--namespace",
+            "ok",
+            "--allow-writes",
+            "--token-file",
+            "/nonexistent/t",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot read the token file"), "{err}");
+}
