@@ -51,6 +51,9 @@ pub enum Error {
         /// [`SCHEMA_VERSION`].
         expected: u32,
     },
+    /// The namespace does not exist in this Redis (nothing was ever scheduled in it): the
+    /// [`Inspector`](crate::Inspector) refuses it rather than create it.
+    NoSuchNamespace(String),
     /// Redis answered in a shape this crate does not expect.
     Protocol(String),
     /// A worker's notification subscription did not come up within [`Config::io_timeout`].
@@ -103,6 +106,11 @@ impl fmt::Display for Error {
                 f,
                 "namespace {namespace:?} holds schema {found}, this client uses schema \
                  {expected}: use another namespace, or drain and delete this one"
+            ),
+            Error::NoSuchNamespace(ns) => write!(
+                f,
+                "namespace {ns:?} does not exist on this Redis (nothing was ever scheduled in \
+                 it; check the namespace and the database number)"
             ),
             Error::Protocol(m) => write!(f, "unexpected reply from Redis: {m}"),
             Error::NoSubscription { waited } => write!(

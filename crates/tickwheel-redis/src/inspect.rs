@@ -280,7 +280,7 @@ impl Inspector {
     /// Connects and reads the namespace's meta key, without creating anything; tries again
     /// while Redis cannot be reached or is loading, until [`Config::connect_timeout`].
     ///
-    /// Errors: [`Error::InvalidConfig`] when the namespace does not exist,
+    /// Errors: [`Error::NoSuchNamespace`] when the namespace does not exist,
     /// [`Error::IncompatibleNamespace`] when it holds another schema (or its meta key is
     /// something else), [`Error::Redis`] when Redis cannot be reached, and those of
     /// [`Producer::connect`](crate::Producer::connect) for the URL and the configuration.

@@ -264,9 +264,7 @@ fn describe(e: &Error, args: &TasksArgs) -> String {
             format!("cannot reach Redis at {url}: {r}")
         }
         Error::InvalidUrl { reason, .. } => format!("invalid Redis URL {url:?}: {reason}"),
-        Error::InvalidConfig(m) if m.contains("does not exist") => {
-            format!("{m} (at {url})")
-        }
+        Error::NoSuchNamespace(_) => format!("{e} (at {url})"),
         e => e.to_string(),
     }
 }

@@ -24,12 +24,7 @@ pub(super) fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, E
         expected: SCHEMA_VERSION,
     };
     let (schema, shards) = match protocol::invoke(con, &InspectMeta { meta: &meta })? {
-        MetaReply::Missing => {
-            return Err(Error::InvalidConfig(format!(
-                "namespace {ns:?} does not exist on this Redis (nothing was ever scheduled in \
-                 it; check --namespace and the database number)"
-            )))
-        }
+        MetaReply::Missing => return Err(Error::NoSuchNamespace(ns.clone())),
         MetaReply::NotAHash(t) => return Err(incompatible(format!("a key of type {t}"))),
         MetaReply::Hash { schema, shards } => (schema, shards),
     };
@@ -70,7 +65,7 @@ mod tests {
         let client = Endpoint::of(&cfg).unwrap();
         let mut con = open_con(&cfg, &client).unwrap();
         let missing = open_namespace(&cfg, &mut con).unwrap_err();
-        assert!(missing.to_string().contains("does not exist"), "{missing}");
+        assert!(matches!(missing, Error::NoSuchNamespace(_)), "{missing}");
         let created = Namespace::open(&cfg, &mut con).unwrap();
         let read = open_namespace(&cfg, &mut con).unwrap();
         assert_eq!(
