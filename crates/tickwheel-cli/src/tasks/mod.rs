@@ -162,11 +162,13 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
                 let now = ins.now_ms().map_err(failed)?;
                 render::show(&task, now, json);
             }
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "no task \"{}\" in namespace {:?} (never scheduled, cancelled, or acknowledged)",
                 escape::escape(id),
                 args.namespace
-            )),
+            ))
+            }
         },
         TasksCommand::Cancel { ids } => cancel(&cfg, ids, json).map_err(failed)??,
         TasksCommand::Reschedule(r) => reschedule(&cfg, &mut ins, r, json).map_err(failed)??,
