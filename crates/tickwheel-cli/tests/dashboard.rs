@@ -764,3 +764,181 @@ fn bad_start_inputs_are_a_message_and_a_non_zero_exit() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("cannot read the token file"), "{err}");
 }
+
+/// The scale figure: how long the overview takes with 10^6 pending tasks in 16 shards, and
+/// whether loading it over and over makes a running worker late. A measurement, never a
+/// pass/fail on speed: `cargo test --release -p tickwheel-cli --test dashboard -- --ignored
+/// --nocapture` (`TICKWHEEL_DASHBOARD_SCALE_TASKS` to change the count).
+#[test]
+#[ignore = "a measurement (10^6 tasks): run with --ignored --nocapture, in release"]
+fn overview_with_a_million_pending_tasks() {
+    let n: u64 = std::env::var("TICKWHEEL_DASHBOARD_SCALE_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let server = RedisServer::start().expect("redis-server");
+    let mut cfg = Config::new(server.url(), "scale");
+    cfg.shards = 16;
+    let mut p = Producer::connect(&cfg).unwrap();
+    // Spread over the 6 hours from a minute ahead, so none is due while measuring.
+    let base = now_ms() + 60_000;
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let ids: Vec<String> = chunk.iter().map(|i| format!("task-{i}")).collect();
+        let tasks = ids.iter().zip(chunk).map(|(id, &i)| {
+            Task::new(
+                id,
+                RunAt::AtMillis(base + i * 6 * 3_600_000 / n),
+                b"payload",
+            )
+        });
+        p.schedule_many(tasks).unwrap();
+    }
+    println!("scheduled {n} tasks in {:?}", started.elapsed());
+    // A stream of 100 tasks a second for 40 s, from 5 s on: delivered while measuring.
+    let t0 = now_ms() + 5_000;
+    let ids: Vec<String> = (0..4000).map(|k| format!("stream-{k}")).collect();
+    p.schedule_many(
+        ids.iter()
+            .enumerate()
+            .map(|(k, id)| Task::new(id, RunAt::AtMillis(t0 + k as u64 * 10), b"")),
+    )
+    .unwrap();
+    let late = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = late.clone();
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let thread = std::thread::spawn(move || {
+        worker
+            .run(|d| {
+                let now = now_ms();
+                record
+                    .lock()
+                    .unwrap()
+                    .push((d.due_ms, now.saturating_sub(d.due_ms)));
+                Outcome::Ack
+            })
+            .unwrap();
+    });
+    let _worker = RunningWorker {
+        stop,
+        thread: Some(thread),
+        cfg: cfg.clone(),
+    };
+    let dash = Dashboard::start(&server.url(), "scale", &[], None);
+    let get = || {
+        let t = Instant::now();
+        let status = dash.raw(&format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", dash.addr()));
+        assert_eq!(status, 200);
+        t.elapsed()
+    };
+    println!("first page (cold): {:?}", get());
+    // Idle until t0 + 25 s, then load the page over and over until t0 + 45 s.
+    while now_ms() < t0 + 25_000 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut times = Vec::new();
+    while now_ms() < t0 + 45_000 {
+        times.push(get());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    times.sort();
+    println!(
+        "overview, {} loads back to back: median {:?}, max {:?}",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+    let late = late.lock().unwrap().clone();
+    for (name, from, to) in [
+        ("idle", t0, t0 + 25_000),
+        ("while loading", t0 + 25_000, t0 + 40_000),
+    ] {
+        let mut l: Vec<u64> = late
+            .iter()
+            .filter(|(due, _)| (from..to).contains(due))
+            .map(|&(_, ms)| ms)
+            .collect();
+        l.sort_unstable();
+        assert!(!l.is_empty(), "no deliveries {name}");
+        println!(
+            "worker lateness {name}: {} deliveries, p50 {} ms, p99 {} ms, max {} ms",
+            l.len(),
+            l[l.len() / 2],
+            l[l.len() * 99 / 100],
+            l[l.len() - 1]
+        );
+    }
+}
+
+/// The README's screenshot: a namespace with a day's worth of traffic shape over the next
+/// three hours, a worker, two stuck deliveries; `TICKWHEEL_DASHBOARD_SCREENSHOT=docs/dashboard.png
+/// cargo test -p tickwheel-cli --test dashboard -- --ignored readme_screenshot`.
+#[test]
+#[ignore = "writes the README's screenshot: set TICKWHEEL_DASHBOARD_SCREENSHOT to a path"]
+fn readme_screenshot() {
+    let out = std::env::var("TICKWHEEL_DASHBOARD_SCREENSHOT")
+        .expect("TICKWHEEL_DASHBOARD_SCREENSHOT: where to write the PNG");
+    let out = std::path::absolute(out).unwrap();
+    let server = RedisServer::start().expect("redis-server");
+    let mut cfg = Config::new(server.url(), "orders");
+    cfg.shards = 8;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let base = now_ms() + 30_000;
+    // A wave of reminders over the next three hours, and a burst at the top of an hour.
+    let mut runs = Vec::new();
+    for i in 0..6000u64 {
+        let x = i as f64 / 6000.0;
+        let at = base + (x * x * 3.0 * 3_600_000.0 * (1.0 + 0.3 * (x * 20.0).sin()) / 1.3) as u64;
+        runs.push((format!("remind-order-{i}"), at));
+    }
+    let hour = (base / 3_600_000 + 1) * 3_600_000;
+    runs.extend((0..800).map(|i| (format!("invoice-{i}"), hour + i * 50)));
+    p.schedule_many(
+        runs.iter()
+            .map(|(id, at)| Task::new(id, RunAt::AtMillis(*at), b"{\"order\": 42}")),
+    )
+    .unwrap();
+    for id in ["stuck-payment-7", "export-report-3"] {
+        p.schedule(id, RunAt::After(Duration::ZERO), b"{\"amount\": 1999}")
+            .unwrap();
+    }
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let thread = std::thread::spawn(move || {
+        worker
+            .run(|d| match (d.id.as_str(), d.attempt) {
+                ("stuck-payment-7", 1..=2) => Outcome::RetryAfter(Duration::ZERO),
+                ("stuck-payment-7" | "export-report-3", _) => Outcome::Leave,
+                _ => Outcome::Ack,
+            })
+            .unwrap();
+    });
+    let _worker = RunningWorker {
+        stop,
+        thread: Some(thread),
+        cfg: cfg.clone(),
+    };
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    while ins.stats().unwrap().in_flight() < 2 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dash = Dashboard::start(&server.url(), "orders", &[], None);
+    let status = Command::new(chromium_binary())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--screenshot={}", out.display()))
+        .args(["--window-size=1200,900", &format!("{}/", dash.url)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        status.success() && out.exists(),
+        "chromium wrote no screenshot"
+    );
+}

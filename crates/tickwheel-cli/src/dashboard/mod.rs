@@ -4,7 +4,8 @@
 //! [`TcpListener`] ([`http`]): one thread a connection (at most [`MAX_CONNECTIONS`]), one
 //! request a connection. Every read goes through one [`Inspector`] (read-only scripts, each
 //! call bounded to [`tickwheel_redis::MAX_STEP`] entries, so a page never holds Redis long
-//! enough to make a running worker late); the pages are in [`page`].
+//! enough to make a running worker late); the pages are in [`overview`] and [`task`], their
+//! shared parts in [`page`].
 //!
 //! Read-only unless started with `--allow-writes` and a token (`--token-file` or
 //! `TICKWHEEL_DASHBOARD_TOKEN`): then a task's page offers cancel and reschedule, POST forms
@@ -15,8 +16,11 @@
 //! rebinding). Exit status: 1 when Redis cannot be read at start (unreachable, no such
 //! namespace, another schema) or the address cannot be bound, 2 bad arguments.
 
+mod chart;
 mod http;
+mod overview;
 mod page;
+mod task;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -242,9 +246,9 @@ fn respond(app: &App, req: &Request) -> Response {
         return page::error(403, &why);
     }
     match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/") => page::overview(app, req),
-        ("GET", "/task") => page::task(app, req),
-        ("POST", "/cancel" | "/reschedule") => page::write(app, req),
+        ("GET", "/") => overview::overview(app, req),
+        ("GET", "/task") => task::task(app, req),
+        ("POST", "/cancel" | "/reschedule") => task::write(app, req),
         ("GET", "/cancel" | "/reschedule") => page::error(405, "Writes are POST forms."),
         ("GET", _) => page::error(404, "No such page."),
         _ => page::error(405, "Only GET and POST are served."),

@@ -1,0 +1,220 @@
+//! `GET /?hours=N`: the namespace at a glance, the upcoming-tasks chart ([`chart`]), the
+//! shards, the tasks in flight and the live workers.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tickwheel_redis::{Error, ListFilter, StateFilter, Stats, TaskInfo, TaskState, Upcoming};
+
+use super::chart::chart;
+use super::http::{Request, Response};
+use super::page::{document, error, header, relative, rfc3339, span, text, unavailable};
+use super::task::task_href;
+use super::App;
+
+/// In-flight tasks listed on the overview.
+const IN_FLIGHT_SHOWN: usize = 100;
+
+/// Live workers listed on the overview.
+const WORKERS_SHOWN: usize = 50;
+
+/// The chart's horizons offered, hours.
+const HOURS: [u32; 5] = [1, 3, 6, 12, 24];
+
+/// The longest chart horizon, hours (one bar a minute).
+const MAX_HOURS: u32 = 48;
+
+/// `GET /?hours=N`: totals, the upcoming-tasks chart, the shards, the tasks in flight, the
+/// workers.
+pub fn overview(app: &App, req: &Request) -> Response {
+    let hours = match req.query("hours") {
+        None => 3,
+        Some(h) => match h.parse::<u32>() {
+            Ok(h) if (1..=MAX_HOURS).contains(&h) => h,
+            _ => {
+                return error(
+                    400,
+                    &format!("hours={h}: give a whole number of hours from 1 to {MAX_HOURS}."),
+                )
+            }
+        },
+    };
+    let (stats, upcoming, in_flight) = match read(app, hours) {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
+    let mut b = header(app, stats.now_ms);
+    glance(&mut b, &stats, &upcoming);
+    let choices: Vec<String> = HOURS
+        .iter()
+        .map(|&h| match h == hours {
+            true => format!("<b>{h} h</b>"),
+            false => format!("<a href=\"/?hours={h}\">{h} h</a>"),
+        })
+        .collect();
+    let _ = write!(
+        b,
+        "<section><h2>Upcoming tasks per minute</h2><p class=\"choice\">Next: {}</p>{}\
+         </section>",
+        choices.join(" · "),
+        chart(&upcoming, hours)
+    );
+    shards(&mut b, &stats);
+    in_flight_table(&mut b, &stats, &in_flight);
+    workers(&mut b, &stats);
+    Response {
+        status: 200,
+        body: document(&format!("tickwheel · {}", app.namespace), &b),
+    }
+}
+
+/// What the overview shows, in three bounded reads: the shards' stats, the per-second counts
+/// over `hours`, the first in-flight tasks.
+fn read(app: &App, hours: u32) -> Result<(Stats, Upcoming, Vec<TaskInfo>), Error> {
+    let mut ins = app.inspector();
+    let stats = ins.stats()?;
+    let horizon = Duration::from_secs(3600 * u64::from(hours));
+    let upcoming = ins.upcoming(Duration::from_secs(60), horizon)?;
+    let in_flight = ins.list(&ListFilter {
+        state: StateFilter::InFlight,
+        limit: Some(IN_FLIGHT_SHOWN),
+        ..ListFilter::default()
+    })?;
+    Ok((stats, upcoming, in_flight))
+}
+
+/// The totals, and what the page cannot know.
+fn glance(b: &mut String, stats: &Stats, up: &Upcoming) {
+    let next = match stats.next_run_at_ms() {
+        Some(ms) => format!("{} ({})", rfc3339(ms), relative(ms, stats.now_ms)),
+        None => "none".into(),
+    };
+    let rows = [
+        ("pending", "Pending", stats.pending().to_string()),
+        ("in-flight", "In flight", stats.in_flight().to_string()),
+        (
+            "in-flight-expired",
+            "In flight past their visibility deadline (to be delivered again)",
+            stats.in_flight_expired().to_string(),
+        ),
+        (
+            "overdue",
+            "Pending and overdue (run-at before this second)",
+            up.overdue.to_string(),
+        ),
+        ("next-run-at", "Earliest pending run-at", next),
+        (
+            "live-workers",
+            "Live workers",
+            stats.live_workers.to_string(),
+        ),
+        (
+            "shards-unowned",
+            "Shards without a live lease",
+            format!("{} of {}", stats.unowned(), stats.shards.len()),
+        ),
+    ];
+    b.push_str("<section><h2>At a glance</h2><table class=\"glance\">");
+    for (id, label, value) in rows {
+        let _ = write!(b, "<tr><th>{label}</th><td id=\"{id}\">{value}</td></tr>");
+    }
+    b.push_str(
+        "</table><p class=\"note\" id=\"not-available\">Not shown: delivery and redelivery \
+         rates and lateness percentiles. Each worker counts them in its own memory (served for \
+         Prometheus by <code>tickwheel-redis-worker --metrics</code>); Redis keeps no history \
+         of deliveries, and this page reads only Redis. The overdue count above is the \
+         lateness Redis can show: tasks whose run-at has passed and that no worker has \
+         claimed.</p></section>",
+    );
+}
+
+/// The shards: owner, epoch, lease left, counts, next run-at.
+fn shards(b: &mut String, stats: &Stats) {
+    b.push_str(
+        "<section><h2>Shards</h2><table id=\"shards\"><thead><tr><th>Shard</th><th>Owner</th>\
+         <th>Epoch</th><th>Lease left</th><th>Pending</th><th>In flight</th>\
+         <th>Past deadline</th><th>Next run-at</th></tr></thead><tbody>",
+    );
+    for s in &stats.shards {
+        let owner = s.owner.as_deref().map_or("—".into(), text);
+        let lease = match s.lease_left {
+            Some(d) => span(d),
+            None => "<span class=\"warn\">lapsed</span>".into(),
+        };
+        let next = match s.next_run_at_ms {
+            Some(ms) => format!(
+                "{}{}",
+                if s.next_run_at_exact { "" } else { "≈ " },
+                relative(ms, stats.now_ms)
+            ),
+            None => "—".into(),
+        };
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td class=\"owner\">{owner}</td><td>{}</td><td>{lease}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{next}</td></tr>",
+            s.shard, s.epoch, s.pending, s.in_flight, s.in_flight_expired
+        );
+    }
+    b.push_str("</tbody></table></section>");
+}
+
+/// The first in-flight tasks, redelivered ones marked.
+fn in_flight_table(b: &mut String, stats: &Stats, tasks: &[TaskInfo]) {
+    let _ = write!(
+        b,
+        "<section><h2>In flight</h2><p>{} of {} in-flight tasks, by visibility deadline; \
+         attempt &gt; 1: delivered again (after a retry, a worker lost, or a deadline \
+         passed).</p><table id=\"in-flight-tasks\"><thead><tr><th>Task</th><th>Shard</th>\
+         <th>Attempt</th><th>Due</th><th>Visible again</th><th>Version</th><th>Payload</th>\
+         </tr></thead><tbody>",
+        tasks.len(),
+        stats.in_flight()
+    );
+    for t in tasks {
+        let TaskState::InFlight {
+            due_ms,
+            attempt,
+            version,
+            visible_at_ms,
+        } = t.state
+        else {
+            continue;
+        };
+        let redelivered = if attempt > 1 {
+            " <span class=\"warn redelivered\">redelivered</span>"
+        } else {
+            ""
+        };
+        let _ = write!(
+            b,
+            "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td>{attempt}{redelivered}</td>\
+             <td>{}</td><td>{}</td><td>{version}</td><td>{} B</td></tr>",
+            text(&task_href(&t.id)),
+            text(&t.id),
+            t.shard,
+            relative(due_ms, stats.now_ms),
+            relative(visible_at_ms, stats.now_ms),
+            t.payload_len
+        );
+    }
+    b.push_str("</tbody></table></section>");
+}
+
+/// The live workers.
+fn workers(b: &mut String, stats: &Stats) {
+    let _ = write!(
+        b,
+        "<section><h2>Live workers</h2><p>{} live (registration renewed by heartbeat).</p><ul>",
+        stats.live_workers
+    );
+    for w in stats.workers.iter().take(WORKERS_SHOWN) {
+        let _ = write!(
+            b,
+            "<li><code>{}</code>: registration expires in {}</li>",
+            text(&w.id),
+            span(w.expires_in)
+        );
+    }
+    b.push_str("</ul></section>");
+}

@@ -1,0 +1,328 @@
+//! `GET /task?id=ID`: one task in full; `POST /cancel` and `POST /reschedule`: the writes,
+//! refused (403) without `--allow-writes`, from another site, or without the token.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tickwheel::schedule::jiff::{SignedDuration, Timestamp};
+use tickwheel_redis::{Error, Recurrence, RunAt, TaskDetail, TaskState, MAX_ID_LEN};
+
+use super::http::{field, Request, Response};
+use super::page::{document, error, header, relative, rfc3339, span, text, unavailable};
+use super::{check_same_origin, token_matches, App};
+
+/// Payload bytes shown on a task's page.
+const PREVIEW_SHOWN: usize = 1024;
+
+/// A task id from a query or a form: present, 1 to [`MAX_ID_LEN`] bytes.
+fn task_id(id: Option<&str>) -> Result<&str, Response> {
+    match id {
+        None => Err(error(400, "Give a task id: /task?id=...")),
+        Some("") => Err(error(400, "The task id is empty.")),
+        Some(id) if id.len() > MAX_ID_LEN => Err(error(
+            400,
+            &format!(
+                "A task id of {} bytes: ids are 1 to {MAX_ID_LEN} bytes.",
+                id.len()
+            ),
+        )),
+        Some(id) => Ok(id),
+    }
+}
+
+/// `GET /task?id=ID`: one task in full.
+pub fn task(app: &App, req: &Request) -> Response {
+    let id = match task_id(req.query("id")) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let read = {
+        let mut ins = app.inspector();
+        // The page's "now" is Redis's clock.
+        ins.show(id).and_then(|found| Ok((found, ins.now_ms()?)))
+    };
+    let (found, now_ms) = match read {
+        Ok(r) => r,
+        Err(e @ Error::InvalidId { .. }) => return error(400, &e.to_string()),
+        Err(e) => return unavailable(&e),
+    };
+    let mut b = header(app, now_ms);
+    let Some(detail) = found else {
+        let _ = write!(
+            b,
+            "<section><h2>No such task</h2><p id=\"not-found\">No task <code id=\"task-id\">{}\
+             </code> in this namespace: never scheduled, cancelled, or acknowledged.</p>\
+             </section>",
+            text(id)
+        );
+        return Response {
+            status: 404,
+            body: document("No such task", &b),
+        };
+    };
+    task_details(&mut b, &detail, now_ms);
+    b.push_str(&changes(app, &detail.info.id));
+    Response {
+        status: 200,
+        body: document(&format!("task {}", detail.info.id), &b),
+    }
+}
+
+/// The cancel and reschedule forms with `--allow-writes`, else a note saying how to get them.
+fn changes(app: &App, id: &str) -> String {
+    if app.writes.is_none() {
+        return "<p class=\"note\" id=\"read-only\">Read-only: start the dashboard with \
+                <code>--allow-writes</code> and a token to cancel or reschedule tasks here.</p>"
+            .into();
+    }
+    let hidden = format!(
+        "<input type=\"hidden\" name=\"id\" value=\"{}\">\
+         <label>Token <input type=\"password\" name=\"token\" required \
+         autocomplete=\"off\"></label>",
+        text(id)
+    );
+    format!(
+        "<section><h2>Change it</h2>\
+         <form method=\"post\" action=\"/cancel\" id=\"cancel\">{hidden} \
+         <button>Cancel the task</button></form>\
+         <form method=\"post\" action=\"/reschedule\" id=\"reschedule\">{hidden} \
+         <label>Run at <input name=\"at\" required placeholder=\"2026-11-26T09:00:00Z or 10m\">\
+         </label> <button>Reschedule</button></form>\
+         <p class=\"note\">A task in flight (or claimed in its last second) can be neither \
+         cancelled nor rescheduled.</p></section>"
+    )
+}
+
+/// A task's fields and its payload preview.
+fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
+    let t = &d.info;
+    let at = |ms: u64| format!("{} ({})", rfc3339(ms), relative(ms, now_ms));
+    let mut rows: Vec<(&str, &str, String)> = vec![("task-id", "Id", text(&t.id))];
+    match t.state {
+        TaskState::Pending {
+            run_at_ms,
+            attempts,
+            version,
+        } => {
+            rows.push(("state", "State", "pending".into()));
+            rows.push(("run-at", "Run at", at(run_at_ms)));
+            rows.push(("attempt", "Deliveries so far", attempts.to_string()));
+            rows.push(("version", "Version", version.to_string()));
+        }
+        TaskState::InFlight {
+            due_ms,
+            attempt,
+            version,
+            visible_at_ms,
+        } => {
+            rows.push(("state", "State", "in flight".into()));
+            rows.push(("run-at", "Delivered for run-at", at(due_ms)));
+            rows.push((
+                "attempt",
+                "Attempt",
+                format!(
+                    "{attempt}{}",
+                    if attempt > 1 { " (redelivered)" } else { "" }
+                ),
+            ));
+            rows.push(("version", "Version", version.to_string()));
+            rows.push(("visible-at", "Delivered again at", at(visible_at_ms)));
+        }
+        TaskState::Unknown => rows.push(("state", "State", "unknown".into())),
+    }
+    rows.push(("shard", "Shard", t.shard.to_string()));
+    let recurrence = match &d.recurrence {
+        None => "none (one-shot)".into(),
+        Some(Recurrence::Every(p)) => format!("every {}", span(*p)),
+        Some(Recurrence::Cron { pattern, zone }) => {
+            format!("cron <code>{}</code> in {}", text(pattern), text(zone))
+        }
+    };
+    rows.push(("recurrence", "Recurrence", recurrence));
+    rows.push((
+        "payload-size",
+        "Payload",
+        format!("{} bytes", t.payload_len),
+    ));
+    b.push_str("<section><h2>Task</h2><table class=\"glance\">");
+    for (id, label, value) in rows {
+        let _ = write!(b, "<tr><th>{label}</th><td id=\"{id}\">{value}</td></tr>");
+    }
+    b.push_str("</table>");
+    payload(b, d);
+    b.push_str("</section>");
+}
+
+/// The payload's first bytes: as text when they are UTF-8, else as a hex dump.
+fn payload(b: &mut String, d: &TaskDetail) {
+    let t = &d.info;
+    let shown = &d.payload_preview[..d.payload_preview.len().min(PREVIEW_SHOWN)];
+    let of = if (shown.len() as u64) < t.payload_len {
+        format!("first {} of {} bytes", shown.len(), t.payload_len)
+    } else {
+        format!("all {} bytes", t.payload_len)
+    };
+    match std::str::from_utf8(shown) {
+        // A cut in the middle of a character still counts as text.
+        Ok(s) => preview(b, "UTF-8", &of, &text(s)),
+        Err(e) if e.error_len().is_none() && (shown.len() as u64) < t.payload_len => {
+            let s = std::str::from_utf8(&shown[..e.valid_up_to()]).unwrap_or("");
+            preview(b, "UTF-8", &of, &text(s));
+        }
+        Err(_) => preview(b, "hex", &of, &hex_dump(shown)),
+    }
+}
+
+fn preview(b: &mut String, kind: &str, of: &str, body: &str) {
+    let _ = write!(
+        b,
+        "<h3>Payload preview ({kind}, {of})</h3><pre id=\"payload\" data-kind=\"{kind}\">{body}</pre>"
+    );
+}
+
+/// 16 bytes a line: offset, hex, printable ASCII.
+fn hex_dump(bytes: &[u8]) -> String {
+    let mut s = String::new();
+    for (i, line) in bytes.chunks(16).enumerate() {
+        let _ = write!(s, "{:08x}  ", i * 16);
+        for b in line {
+            let _ = write!(s, "{b:02x} ");
+        }
+        s.push_str(&"   ".repeat(16 - line.len()));
+        let ascii: String = line
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        let _ = writeln!(s, " {}", text(&ascii));
+    }
+    s
+}
+
+/// `POST /cancel` and `POST /reschedule`.
+pub fn write(app: &App, req: &Request) -> Response {
+    let form = match authorize(app, req) {
+        Ok(form) => form,
+        Err(refused) => return refused,
+    };
+    let id = match task_id(field(&form, "id")) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let reschedule = req.path == "/reschedule";
+    let run_at = if reschedule {
+        match parse_run_at(field(&form, "at").unwrap_or("")) {
+            Ok(r) => Some(r),
+            Err(why) => return error(400, &why),
+        }
+    } else {
+        None
+    };
+    let Some(mut producer) = app.producer() else {
+        return error(403, "This dashboard is read-only.");
+    };
+    let done = match run_at {
+        Some(at) => producer.reschedule(id, at),
+        None => producer.cancel(id),
+    };
+    drop(producer);
+    let (verb, noun) = if reschedule {
+        ("rescheduled", "reschedule")
+    } else {
+        ("cancelled", "cancel")
+    };
+    match done {
+        Ok(true) => Response {
+            status: 200,
+            body: document(
+                verb,
+                &format!(
+                    "<h1>Task {verb}</h1><p id=\"result\">Task <code>{}</code> {verb}.</p>\
+                     <p><a href=\"{}\">The task</a> · <a href=\"/\">The overview</a></p>",
+                    text(id),
+                    text(&task_href(id))
+                ),
+            ),
+        },
+        Ok(false) => error(
+            409,
+            &format!(
+                "Could not {noun} task {id:?}: it is not pending (in flight, claimed for \
+                 delivery in its last second, or gone)."
+            ),
+        ),
+        Err(e @ (Error::InvalidId { .. } | Error::InvalidRunAt)) => error(400, &e.to_string()),
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The form of a write that may go ahead, or the 403 that refuses it: without
+/// `--allow-writes`, from another site, without the token.
+fn authorize(app: &App, req: &Request) -> Result<Vec<(String, String)>, Response> {
+    if app.writes.is_none() {
+        return Err(error(
+            403,
+            "This dashboard is read-only: start it with --allow-writes and a token to cancel \
+             or reschedule tasks.",
+        ));
+    }
+    if let Err(why) = check_same_origin(req) {
+        return Err(error(
+            403,
+            &format!("{why} Writes are accepted from this dashboard's own forms only."),
+        ));
+    }
+    let form = req.form();
+    let token = field(&form, "token").unwrap_or("");
+    if !token_matches(app, token.as_bytes()) {
+        return Err(error(403, "Missing or wrong token."));
+    }
+    Ok(form)
+}
+
+/// A run-at from a form: RFC 3339 (`2026-11-26T09:00:00Z`) or a delay from now (`10m`,
+/// `1h30m`, by the namespace's clock).
+fn parse_run_at(s: &str) -> Result<RunAt, String> {
+    let s = s.trim();
+    if let Ok(t) = s.parse::<Timestamp>() {
+        return u64::try_from(t.as_millisecond())
+            .map(RunAt::AtMillis)
+            .map_err(|_| format!("Run at {s:?}: before 1970."));
+    }
+    let d: SignedDuration = s.strip_prefix('+').unwrap_or(s).parse().map_err(|_| {
+        format!(
+            "Run at {s:?}: give an RFC 3339 instant (2026-11-26T09:00:00Z) or a delay from \
+             now (90s, 10m, 1h30m)."
+        )
+    })?;
+    Duration::try_from(d)
+        .map(RunAt::After)
+        .map_err(|_| format!("Run at {s:?}: a delay must not be negative."))
+}
+
+/// The link to a task's page, its id URL-encoded (HTML-escape it too, as every attribute).
+pub fn task_href(id: &str) -> String {
+    format!(
+        "/task?id={}",
+        form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_encoded_payloads_dumped_times_parsed() {
+        assert_eq!(task_href("a b&c=<d>"), "/task?id=a+b%26c%3D%3Cd%3E");
+        assert!(hex_dump(b"\x00<a>").contains("00 3c 61 3e"));
+        assert!(hex_dump(b"\x00<a>").contains(".&lt;a&gt;"));
+        assert!(parse_run_at("10m").is_ok() && parse_run_at("2026-11-26T09:00:00Z").is_ok());
+        assert!(parse_run_at("tomorrow").is_err() && parse_run_at("-5m").is_err());
+    }
+}
