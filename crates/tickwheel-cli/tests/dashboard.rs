@@ -596,7 +596,7 @@ fn rfc3339_prefix(ms: u64) -> String {
 
 #[test]
 fn writes_need_the_flag_the_token_and_the_same_origin() {
-    let server = RedisServer::start().expect("redis-server");
+    let mut server = RedisServer::start().expect("redis-server");
     let mut cfg = Config::new(server.url(), "w");
     cfg.shards = 2;
     let mut p = Producer::connect(&cfg).unwrap();
@@ -702,6 +702,13 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
         b.fetch_status("/cancel", Some(&format!("id=a-1&token={TOKEN}"))),
         409
     );
+
+    // Redis gone: a 503 page, no crash; back: the pages again.
+    let get = format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", dash.addr());
+    server.kill();
+    assert_eq!(dash.raw(&get), 503);
+    server.restart().expect("redis-server restarts");
+    assert_eq!(dash.raw(&get), 200);
 }
 
 #[test]
