@@ -78,7 +78,9 @@ fn new_tasks_inside_the_window_and_beyond_it_are_delivered_on_time() {
         )
         .unwrap();
     }
-    p.schedule("cancelled", RunAt::After(Duration::from_millis(200)), b"")
+    // Further ahead than claim_ahead (400 ms), so no worker can have claimed it yet: inside
+    // its last claim_ahead a task may be claimed, and cancel then answers false.
+    p.schedule("cancelled", RunAt::After(Duration::from_millis(700)), b"")
         .unwrap();
     assert!(p.cancel("cancelled").unwrap());
     let got = collect(&rx, 40, Duration::from_secs(10));
