@@ -227,6 +227,6 @@ pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, TaskState};
 pub use worker::{
-    Delivery, Lateness, Outcome, ShardLoss, ShardStatus, StopHandle, Worker, WorkerEvent,
-    WorkerSnapshot, WorkerStats, WorkerStatus,
+    Delivery, Lateness, Outcome, Redelivery, RedeliveryCounts, ShardLoss, ShardStatus, StopHandle,
+    Worker, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus,
 };

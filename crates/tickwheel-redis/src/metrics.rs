@@ -9,7 +9,7 @@
 //! | metric | type | what |
 //! |---|---|---|
 //! | `tickwheel_redis_deliveries_total` | counter | deliveries handed to the handler |
-//! | `tickwheel_redis_redeliveries_total` | counter | deliveries of an attempt after the first |
+//! | `tickwheel_redis_redeliveries_total{cause}` | counter | deliveries of an attempt after the first, by [`Redelivery`](crate::Redelivery) cause |
 //! | `tickwheel_redis_acks_total` | counter | acknowledgements Redis accepted |
 //! | `tickwheel_redis_stale_acks_total` | counter | acknowledgements of a replaced delivery |
 //! | `tickwheel_redis_retries_total` | counter | retries the handler asked for, accepted |
@@ -41,7 +41,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{Lateness, WorkerSnapshot, WorkerStatus};
+use crate::{Lateness, RedeliveryCounts, WorkerSnapshot, WorkerStatus};
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -60,16 +60,11 @@ pub fn encode(s: &WorkerSnapshot) -> String {
 /// The counters, and the lateness histogram.
 fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     let st = &s.stats;
-    let counters: [(&str, &str, u64); 12] = [
+    let counters: [(&str, &str, u64); 11] = [
         (
             "deliveries",
             "Deliveries handed to the handler",
             st.delivered,
-        ),
-        (
-            "redeliveries",
-            "Deliveries of an attempt after the first",
-            st.redelivered,
         ),
         ("acks", "Acknowledgements Redis accepted", st.acked),
         (
@@ -109,6 +104,11 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     for (name, help, v) in counters {
         r.register(name, help, ConstCounter::new(v));
     }
+    r.register(
+        "redeliveries",
+        "Deliveries of an attempt after the first, by cause",
+        Redeliveries(st.redelivered_by),
+    );
     r.register_with_unit(
         "delivery_lateness",
         "How late deliveries reached the handler, by the Redis node's clock",
@@ -175,6 +175,26 @@ impl EncodeMetric for LatenessMetric {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Histogram
+    }
+}
+
+/// The redelivery counter, one series per cause (label `cause`).
+#[derive(Debug)]
+struct Redeliveries(RedeliveryCounts);
+
+impl EncodeMetric for Redeliveries {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (cause, n) in self.0.by_cause() {
+            let labels = [("cause", cause.as_str())];
+            encoder
+                .encode_family(&labels)?
+                .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
     }
 }
 

@@ -66,9 +66,16 @@ fn the_endpoint_serves_what_the_worker_did() {
     );
     assert_eq!(sample(&body, "tickwheel_redis_acks_total"), Some(25.0));
     assert_eq!(
-        sample(&body, "tickwheel_redis_redeliveries_total"),
+        sample(
+            &body,
+            "tickwheel_redis_redeliveries_total{cause=\"visibility_timeout\"}"
+        ),
         Some(0.0)
     );
+    for cause in ["lost_claim_reply", "requeued"] {
+        let name = format!("tickwheel_redis_redeliveries_total{{cause=\"{cause}\"}}");
+        assert_eq!(sample(&body, &name), Some(0.0), "{cause}");
+    }
     assert_eq!(
         sample(&body, "tickwheel_redis_delivery_lateness_seconds_count"),
         Some(25.0)

@@ -158,6 +158,9 @@ pub(crate) struct Claimed {
     pub visible_at_ms: u64,
     /// The wheel time to arm it at, to claim it again if still unacknowledged then.
     pub rearm_at_ms: u64,
+    /// Whether it was in flight when claimed (its visibility deadline had passed, or the
+    /// claim was forced): then it was claimed before, and may have been delivered.
+    pub was_in_flight: bool,
 }
 
 /// What DELIVER did with one id.
@@ -235,7 +238,7 @@ impl Deliver<'_> {
             1 => {
                 let (id, version, attempt) = (e.string()?, e.u64()?, e.u64()? as u32);
                 let (due_ms, payload, recurrence) = (e.u64()?, e.bytes()?, e.string()?);
-                let visible_at_ms = e.u64()?;
+                let (visible_at_ms, was_in_flight) = (e.u64()?, e.int()? == 1);
                 Claim::Claimed(Claimed {
                     id,
                     version,
@@ -245,6 +248,7 @@ impl Deliver<'_> {
                     recurrence,
                     visible_at_ms,
                     rearm_at_ms: visible_at_ms + self.ahead_ms,
+                    was_in_flight,
                 })
             }
             2 => Claim::NotYet {

@@ -58,7 +58,7 @@ impl Worker {
                 continue;
             };
             for claim in claims {
-                self.take_claim(b.0, b.1, node, reply.now_ms, claim);
+                self.take_claim((b.0, b.1, b.2), node, reply.now_ms, claim);
             }
         }
         Ok(())
@@ -128,12 +128,12 @@ impl Worker {
         (due, unsure)
     }
 
-    /// Takes in one entry of a DELIVER reply: a claim goes to the deliverer (and is armed
-    /// again at its visibility deadline), a task not yet claimable is armed at its time.
+    /// Takes in one entry of a DELIVER reply to a batch (shard, epoch, forced): a claim goes
+    /// to the deliverer (and is armed again at its visibility deadline), a task not yet
+    /// claimable is armed at its time.
     fn take_claim(
         &mut self,
-        shard: u32,
-        epoch: u64,
+        (shard, epoch, forced): (u32, u64, bool),
         node: u32,
         server_now: u64,
         claim: protocol::Claim,
@@ -141,6 +141,12 @@ impl Worker {
         match claim {
             protocol::Claim::Claimed(c) => {
                 self.stats.claimed += 1;
+                let redelivery = match (c.attempt > 1, c.was_in_flight, forced) {
+                    (false, _, _) => None,
+                    (true, true, true) => Some(Redelivery::LostClaimReply),
+                    (true, true, false) => Some(Redelivery::VisibilityTimeout),
+                    (true, false, _) => Some(Redelivery::Requeued),
+                };
                 // Claimed again if still unacknowledged at its visibility deadline.
                 self.arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
                 let (recurrence, next_run) = self.next_run(&c.recurrence, c.due_ms, server_now);
@@ -158,6 +164,7 @@ impl Worker {
                     },
                     next: next_run,
                     node,
+                    redelivery,
                 });
             }
             protocol::Claim::NotYet { id, at_ms, version } => {

@@ -57,6 +57,8 @@ pub(crate) struct Claimed {
     /// The node whose clock judged the claim (an index of [`Clock::node`]): the one its
     /// delivery waits for.
     pub(crate) node: u32,
+    /// Why it is delivered again, when its attempt is not the first.
+    pub(crate) redelivery: Option<Redelivery>,
 }
 
 /// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
@@ -72,6 +74,8 @@ pub(crate) struct Done {
     /// How late the handler got it, ms past its due time by the clock of the node that
     /// claimed it (`None`: not delivered).
     pub(crate) late_ms: Option<u64>,
+    /// Why it was delivered again, when its attempt was not the first.
+    pub(crate) redelivery: Option<Redelivery>,
 }
 
 /// A lease as the worker reckons it: the epoch, and the local instant (µs, see
@@ -231,6 +235,7 @@ pub(crate) fn finish(c: Claimed, outcome: Option<Outcome>) -> Done {
         next: c.next,
         outcome,
         late_ms: None,
+        redelivery: c.redelivery,
     }
 }
 

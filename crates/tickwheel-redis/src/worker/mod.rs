@@ -33,7 +33,8 @@ pub use delivery::{Delivery, Outcome};
 use notices::*;
 use outcomes::*;
 pub use status::{
-    Lateness, ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus,
+    Lateness, Redelivery, RedeliveryCounts, ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot,
+    WorkerStats, WorkerStatus,
 };
 use window::*;
 

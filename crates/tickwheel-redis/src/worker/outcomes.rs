@@ -32,8 +32,9 @@ impl Worker {
             return;
         };
         self.stats.delivered += 1;
-        if d.attempt > 1 {
+        if let Some(cause) = d.redelivery {
             self.stats.redelivered += 1;
+            self.stats.redelivered_by.record(cause);
         }
         if let Some(ms) = d.late_ms {
             self.stats.lateness.record(ms);

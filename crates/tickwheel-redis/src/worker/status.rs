@@ -33,11 +33,70 @@ pub struct WorkerStats {
     pub lapsed: u64,
     /// Tasks claimed from Redis (each is delivered, or lapses).
     pub claimed: u64,
-    /// Deliveries of an attempt after the first: the task was delivered before and not
+    /// Deliveries of an attempt after the first: the task was claimed before and not
     /// acknowledged (a crash or stall, a lost lease, a visibility timeout, a retry).
     pub redelivered: u64,
+    /// [`redelivered`](Self::redelivered) by cause.
+    pub redelivered_by: RedeliveryCounts,
     /// How late deliveries were handed to the handler.
     pub lateness: Lateness,
+}
+
+/// Why a task is delivered again (its attempt is not the first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Redelivery {
+    /// It was in flight past its visibility deadline: its handler did not acknowledge it in
+    /// time, or its worker died, stalled or lost the shard with it in hand.
+    VisibilityTimeout,
+    /// This worker's claim of it got no reply (Redis may have applied it), and the worker
+    /// claimed it again: the earlier claim was never handed to a handler.
+    LostClaimReply,
+    /// It was pending again after a claim: a handler asked for a retry, or a new owner of
+    /// the shard put back what the previous one had in flight.
+    Requeued,
+}
+
+impl Redelivery {
+    /// The metric label of the cause.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redelivery::VisibilityTimeout => "visibility_timeout",
+            Redelivery::LostClaimReply => "lost_claim_reply",
+            Redelivery::Requeued => "requeued",
+        }
+    }
+}
+
+/// Redeliveries counted by cause ([`Redelivery`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RedeliveryCounts {
+    /// [`Redelivery::VisibilityTimeout`].
+    pub visibility_timeout: u64,
+    /// [`Redelivery::LostClaimReply`].
+    pub lost_claim_reply: u64,
+    /// [`Redelivery::Requeued`].
+    pub requeued: u64,
+}
+
+impl RedeliveryCounts {
+    /// Counts one redelivery.
+    pub fn record(&mut self, cause: Redelivery) {
+        match cause {
+            Redelivery::VisibilityTimeout => self.visibility_timeout += 1,
+            Redelivery::LostClaimReply => self.lost_claim_reply += 1,
+            Redelivery::Requeued => self.requeued += 1,
+        }
+    }
+
+    /// Each cause with its count.
+    pub fn by_cause(&self) -> [(Redelivery, u64); 3] {
+        [
+            (Redelivery::VisibilityTimeout, self.visibility_timeout),
+            (Redelivery::LostClaimReply, self.lost_claim_reply),
+            (Redelivery::Requeued, self.requeued),
+        ]
+    }
 }
 
 /// A histogram of delivery lateness: how long after its due time (by the clock of the

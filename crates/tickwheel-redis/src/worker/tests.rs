@@ -27,6 +27,7 @@ fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Claimed {
         },
         next: None,
         node,
+        redelivery: None,
     }
 }
 
@@ -356,6 +357,12 @@ fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
     time.set_ms(t0 + 500);
     assert_eq!(tick(&mut w, &mut got).unwrap(), 1);
     assert_eq!(got, vec![("lost".to_string(), 3, t0 + 500)]);
+    let by = w.stats().redelivered_by;
+    assert_eq!(
+        (by.lost_claim_reply, by.visibility_timeout, by.requeued),
+        (1, 0, 0),
+        "attempt 3, the claims before it lost: one redelivery, of that cause"
+    );
     assert!(lost_again, "the second step sent the claim again");
     assert_eq!(
         p.state("lost").unwrap(),
@@ -477,4 +484,52 @@ fn lateness_histogram_table() {
     assert_eq!(h.quantile_ms(0.5), Some(5), "4th of 7");
     assert_eq!(h.quantile_ms(0.8), Some(10_000), "6th of 7");
     assert_eq!(h.quantile_ms(1.0), None, "past the last bound");
+}
+
+/// Each redelivery is counted under its cause: a delivery left unacknowledged past its
+/// visibility deadline, and a retry the handler asked for.
+#[test]
+fn redeliveries_are_counted_by_cause() {
+    let server = crate::server::RedisServer::start()
+        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+    let t0 = 1_000_000;
+    let time = crate::ManualTime::new(t0);
+    let mut cfg = Config::new(server.url(), "causes");
+    cfg.shards = 1;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.claim_ahead = Duration::ZERO;
+    cfg.visibility_timeout = Duration::from_secs(1);
+    let mut p = crate::Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"")
+        .unwrap();
+    // (time after t0, outcome, expected attempt delivered, expected (visibility, requeued))
+    let steps = [
+        (100, Outcome::Leave, 1, (0, 0)),
+        (
+            1_100,
+            Outcome::RetryAfter(Duration::from_millis(500)),
+            2,
+            (1, 0),
+        ),
+        (1_600, Outcome::Ack, 3, (1, 1)),
+    ];
+    for (ms, outcome, attempt, (vis, requeued)) in steps {
+        time.set_ms(t0 + ms);
+        w.reload_windows();
+        let mut got = Vec::new();
+        w.tick(&mut |d| {
+            got.push(d.attempt);
+            outcome
+        })
+        .unwrap();
+        assert_eq!(got, [attempt], "at {ms} ms");
+        let by = w.stats().redelivered_by;
+        assert_eq!(
+            (by.visibility_timeout, by.requeued),
+            (vis, requeued),
+            "at {ms} ms"
+        );
+    }
+    assert_eq!(w.stats().redelivered, 2);
 }

@@ -8,7 +8,8 @@
 -- the claims whose reply it lost: under the same epoch, a task in flight was claimed by
 -- it): attempt + 1, into the in-flight set with the deadline max(now, due) + visibility.
 -- Returns {-1, now, now_us, node} when fenced, else {1, now, now_us, node, entry...} with
--- entries {1, id, version, attempt, due, payload, recurrence, deadline} claimed,
+-- entries {1, id, version, attempt, due, payload, recurrence, deadline, was in flight
+-- (1|0)} claimed,
 -- {2, id, ms, version} not claimable before now + ahead reaches ms, {0, id} gone. `node`
 -- names the node whose clock judged the claims (see `node_id`): the worker delivers what it
 -- claimed ahead by its estimate of that node's clock.
@@ -36,7 +37,7 @@ for i = 7, #ARGV do
       local vis = math.max(now, d) + tonumber(ARGV[3])
       redis.call('ZADD', KEYS[3], vis, id)
       redis.call('HSET', KEYS[2], id, header(v, a, d, rec) .. payload)
-      out[#out + 1] = {1, id, v, a, d, payload, rec, vis}
+      out[#out + 1] = {1, id, v, a, d, payload, rec, vis, s and 1 or 0}
     end
   end
 end
