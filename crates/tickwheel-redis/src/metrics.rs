@@ -21,6 +21,7 @@
 //! | `tickwheel_redis_redis_errors_total` | counter | Redis errors recovered from |
 //! | `tickwheel_redis_bad_recurrences_total` | counter | runs whose recurrence cannot be evaluated here |
 //! | `tickwheel_redis_delivery_lateness_seconds` | histogram | how late deliveries reached the handler |
+//! | `tickwheel_redis_claims_in_hand` | gauge | tasks claimed, not yet delivered nor given up |
 //! | `tickwheel_redis_shards_held` | gauge | shards the worker holds |
 //! | `tickwheel_redis_shard_lease_remaining_seconds{shard}` | gauge | each lease's time left |
 //! | `tickwheel_redis_wheel_tasks` | gauge | tasks in the worker's wheel |
@@ -119,7 +120,14 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
 
 /// The gauges: the worker's state now.
 fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
-    let gauges: [(&str, &str, i64); 4] = [
+    let st = &s.stats;
+    let in_hand = st.claimed.saturating_sub(st.delivered + st.lapsed);
+    let gauges: [(&str, &str, i64); 5] = [
+        (
+            "claims_in_hand",
+            "Tasks claimed and not yet handed to the handler or given up",
+            in_hand as i64,
+        ),
         (
             "shards_held",
             "Shards this worker holds",

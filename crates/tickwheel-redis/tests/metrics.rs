@@ -88,6 +88,7 @@ fn the_endpoint_serves_what_the_worker_did() {
         Some(25.0)
     );
     assert_eq!(sample(&body, "tickwheel_redis_shards_held"), Some(4.0));
+    assert_eq!(sample(&body, "tickwheel_redis_claims_in_hand"), Some(0.0));
     assert_eq!(sample(&body, "tickwheel_redis_connected"), Some(1.0));
     for shard in 0..4 {
         let lease = sample(
