@@ -179,8 +179,11 @@
 //! **Tools** (not part of the library's API). Feature `testing`: the `server` module starts
 //! a private `redis-server` or Redis Cluster (tests, benchmarks, demos), and the `bench`
 //! module is the durable workload beside a polled sorted set (`tickwheel bench --durable`).
+//! Feature `metrics`: the `metrics` module renders a worker's
+//! [`status`](Worker::status) in the Prometheus text format and serves it over HTTP.
 //! Feature `worker-bin`: the `tickwheel-redis-worker` binary, a worker process that logs its
-//! deliveries (crash tests, demos) and releases its shards on SIGTERM.
+//! deliveries (crash tests, demos), serves its metrics (`--metrics PORT`) and releases its
+//! shards on SIGTERM.
 //!
 //! **Redis Cluster.** A URL `redis+cluster://host:port[,host:port...]` ([`CLUSTER_SCHEME`],
 //! or [`Config::cluster`] from a list of seed nodes) makes producers and workers Cluster

@@ -9,13 +9,53 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tickwheel_redis::{Config, Delivery, Outcome, Producer, RunAt, Task, Worker};
+use std::thread::JoinHandle;
+
+use tickwheel_redis::{
+    Config, Delivery, Error, Outcome, Producer, RunAt, StopHandle, Task, Worker, WorkerStatus,
+};
 
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
+}
+
+/// Each id's delivered attempts, in order.
+type Seen = Arc<Mutex<BTreeMap<String, Vec<u32>>>>;
+
+/// A worker running on its own thread, recording every delivery in `seen` and acknowledging
+/// it; its stop handle, its status and its thread.
+fn spawn_recording(
+    cfg: &Config,
+    seen: &Seen,
+) -> (StopHandle, WorkerStatus, JoinHandle<Result<(), Error>>) {
+    let mut w = Worker::connect(cfg).unwrap();
+    let (stop, status, log) = (w.stop_handle(), w.status(), seen.clone());
+    let h = std::thread::spawn(move || {
+        w.run(move |d: &Delivery| {
+            log.lock()
+                .unwrap()
+                .entry(d.id.clone())
+                .or_default()
+                .push(d.attempt);
+            Outcome::Ack
+        })
+    });
+    (stop, status, h)
+}
+
+/// 200 tasks due `start`..`start + 200` ms.
+fn schedule_200(producer: &mut Producer, start: u64) {
+    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
+    producer
+        .schedule_many(
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| Task::new(id, RunAt::AtMillis(start + i as u64), b"")),
+        )
+        .unwrap();
 }
 
 #[test]
@@ -26,34 +66,14 @@ fn acknowledgements_held_during_an_outage_are_sent_after_it() {
     cfg.visibility_timeout = Duration::from_secs(3); // a lost ack would show within the test
     cfg.io_timeout = Duration::from_millis(500);
     let mut producer = Producer::connect(&cfg).unwrap();
-    let mut worker = Worker::connect(&cfg).unwrap();
-    let stop = worker.stop_handle();
-    let seen: Arc<Mutex<BTreeMap<String, Vec<u32>>>> = Arc::default();
-    let log = seen.clone();
-    let runner = std::thread::spawn(move || {
-        worker.run(move |d: &Delivery| {
-            log.lock()
-                .unwrap()
-                .entry(d.id.clone())
-                .or_default()
-                .push(d.attempt);
-            Outcome::Ack
-        })
-    });
+    let seen: Seen = Arc::default();
+    let (stop, _, runner) = spawn_recording(&cfg, &seen);
     std::thread::sleep(Duration::from_millis(300)); // shards taken
 
     // 200 tasks due 1.5-1.7 s from now: claimed (1 s ahead) before the outage begins at
     // 1.3 s, delivered during it.
     let start = now_ms() + 1_500;
-    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
-    producer
-        .schedule_many(ids.iter().enumerate().map(|(i, id)| Task {
-            id,
-            run_at: RunAt::AtMillis(start + i as u64),
-            payload: b"",
-            recurrence: None,
-        }))
-        .unwrap();
+    schedule_200(&mut producer, start);
     std::thread::sleep(Duration::from_millis(start - 200 - now_ms()));
     server.kill();
     std::thread::sleep(Duration::from_millis(start + 800 - now_ms()));
@@ -94,24 +114,8 @@ fn an_outage_longer_than_the_lease_moves_no_shard_and_doubles_no_delivery() {
     cfg.visibility_timeout = Duration::from_secs(4);
     cfg.io_timeout = Duration::from_millis(500);
     let mut producer = Producer::connect(&cfg).unwrap();
-    let seen: Arc<Mutex<BTreeMap<String, Vec<u32>>>> = Arc::default();
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let mut w = Worker::connect(&cfg).unwrap();
-            let (stop, status, log) = (w.stop_handle(), w.status(), seen.clone());
-            let h = std::thread::spawn(move || {
-                w.run(move |d: &Delivery| {
-                    log.lock()
-                        .unwrap()
-                        .entry(d.id.clone())
-                        .or_default()
-                        .push(d.attempt);
-                    Outcome::Ack
-                })
-            });
-            (stop, status, h)
-        })
-        .collect();
+    let seen: Seen = Arc::default();
+    let workers: Vec<_> = (0..2).map(|_| spawn_recording(&cfg, &seen)).collect();
     // Both workers hold their fair share.
     let until = Instant::now() + Duration::from_secs(5);
     while workers.iter().any(|w| w.1.snapshot().shards.len() != 4) && Instant::now() < until {
@@ -120,15 +124,7 @@ fn an_outage_longer_than_the_lease_moves_no_shard_and_doubles_no_delivery() {
     // Tasks due 0.9-1.1 s from now: claimed before the outage, delivered while the workers
     // still trust their leases, early in the outage.
     let start = now_ms() + 900;
-    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
-    producer
-        .schedule_many(ids.iter().enumerate().map(|(i, id)| Task {
-            id,
-            run_at: RunAt::AtMillis(start + i as u64),
-            payload: b"",
-            recurrence: None,
-        }))
-        .unwrap();
+    schedule_200(&mut producer, start);
     std::thread::sleep(Duration::from_millis(start - 150 - now_ms()));
     server.kill();
     // Down for twice the lease.
