@@ -1,5 +1,5 @@
 -- PRELUDE: the functions every script may use. The Rust side prepends it, after
--- `local BUCKET_MS = <the bucket width in ms>`, to every script but PROBE (src/scripts.rs).
+-- `local BUCKET_MS = <the bucket width in ms>`, to every script but PROBE (src/protocol/scripts.rs).
 --
 -- Every change that touches more than one key runs as one script, so it is atomic, and every
 -- shard script touches the keys of one shard only (one hash slot in a Redis Cluster).
