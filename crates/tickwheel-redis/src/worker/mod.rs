@@ -329,9 +329,11 @@ impl Worker {
     /// before their run-at and sends the acknowledgements; it sleeps until the wheel's next
     /// deadline, a notification, an outcome or the next maintenance. Redis's latency (an
     /// fsync per write under `appendfsync always`) therefore delays claims, not deliveries.
-    /// Redis errors are retried with backoff (50 ms doubling to 100 ms) after dropping the
-    /// in-memory windows, which are loaded again from Redis; tasks already claimed are still
-    /// delivered while their leases hold. Returns `Err` only for errors a retry cannot fix.
+    /// Redis errors are retried with backoff (50 ms doubling to 100 ms); once Redis answers,
+    /// what the wheel holds is claimed at once and the windows are read again (notices may
+    /// have been missed); tasks already claimed are still delivered while their leases hold,
+    /// and their outcomes are held until Redis answers for them. Returns `Err` only for
+    /// errors a retry cannot fix.
     /// On stop it releases its shards so other workers take them at once.
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
         let (to, from_io) = mpsc::channel();

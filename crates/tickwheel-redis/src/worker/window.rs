@@ -78,8 +78,7 @@ impl Window {
 
 impl Worker {
     /// Drops the in-memory windows; the next [`tick`](Worker::tick) loads them again from
-    /// Redis. Workers do this by themselves after a reconnect; callers need it only to make a
-    /// step deterministic (tests on a manual clock, where a notification may still be on its
+    /// Redis. Callers need it only to make a step deterministic (tests on a manual clock, where a notification may still be on its
     /// way when the clock moves).
     pub fn reload_windows(&mut self) {
         self.wheel = Wheel::with_start(self.now_ms());
