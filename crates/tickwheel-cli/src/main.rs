@@ -50,6 +50,7 @@ mod queues;
 mod report;
 mod services;
 mod tasks;
+mod time;
 mod units;
 mod workload;
 

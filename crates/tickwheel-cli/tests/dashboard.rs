@@ -528,7 +528,7 @@ fn the_overview_shows_counts_chart_in_flight_and_search_finds_a_task() {
     b.goto(&format!("{}/task?id=hourly-report", dash.url));
     assert_eq!(
         b.text("document.getElementById('recurrence').textContent"),
-        "every 1h 0m"
+        "every 1h"
     );
     assert_eq!(
         b.eval("document.getElementById('payload').dataset.kind"),

@@ -62,7 +62,7 @@
 //! # Recurring tasks
 //!
 //! [`Producer::schedule_recurring`] stores a task with a [`Recurrence`]: a fixed period, or a
-//! cron pattern in an IANA time zone (evaluated by [`tickwheel::schedule::Cron`], with its
+//! cron pattern in an IANA time zone (evaluated by [`tickwheel::cron::Cron`], with its
 //! daylight-saving policy). Each run is delivered like a one-shot task, carrying
 //! [`Delivery::recurrence`]. The worker computes the next run when the handler acknowledges,
 //! and the script that acknowledges the run re-arms the task at it in the same atomic step,

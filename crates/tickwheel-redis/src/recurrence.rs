@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tickwheel::schedule::jiff::Timestamp;
-use tickwheel::schedule::Cron;
+use tickwheel::cron::jiff::Timestamp;
+use tickwheel::cron::Cron;
 
 use crate::error::Error;
 
@@ -21,7 +21,7 @@ pub enum Recurrence {
     /// retry's instant, and the period counts on from there.
     Every(Duration),
     /// At the instants of a cron pattern in an IANA time zone, with the daylight-saving policy
-    /// of [`tickwheel::schedule`] (fixed-time runs in a gap run once right after it, in a fold
+    /// of [`tickwheel::cron`] (fixed-time runs in a gap run once right after it, in a fold
     /// once in the first pass). Build it with [`Recurrence::cron`], which checks both.
     Cron {
         /// The pattern, as [`Cron::new`] takes it.

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use tickwheel::schedule::jiff::Timestamp;
-use tickwheel::schedule::Cron;
+use tickwheel::cron::jiff::Timestamp;
+use tickwheel::cron::Cron;
 use tickwheel_redis::{
     Config, Delivery, Error, ManualTime, Outcome, Producer, Recurrence, RunAt, TaskState,
     TimeSource, Worker,

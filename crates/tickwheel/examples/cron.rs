@@ -12,9 +12,9 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::SystemTime;
 
-use tickwheel::schedule::jiff::{Timestamp, Zoned};
-use tickwheel::schedule::Cron;
-use tickwheel::service::Schedule;
+use tickwheel::cron::jiff::{Timestamp, Zoned};
+use tickwheel::cron::Cron;
+use tickwheel::service::Recurrence;
 use tickwheel::TimerService;
 
 fn main() -> ExitCode {
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         }
     };
     let (tx, rx) = mpsc::channel();
-    let handle = service.schedule_recurring(Schedule::cron(cron), move || {
+    let handle = service.schedule_recurring(Recurrence::cron(cron), move || {
         let _ = tx.send(SystemTime::now());
     });
     if let Some(next) = handle.next_run_wall() {

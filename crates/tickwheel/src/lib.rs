@@ -29,6 +29,8 @@
 
 extern crate alloc;
 
+#[cfg(feature = "cron")]
+pub mod cron;
 #[cfg(feature = "std")]
 pub mod deadlines;
 #[cfg(feature = "std")]
@@ -36,8 +38,6 @@ pub mod future;
 #[cfg(feature = "std")]
 mod on_service;
 pub mod queue;
-#[cfg(feature = "cron")]
-pub mod schedule;
 #[cfg(feature = "std")]
 pub mod service;
 #[cfg(feature = "std")]
@@ -56,7 +56,7 @@ pub use future::{
 };
 pub use queue::{DrainExpired, HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
 #[cfg(feature = "std")]
-pub use service::{RecurringHandle, Schedule, TimerHandle, TimerService};
+pub use service::{Recurrence, RecurringHandle, TimerHandle, TimerService};
 #[cfg(all(target_os = "linux", feature = "timerfd"))]
 pub use sys::TimerFd;
 #[cfg(feature = "std")]

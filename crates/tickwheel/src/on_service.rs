@@ -16,7 +16,7 @@ use crate::deadlines::{Deadlines, Expired};
 use crate::future::{Interval, Sleep, Timeout};
 use crate::service::TimerService;
 #[cfg(feature = "cron")]
-use crate::{future::CronStream, schedule::Cron, time::WallClock};
+use crate::{cron::Cron, future::CronStream};
 
 /// The futures, per-id timeouts and calendar streams of the layer above the service, on this
 /// service (its clock, its timer thread).
@@ -63,11 +63,12 @@ impl TimerService {
         Deadlines::on(self.service_ref())
     }
 
-    /// A [`CronStream`] of `cron` on this service, reading wall time from `clock` (which must
-    /// advance with the service's clock: for tests, one
-    /// [`ManualWallClock`](crate::time::ManualWallClock) given to both).
+    /// [`cron_stream`](crate::future::cron_stream) on this service: the wall clock is the
+    /// service's own clock when that is a wall clock (a
+    /// [`ManualWallClock`](crate::time::ManualWallClock) in tests), otherwise the
+    /// [`SystemClock`](crate::time::SystemClock).
     #[cfg(feature = "cron")]
-    pub fn cron_stream(&self, cron: Cron, clock: impl WallClock) -> CronStream {
-        CronStream::new(self.service_ref(), cron, std::sync::Arc::new(clock))
+    pub fn cron_stream(&self, cron: Cron) -> CronStream {
+        CronStream::new(self.service_ref(), cron)
     }
 }

@@ -148,7 +148,7 @@ fn manual_wall_clock_moves_with_advance_and_steps_without_moving_monotonic() {
 #[cfg(feature = "cron")]
 #[test]
 fn manual_wall_clock_is_set_to_civil_times_in_any_zone() {
-    use tickwheel::schedule::jiff::{tz::TimeZone, Zoned};
+    use tickwheel::cron::jiff::{tz::TimeZone, Zoned};
 
     let at: Zoned = "2026-10-25T02:30:00+02:00[Europe/Paris]".parse().unwrap(); // first pass
     let clock = ManualWallClock::starting_at_zoned(&at);

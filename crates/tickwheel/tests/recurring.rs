@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use tickwheel::service::Schedule;
+use tickwheel::service::Recurrence;
 use tickwheel::{ManualClock, MissedTickBehavior, TimerService};
 
 fn ms(n: u64) -> Duration {
@@ -24,7 +24,7 @@ fn service_on(clock: &ManualClock, workers: usize) -> TimerService {
 
 /// Start times (ms since `base`) of a series whose first run takes `slow_ms` of virtual time,
 /// observed while the clock is stepped 100 ms at a time up to `until_ms`.
-fn start_times(schedule: Schedule, slow_ms: u64, until_ms: u64) -> Vec<u64> {
+fn start_times(schedule: Recurrence, slow_ms: u64, until_ms: u64) -> Vec<u64> {
     let clock = ManualClock::new();
     let service = service_on(&clock, 1);
     let base = clock.now();
@@ -53,11 +53,11 @@ fn fixed_rate_keeps_its_grid_and_fixed_delay_counts_from_the_end() {
     // The first run takes 400 ms of a 1 s period: fixed rate keeps 1 s, 2 s, 3 s…; fixed
     // delay starts one period after it returned (2.4 s), then after each instant run.
     assert_eq!(
-        start_times(Schedule::every(ms(1000)), 400, 4000),
+        start_times(Recurrence::every(ms(1000)), 400, 4000),
         [1000, 2000, 3000, 4000]
     );
     assert_eq!(
-        start_times(Schedule::fixed_delay(ms(1000)), 400, 4000),
+        start_times(Recurrence::fixed_delay(ms(1000)), 400, 4000),
         [1000, 2400, 3400]
     );
 }
@@ -65,7 +65,7 @@ fn fixed_rate_keeps_its_grid_and_fixed_delay_counts_from_the_end() {
 #[test]
 fn a_run_slower_than_the_period_follows_the_missed_tick_behavior() {
     // The first run takes 2.5 s of a 1 s period: it ends at 3.5 s.
-    let rate = |b| Schedule::every(ms(1000)).missed_tick_behavior(b);
+    let rate = |b| Recurrence::every(ms(1000)).missed_tick_behavior(b);
     // Burst: the missed runs (due at 2 s and 3 s) start back to back, then the grid again.
     assert_eq!(
         start_times(rate(MissedTickBehavior::Burst), 2500, 5000),
@@ -82,7 +82,7 @@ fn a_run_slower_than_the_period_follows_the_missed_tick_behavior() {
         [1000, 4500]
     );
     assert_eq!(
-        start_times(Schedule::fixed_delay(ms(1000)), 2500, 5500),
+        start_times(Recurrence::fixed_delay(ms(1000)), 2500, 5500),
         [1000, 4500, 5500]
     );
 }
@@ -99,7 +99,7 @@ fn runs_never_overlap_unless_asked() {
         let calls = Arc::new(AtomicUsize::new(0));
         let (a, m, c, k) = (active.clone(), most.clone(), clock.clone(), calls.clone());
         let handle =
-            service.schedule_recurring(Schedule::every(ms(10)).allow_overlap(allow), move || {
+            service.schedule_recurring(Recurrence::every(ms(10)).allow_overlap(allow), move || {
                 let now = a.fetch_add(1, Ordering::SeqCst) + 1;
                 m.fetch_max(now, Ordering::SeqCst);
                 if k.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -163,7 +163,7 @@ fn handle_reports_the_next_run_and_cancel_is_exact() {
     // starting_at: the first run at a given instant; a past one runs at once.
     let r = runs.clone();
     let at = clock.now() - ms(1);
-    let h = service.schedule_recurring(Schedule::every(ms(100)).starting_at(at), move || {
+    let h = service.schedule_recurring(Recurrence::every(ms(100)).starting_at(at), move || {
         r.fetch_add(1, Ordering::SeqCst);
     });
     service.settle();
@@ -268,8 +268,8 @@ fn cancel_racing_runs_is_exact() {
 mod calendar {
     use super::*;
     use std::time::SystemTime;
-    use tickwheel::schedule::jiff::{Timestamp, Zoned};
-    use tickwheel::schedule::Cron;
+    use tickwheel::cron::jiff::{Timestamp, Zoned};
+    use tickwheel::cron::Cron;
     use tickwheel::time::ManualWallClock;
 
     fn wall(s: &str) -> SystemTime {
@@ -303,7 +303,7 @@ mod calendar {
     impl Rig {
         fn start(&self, cron: Cron, missed: MissedTickBehavior) -> tickwheel::RecurringHandle {
             let (runs, clock) = (self.runs.clone(), self.clock.clone());
-            let schedule = Schedule::cron(cron)
+            let schedule = Recurrence::cron(cron)
                 .wall_clock(self.clock.clone())
                 .missed_tick_behavior(missed);
             self.service.schedule_recurring(schedule, move || {
@@ -423,11 +423,10 @@ mod calendar {
     fn a_calendar_reads_the_services_wall_clock_by_default() {
         let rig = rig("2026-05-10T10:59:00Z");
         let (runs, clock) = (rig.runs.clone(), rig.clock.clone());
-        let hourly = rig
-            .service
-            .schedule_recurring(Schedule::cron(Cron::utc("0 * * * *").unwrap()), move || {
-                runs.lock().unwrap().push(text(clock.wall_now()))
-            });
+        let hourly = rig.service.schedule_recurring(
+            Recurrence::cron(Cron::utc("0 * * * *").unwrap()),
+            move || runs.lock().unwrap().push(text(clock.wall_now())),
+        );
         assert_eq!(hourly.next_run_wall(), Some(wall("2026-05-10T11:00:00Z")));
         rig.advance(Duration::from_secs(60));
         assert_eq!(rig.runs(), ["2026-05-10T11:00:00Z"]);
@@ -441,7 +440,7 @@ mod calendar {
         let (runs, clock) = (rig.runs.clone(), rig.clock.clone());
         let start = rig.service.now() + Duration::from_secs(5400); // 12:00 exactly
         let hourly = rig.service.schedule_recurring(
-            Schedule::cron(Cron::utc("0 * * * *").unwrap()).starting_at(start),
+            Recurrence::cron(Cron::utc("0 * * * *").unwrap()).starting_at(start),
             move || runs.lock().unwrap().push(text(clock.wall_now())),
         );
         assert_eq!(hourly.next_run_wall(), Some(wall("2026-05-10T12:00:00Z")));
@@ -450,7 +449,7 @@ mod calendar {
         rig.advance(Duration::from_secs(1800)); // 12:00
         assert_eq!(rig.runs(), ["2026-05-10T12:00:00Z"]);
         let past = rig.service.schedule_recurring(
-            Schedule::cron(Cron::utc("30 * * * *").unwrap()).starting_at(start),
+            Recurrence::cron(Cron::utc("30 * * * *").unwrap()).starting_at(start),
             || {},
         );
         assert_eq!(past.next_run_wall(), Some(wall("2026-05-10T12:30:00Z")));

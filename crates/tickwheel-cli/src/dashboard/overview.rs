@@ -8,9 +8,10 @@ use tickwheel_redis::{Error, ListFilter, StateFilter, Stats, TaskInfo, TaskState
 
 use super::chart::chart;
 use super::http::{Request, Response};
-use super::page::{document, error, header, relative, rfc3339, span, text, unavailable};
+use super::page::{document, error, header, text, unavailable};
 use super::task::task_href;
 use super::App;
+use crate::time::{relative, rfc3339, span};
 
 /// In-flight tasks listed on the overview.
 const IN_FLIGHT_SHOWN: usize = 100;

@@ -1,15 +1,13 @@
 //! What every page shares: the layout, error pages, escaping ([`text`]: HTML, and control or
-//! bidirectional characters shown as `\u{..}`) and times for people. The pages themselves:
+//! bidirectional characters shown as `\u{..}`) and `HH:MM` for the chart (the other times for people are `crate::time`'s). The pages themselves:
 //! [`overview`](super::overview) (`/`), [`task`](super::task) (`/task?id=`, and the writes).
 
 use std::fmt::Write as _;
-use std::time::Duration;
-
-use tickwheel::schedule::jiff::Timestamp;
 use tickwheel_redis::Error;
 
 use super::http::Response;
 use super::App;
+use crate::time::rfc3339;
 
 /// An error page.
 pub fn error(status: u16, message: &str) -> Response {
@@ -105,46 +103,10 @@ monospace;overflow-wrap:anywhere}pre{background:#f4f4f4;padding:.6em;white-space
 svg text{font-size:11px;fill:#555}svg .plot{fill:#fafafa;stroke:#ccc}svg .grid{stroke:#ddd}\
 svg .bar{fill:#3a6ea5}form{margin:.4em 0}header p{margin:.2em 0;color:#555}";
 
-/// ms since the Unix epoch as RFC 3339 in UTC (`2026-11-26T01:02:03.004Z`).
-pub fn rfc3339(ms: u64) -> String {
-    match i64::try_from(ms)
-        .ok()
-        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-    {
-        Some(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        None => format!("{ms} ms"),
-    }
-}
-
 /// `HH:MM` in UTC.
 pub fn hhmm(ms: u64) -> String {
     let min = ms / 60_000;
     format!("{:02}:{:02}", min / 60 % 24, min % 60)
-}
-
-/// `at - now` for people: `in 1h 2m`, `3.2s ago`, `now`.
-pub fn relative(at_ms: u64, now_ms: u64) -> String {
-    if at_ms >= now_ms {
-        match at_ms - now_ms {
-            0 => "now".into(),
-            d => format!("in {}", span(Duration::from_millis(d))),
-        }
-    } else {
-        format!("{} ago", span(Duration::from_millis(now_ms - at_ms)))
-    }
-}
-
-/// A duration for people, two units at most: `850ms`, `4.6s`, `3m 20s`, `2h 5m`, `3d 4h`.
-pub fn span(d: Duration) -> String {
-    let ms = d.as_millis() as u64;
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..=59 => format!("{:.1}s", ms as f64 / 1000.0),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
-    }
 }
 
 #[cfg(test)]
@@ -159,8 +121,5 @@ mod tests {
         );
         assert_eq!(text("a\u{202e}b\u{1b}"), "a\\u{202e}b\\u{1b}");
         assert_eq!(hhmm(3_600_000 * 25 + 60_000 * 7), "01:07");
-        assert_eq!(relative(5_000, 1_000), "in 4.0s");
-        assert_eq!(relative(1_000, 3_700_000), "1h 1m ago");
-        assert_eq!(rfc3339(1_800_000_000_123), "2027-01-15T08:00:00.123Z");
     }
 }

@@ -4,12 +4,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tickwheel::schedule::jiff::{SignedDuration, Timestamp};
+use tickwheel::cron::jiff::{SignedDuration, Timestamp};
 use tickwheel_redis::{Error, Recurrence, RunAt, TaskDetail, TaskState, MAX_ID_LEN};
 
 use super::http::{field, Request, Response};
-use super::page::{document, error, header, relative, rfc3339, span, text, unavailable};
+use super::page::{document, error, header, text, unavailable};
 use super::{check_same_origin, token_matches, App};
+use crate::time::{relative, rfc3339, span};
 
 /// Payload bytes shown on a task's page.
 const PREVIEW_SHOWN: usize = 1024;

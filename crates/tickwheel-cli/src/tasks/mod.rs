@@ -10,11 +10,11 @@
 
 mod escape;
 mod render;
-mod time;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::time;
 use clap::{Args, Subcommand, ValueEnum};
 use tickwheel_redis::{
     Config, Error, Inspector, ListFilter, Producer, RunAt, StateFilter, MAX_ID_LEN, MAX_STEP,
@@ -127,7 +127,7 @@ fn parse_id(text: &str) -> Result<String, String> {
 }
 
 fn parse_rfc3339(text: &str) -> Result<u64, String> {
-    use tickwheel::schedule::jiff::Timestamp;
+    use tickwheel::cron::jiff::Timestamp;
     let ts: Timestamp = text.trim().parse().map_err(|_| {
         format!("`{text}` is not an RFC 3339 instant (example: 2026-11-26T09:00:00Z)")
     })?;

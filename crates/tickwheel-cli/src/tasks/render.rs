@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tickwheel_redis::{Recurrence, Stats, TaskDetail, TaskInfo, TaskState, Upcoming};
 
 use super::escape::{escape, escape_bytes, hex, is_plain};
-use super::time::{relative, rfc3339, span};
+use crate::time::{relative, rfc3339, span};
 
 /// Payload bytes a table shows.
 const SHOWN_BYTES: usize = 512;

@@ -33,9 +33,9 @@
 //! });
 //! ```
 
-mod interval;
 #[cfg(feature = "cron")]
-mod schedule;
+mod cron_stream;
+mod interval;
 mod sleep;
 mod timeout;
 
@@ -43,9 +43,9 @@ use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
 pub use crate::time::MissedTickBehavior;
-pub use interval::Interval;
 #[cfg(feature = "cron")]
-pub use schedule::{cron, CronStream};
+pub use cron_stream::{cron_stream, CronStream};
+pub use interval::Interval;
 pub use sleep::Sleep;
 pub use timeout::{Elapsed, Timeout};
 

@@ -18,7 +18,7 @@ use std::thread::Thread;
 
 use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 
-use crate::time::{Clock, Ticks};
+use crate::time::{Clock, SystemClock, Ticks, WallClock};
 
 /// What scheduling does when the cap set with `Builder::max_pending` is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +62,15 @@ impl Core {
     #[inline]
     pub(crate) fn now_tick(&self) -> u64 {
         self.ticks.now_tick(self.clock.now())
+    }
+
+    /// The wall clock calendars read on this service: its own clock when that is a wall
+    /// clock ([`Clock::as_wall_clock`]), else [`SystemClock`], which advances with the
+    /// default monotonic clock.
+    pub(crate) fn wall_clock(&self) -> Arc<dyn WallClock> {
+        self.clock
+            .as_wall_clock()
+            .unwrap_or_else(|| Arc::new(SystemClock))
     }
 
     pub(crate) fn set_driver(&self, thread: Thread) {

@@ -153,7 +153,7 @@ pub use builder::Builder;
 pub use error::{ScheduleError, TryScheduleError};
 pub use flavor::QueueFlavor;
 pub use handle::TimerHandle;
-pub use recurring::{RecurringHandle, Schedule};
+pub use recurring::{Recurrence, RecurringHandle};
 pub use stats::{LatenessHistogram, Stats};
 
 pub(crate) use callback::{Expire, Expiry};
@@ -380,20 +380,20 @@ impl TimerService {
 
     /// Runs `f` on a worker at every run of `schedule` until the returned handle cancels the
     /// series (or the service shuts down, or a calendar has no further run). See the
-    /// [rules](Schedule#rules).
+    /// [rules](Recurrence#rules).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use tickwheel::service::Schedule;
+    /// use tickwheel::service::Recurrence;
     /// use tickwheel::{ManualClock, TimerService};
     ///
     /// let clock = ManualClock::new();
     /// let service = TimerService::builder().clock(clock.clone()).build().unwrap();
     /// let runs = Arc::new(AtomicUsize::new(0));
     /// let r = runs.clone();
-    /// let handle = service.schedule_recurring(Schedule::every(Duration::from_secs(1)), move || {
+    /// let handle = service.schedule_recurring(Recurrence::every(Duration::from_secs(1)), move || {
     ///     r.fetch_add(1, Ordering::SeqCst);
     /// });
     /// for _ in 0..3 {
@@ -404,20 +404,20 @@ impl TimerService {
     /// assert!(handle.cancel()); // no run starts after this
     /// assert!(!handle.cancel());
     /// ```
-    pub fn schedule_recurring<F>(&self, schedule: Schedule, f: F) -> RecurringHandle
+    pub fn schedule_recurring<F>(&self, recurrence: Recurrence, f: F) -> RecurringHandle
     where
         F: Fn() + Send + Sync + 'static,
     {
-        recurring::start(self, schedule, f)
+        recurring::start(self, recurrence, f)
     }
 
     /// `f` at a fixed rate: [`schedule_recurring`](Self::schedule_recurring) with
-    /// [`Schedule::every`]`(period)`.
+    /// [`Recurrence::every`]`(period)`.
     pub fn schedule_every<F>(&self, period: Duration, f: F) -> RecurringHandle
     where
         F: Fn() + Send + Sync + 'static,
     {
-        self.schedule_recurring(Schedule::every(period), f)
+        self.schedule_recurring(Recurrence::every(period), f)
     }
 
     fn inert_handle(&self) -> TimerHandle {

@@ -1,8 +1,8 @@
 //! Recurring callbacks: [`TimerService::schedule_recurring`] runs a callback on a
-//! [`Schedule`] — fixed rate, fixed delay or (feature `cron`) a calendar — until its
+//! [`Recurrence`] — fixed rate, fixed delay or (feature `cron`) a calendar — until its
 //! [`RecurringHandle`] cancels the series.
 //!
-//! The rules are documented on [`Schedule`].
+//! The rules are documented on [`Recurrence`].
 
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -17,7 +17,7 @@ use super::{TimerHandle, TimerService};
 use crate::sync::Arc;
 use crate::time::MissedTickBehavior;
 #[cfg(feature = "cron")]
-use crate::time::{SystemClock, WallClock};
+use crate::time::WallClock;
 
 /// When a recurring series runs: a period (fixed rate or fixed delay) or a calendar, and what
 /// to do about missed runs and overlap.
@@ -33,18 +33,18 @@ use crate::time::{SystemClock, WallClock};
 ///   `Burst` (default for periods) starts the missed runs back to back until caught up,
 ///   `Delay` restarts the period from the late run's end, `Skip` (default for calendars) goes
 ///   on with the next run of the original schedule still ahead.
-///   With [`Schedule::allow_overlap`] a fixed-rate or calendar series arms its next timer
+///   With [`Recurrence::allow_overlap`] a fixed-rate or calendar series arms its next timer
 ///   when a run *starts*, so runs may overlap on different workers.
-/// * **Fixed rate** ([`Schedule::every`]): runs at `start + k·period` (the first at
-///   `start`, by default one period from now). **Fixed delay** ([`Schedule::fixed_delay`]):
+/// * **Fixed rate** ([`Recurrence::every`]): runs at `start + k·period` (the first at
+///   `start`, by default one period from now). **Fixed delay** ([`Recurrence::fixed_delay`]):
 ///   each run starts `period` after the previous one *returned*.
-/// * **Calendar** ([`Schedule::cron`], feature `cron`): runs at the fire instants of a
-///   [`Cron`](crate::schedule::Cron), read on a [`WallClock`]: the one
-///   [`Schedule::wall_clock`] names, else the service's own clock when it is one (a
+/// * **Calendar** ([`Recurrence::cron`], feature `cron`): runs at the fire instants of a
+///   [`Cron`](crate::cron::Cron), read on a [`WallClock`]: the one
+///   [`Recurrence::wall_clock`] names, else the service's own clock when it is one (a
 ///   [`ManualWallClock`](crate::time::ManualWallClock), see
-///   [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), else [`SystemClock`].
+///   [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), else [`SystemClock`](crate::time::SystemClock).
 ///   The first run is the first fire instant after now, or at or after
-///   [`Schedule::starting_at`] when that is later. A wall-clock target `W` is turned into a
+///   [`Recurrence::starting_at`] when that is later. A wall-clock target `W` is turned into a
 ///   deadline `now + (W − wall_now)` on the service's clock. The series listens for steps of
 ///   the wall clock and converts again on each one, so a clock set forward runs what is now
 ///   due (then follows the missed-run policy) and a clock set back runs nothing early; when
@@ -65,16 +65,16 @@ use crate::time::{SystemClock, WallClock};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tickwheel::service::Schedule;
+/// use tickwheel::service::Recurrence;
 /// use tickwheel::MissedTickBehavior;
 ///
-/// let every_second = Schedule::every(Duration::from_secs(1))
+/// let every_second = Recurrence::every(Duration::from_secs(1))
 ///     .missed_tick_behavior(MissedTickBehavior::Skip);
-/// let after_each = Schedule::fixed_delay(Duration::from_millis(250));
+/// let after_each = Recurrence::fixed_delay(Duration::from_millis(250));
 /// # let _ = (every_second, after_each);
 /// ```
 #[derive(Clone, Debug)]
-pub struct Schedule {
+pub struct Recurrence {
     kind: Kind,
     missed: Option<MissedTickBehavior>,
     overlap: bool,
@@ -92,18 +92,18 @@ enum Kind {
     },
     #[cfg(feature = "cron")]
     Calendar {
-        cron: Box<crate::schedule::Cron>,
-        /// `None`: the service's wall clock (see [`Schedule::cron`]).
+        cron: Box<crate::cron::Cron>,
+        /// `None`: the service's wall clock (see [`Recurrence::cron`]).
         clock: Option<StdArc<dyn WallClock>>,
         start: Option<Instant>,
     },
 }
 
-impl Schedule {
+impl Recurrence {
     /// Fixed rate: runs at `start + k·period`, the first run one period from now (see
     /// [`starting_at`](Self::starting_at)).
-    pub fn every(period: Duration) -> Schedule {
-        Schedule {
+    pub fn every(period: Duration) -> Recurrence {
+        Recurrence {
             kind: Kind::Rate {
                 period,
                 start: None,
@@ -115,8 +115,8 @@ impl Schedule {
 
     /// Fixed delay: each run starts `period` after the previous one returned; the first one
     /// period from now (see [`starting_at`](Self::starting_at)).
-    pub fn fixed_delay(period: Duration) -> Schedule {
-        Schedule {
+    pub fn fixed_delay(period: Duration) -> Recurrence {
+        Recurrence {
             kind: Kind::Delay {
                 period,
                 start: None,
@@ -129,11 +129,11 @@ impl Schedule {
     /// Runs at the fire instants of `cron`, read on the service's clock when it is a wall
     /// clock (a [`ManualWallClock`](crate::time::ManualWallClock): see
     /// [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), otherwise on the
-    /// [`SystemClock`]; [`wall_clock`](Self::wall_clock) names another. Missed runs are
+    /// [`SystemClock`](crate::time::SystemClock); [`wall_clock`](Self::wall_clock) names another. Missed runs are
     /// skipped by default.
     #[cfg(feature = "cron")]
-    pub fn cron(cron: crate::schedule::Cron) -> Schedule {
-        Schedule {
+    pub fn cron(cron: crate::cron::Cron) -> Recurrence {
+        Recurrence {
             kind: Kind::Calendar {
                 cron: Box::new(cron),
                 clock: None,
@@ -147,7 +147,7 @@ impl Schedule {
     /// The first run of a periodic schedule is at `start` (at once if it has passed); that of
     /// a calendar is its first fire instant at or after `start` (after now if `start` has
     /// passed), `start` read on the service's clock and carried over to the wall clock.
-    pub fn starting_at(mut self, at: Instant) -> Schedule {
+    pub fn starting_at(mut self, at: Instant) -> Recurrence {
         match &mut self.kind {
             Kind::Rate { start, .. } | Kind::Delay { start, .. } => *start = Some(at),
             #[cfg(feature = "cron")]
@@ -157,10 +157,10 @@ impl Schedule {
     }
 
     /// The wall clock a calendar schedule reads (default: the service's own clock when it is
-    /// a wall clock, otherwise [`SystemClock`]; see [`cron`](Self::cron)). No effect on a
+    /// a wall clock, otherwise [`SystemClock`](crate::time::SystemClock); see [`cron`](Self::cron)). No effect on a
     /// periodic schedule.
     #[cfg(feature = "cron")]
-    pub fn wall_clock(mut self, wall: impl WallClock) -> Schedule {
+    pub fn wall_clock(mut self, wall: impl WallClock) -> Recurrence {
         if let Kind::Calendar { clock, .. } = &mut self.kind {
             *clock = Some(StdArc::new(wall));
         }
@@ -170,31 +170,31 @@ impl Schedule {
     /// What to do about runs missed because a run (or the machine) was late: default `Burst`
     /// for periodic schedules (as [`Interval`](crate::future::Interval)), `Skip` for
     /// calendars (`Delay` behaves as `Skip` on a calendar). No effect on fixed delay.
-    pub fn missed_tick_behavior(mut self, behavior: MissedTickBehavior) -> Schedule {
+    pub fn missed_tick_behavior(mut self, behavior: MissedTickBehavior) -> Recurrence {
         self.missed = Some(behavior);
         self
     }
 
     /// Lets runs of a fixed-rate or calendar series overlap: the next timer is armed when a
     /// run starts rather than when it returns (default `false`). No effect on fixed delay.
-    pub fn allow_overlap(mut self, allow: bool) -> Schedule {
+    pub fn allow_overlap(mut self, allow: bool) -> Recurrence {
         self.overlap = allow;
         self
     }
 }
 
 /// Starts a recurring series on `service`: the body of [`TimerService::schedule_recurring`].
-pub(super) fn start<F>(service: &TimerService, schedule: Schedule, f: F) -> RecurringHandle
+pub(super) fn start<F>(service: &TimerService, recurrence: Recurrence, f: F) -> RecurringHandle
 where
     F: Fn() + Send + Sync + 'static,
 {
     let resolution = service.resolution();
     let now = service.now();
-    let (plan, first, missed) = match schedule.kind {
+    let (plan, first, missed) = match recurrence.kind {
         Kind::Rate { period, start } => (
             Plan::Rate(nonzero(period, resolution)),
             first_at(start, now, nonzero(period, resolution)),
-            schedule.missed.unwrap_or(MissedTickBehavior::Burst),
+            recurrence.missed.unwrap_or(MissedTickBehavior::Burst),
         ),
         Kind::Delay { period, start } => (
             Plan::Delay(nonzero(period, resolution)),
@@ -203,14 +203,12 @@ where
         ),
         #[cfg(feature = "cron")]
         Kind::Calendar { cron, clock, start } => {
-            let clock = clock
-                .or_else(|| service.state.core.clock.as_wall_clock())
-                .unwrap_or_else(|| StdArc::new(SystemClock));
+            let clock = clock.unwrap_or_else(|| service.state.core.wall_clock());
             let first = calendar_start(&cron, clock.wall_now(), now, start);
             (
                 Plan::Calendar(cron, clock),
                 first.map_or(Target::Never, Target::Wall),
-                schedule.missed.unwrap_or(MissedTickBehavior::Skip),
+                recurrence.missed.unwrap_or(MissedTickBehavior::Skip),
             )
         }
     };
@@ -219,7 +217,7 @@ where
         f: Box::new(f),
         plan,
         missed,
-        overlap: schedule.overlap,
+        overlap: recurrence.overlap,
         status: AtomicU8::new(LIVE),
         generation: AtomicU64::new(0),
         inner: Mutex::new(Inner {
@@ -253,7 +251,7 @@ where
 /// over to the wall clock when `start` is later than `now`.
 #[cfg(feature = "cron")]
 fn calendar_start(
-    cron: &crate::schedule::Cron,
+    cron: &crate::cron::Cron,
     wall_now: SystemTime,
     now: Instant,
     start: Option<Instant>,
@@ -374,7 +372,7 @@ enum Plan {
     Rate(Duration),
     Delay(Duration),
     #[cfg(feature = "cron")]
-    Calendar(Box<crate::schedule::Cron>, StdArc<dyn WallClock>),
+    Calendar(Box<crate::cron::Cron>, StdArc<dyn WallClock>),
 }
 
 /// What the next run is due at.

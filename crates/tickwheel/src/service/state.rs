@@ -502,6 +502,11 @@ impl ServiceRef {
     pub(crate) fn now(&self) -> Instant {
         self.state().core.clock.now()
     }
+
+    /// The wall clock calendars read on the referenced service ([`Core::wall_clock`]).
+    pub(crate) fn wall_clock(&self) -> std::sync::Arc<dyn crate::time::WallClock> {
+        self.state().core.wall_clock()
+    }
 }
 
 /// `settle`'s done-check against a drain in progress, under loom with `--cfg loom`.

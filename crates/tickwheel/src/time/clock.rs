@@ -36,7 +36,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// This clock as a [`WallClock`], if it also tells wall-clock time: a service built on it
     /// reads its calendar schedules on it unless told otherwise
-    /// ([`Schedule::cron`](crate::service::Schedule::cron)), so that a service on a
+    /// ([`Recurrence::cron`](crate::service::Recurrence::cron)), so that a service on a
     /// [`ManualWallClock`](crate::time::ManualWallClock) runs them in its virtual time.
     /// [`SystemClock`](crate::time::SystemClock) and `ManualWallClock` return themselves;
     /// the default is `None`.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// What a periodic timer does when it falls behind: an
 /// [`Interval`](crate::future::Interval#ticks-and-missed-ticks) or a recurring series
-/// ([`Schedule`](crate::service::Schedule#rules)).
+/// ([`Recurrence`](crate::service::Recurrence#rules)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MissedTickBehavior {
     /// Complete the missed ticks at once until caught up (the default, as in tokio).

@@ -306,7 +306,7 @@ impl ManualWallClock {
     /// `"2026-03-29T01:59:00[Europe/Paris]".parse()?`.
     ///
     /// ```
-    /// use tickwheel::schedule::jiff::Zoned;
+    /// use tickwheel::cron::jiff::Zoned;
     /// use tickwheel::time::ManualWallClock;
     ///
     /// let at: Zoned = "2026-03-29T01:59:00[Europe/Paris]".parse().unwrap();
@@ -324,18 +324,18 @@ impl ManualWallClock {
         self.set_wall(SystemTime::from(at.timestamp()));
     }
 
-    /// A clock whose wall time reads `at` (a jiff `Timestamp`, as [`Cron`](crate::schedule::Cron)
+    /// A clock whose wall time reads `at` (a jiff `Timestamp`, as [`Cron`](crate::cron::Cron)
     /// speaks it).
     pub fn starting_at_timestamp(at: jiff::Timestamp) -> ManualWallClock {
         ManualWallClock::starting_at(SystemTime::from(at))
     }
 
     /// The current wall-clock time as a jiff `Timestamp`, to ask a
-    /// [`Cron`](crate::schedule::Cron) about; `None` for a wall time beyond jiff's range
+    /// [`Cron`](crate::cron::Cron) about; `None` for a wall time beyond jiff's range
     /// (years -9999 to 9999).
     ///
     /// ```
-    /// use tickwheel::schedule::{jiff::Timestamp, Cron};
+    /// use tickwheel::cron::{jiff::Timestamp, Cron};
     /// use tickwheel::time::ManualWallClock;
     ///
     /// let at: Timestamp = "2026-03-20T00:00:00Z".parse().unwrap();

@@ -15,12 +15,12 @@
 //!   02:30 LHDT: 02:00–02:29 do not exist).
 //! * Asia/Kolkata: IST (+05:30) all year, no transitions.
 //!
-//! Policy under test (see `tickwheel::schedule`): fixed-time patterns run once right after a
+//! Policy under test (see `tickwheel::cron`): fixed-time patterns run once right after a
 //! gap and once (the first pass) in a fold, or in both passes with `Repeated::Both`;
 //! interval-like patterns run at every wall time that occurs, in both passes of a fold.
 
-use tickwheel::schedule::jiff::Timestamp;
-use tickwheel::schedule::{Cron, Repeated, ScheduleError};
+use tickwheel::cron::jiff::Timestamp;
+use tickwheel::cron::{Cron, CronError, Repeated};
 
 fn ts(s: &str) -> Timestamp {
     s.parse()
@@ -538,7 +538,7 @@ fn bad_input_is_a_typed_error_not_a_panic() {
         "*/0 * * * *",
     ] {
         match Cron::new(pattern, "Europe/Paris") {
-            Err(ScheduleError::InvalidPattern { pattern: p, reason }) => {
+            Err(CronError::InvalidPattern { pattern: p, reason }) => {
                 assert_eq!(p, pattern);
                 assert!(!reason.is_empty());
             }
@@ -547,11 +547,11 @@ fn bad_input_is_a_typed_error_not_a_panic() {
     }
     assert!(matches!(
         Cron::new("0 0 30 2 *", "UTC"),
-        Err(ScheduleError::NeverMatches { .. })
+        Err(CronError::NeverMatches { .. })
     ));
     let err = Cron::new("0 9 * * *", "Europe/Atlantis").unwrap_err();
     assert!(
-        matches!(err, ScheduleError::UnknownTimeZone { ref name, .. } if name == "Europe/Atlantis")
+        matches!(err, CronError::UnknownTimeZone { ref name, .. } if name == "Europe/Atlantis")
     );
     assert!(err.to_string().contains("Europe/Atlantis"));
 }
@@ -592,7 +592,7 @@ fn classification_follows_the_policy() {
 #[test]
 fn the_bundled_tz_database_has_the_zones() {
     // Without /usr/share/zoneinfo, jiff falls back to this copy: it must give the same rules.
-    let bundled = tickwheel::schedule::jiff::tz::TimeZoneDatabase::bundled();
+    let bundled = tickwheel::cron::jiff::tz::TimeZoneDatabase::bundled();
     for zone in [
         "Europe/Paris",
         "America/New_York",

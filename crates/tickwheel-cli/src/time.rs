@@ -1,8 +1,8 @@
-//! Instants and durations as the command line reads and prints them.
+//! Instants and durations as the command line and the dashboard read and print them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tickwheel::schedule::jiff::{SignedDuration, Timestamp};
+use tickwheel::cron::jiff::{SignedDuration, Timestamp};
 
 /// ms since the Unix epoch as RFC 3339 in UTC, always 24 characters
 /// (`2026-11-26T01:02:03.004Z`).

@@ -10,13 +10,18 @@ use std::task::{Context, Poll, Waker};
 use std::time::SystemTime;
 
 use super::Sleep;
-use crate::schedule::{Cron, ScheduleError};
+use crate::cron::Cron;
 use crate::service::{ServiceRef, TimerService};
-use crate::time::{SystemClock, WallClock};
+use crate::time::WallClock;
 
 /// The fire instants of a [`Cron`] schedule, yielded as they come (as wall-clock
-/// [`SystemTime`]s), under any executor. Made by [`cron`](fn@super::cron) (default service,
-/// [`SystemClock`]) or [`TimerService::cron_stream`] (any service and wall clock).
+/// [`SystemTime`]s), under any executor. Made by [`cron_stream`] (on the default service) or
+/// [`TimerService::cron_stream`] (on any service).
+///
+/// The wall clock it reads is the service's: its own clock when that is a wall clock (a
+/// [`ManualWallClock`](crate::time::ManualWallClock) in tests), otherwise the
+/// [`SystemClock`](crate::time::SystemClock), as for a
+/// [`Recurrence::cron`](crate::service::Recurrence::cron) series.
 ///
 /// * Each item is yielded once the wall clock reads at or after it — never early. The wait is
 ///   a [`Sleep`] on the service's clock until `now + (target − wall_now)`; a step of the wall
@@ -29,7 +34,7 @@ use crate::time::{SystemClock, WallClock};
 /// ```
 /// use std::task::{Context, Poll, Waker};
 /// use std::time::Duration;
-/// use tickwheel::schedule::{jiff::{Timestamp, Zoned}, Cron};
+/// use tickwheel::cron::{jiff::{Timestamp, Zoned}, Cron};
 /// use tickwheel::time::ManualWallClock;
 /// use tickwheel::TimerService;
 ///
@@ -37,7 +42,7 @@ use crate::time::{SystemClock, WallClock};
 /// let clock = ManualWallClock::starting_at_zoned(&start);
 /// let service = TimerService::builder().clock(clock.clone()).build().unwrap();
 /// let tuesdays = Cron::new("0 9 * * TUE", "Europe/Paris").unwrap();
-/// let mut stream = service.cron_stream(tuesdays, clock.clone());
+/// let mut stream = service.cron_stream(tuesdays);
 /// let mut cx = Context::from_waker(Waker::noop());
 /// assert!(stream.poll_next(&mut cx).is_pending());
 /// clock.advance(Duration::from_secs(60));
@@ -64,7 +69,8 @@ struct StepSignal {
 }
 
 impl CronStream {
-    pub(crate) fn new(service: ServiceRef, cron: Cron, clock: Arc<dyn WallClock>) -> CronStream {
+    pub(crate) fn new(service: ServiceRef, cron: Cron) -> CronStream {
+        let clock = service.wall_clock();
         let steps = Arc::new(StepSignal::default());
         let weak: Weak<StepSignal> = Arc::downgrade(&steps);
         let listener: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
@@ -165,17 +171,8 @@ impl fmt::Debug for CronStream {
     }
 }
 
-/// A [`CronStream`] of `pattern` in the IANA zone `time_zone`, on the default service and the
-/// [`SystemClock`]: `cron("0 9 * * TUE", "Europe/Paris")`.
-///
-/// # Errors
-///
-/// A bad pattern or zone: see [`Cron::new`].
-pub fn cron(pattern: &str, time_zone: &str) -> Result<CronStream, ScheduleError> {
-    let cron = Cron::new(pattern, time_zone)?;
-    Ok(CronStream::new(
-        TimerService::default_service().static_ref(),
-        cron,
-        Arc::new(SystemClock),
-    ))
+/// A [`CronStream`] of `cron` on the default service, read on the [`SystemClock`](crate::time::SystemClock):
+/// `cron_stream(Cron::new("0 9 * * TUE", "Europe/Paris")?)`.
+pub fn cron_stream(cron: Cron) -> CronStream {
+    CronStream::new(TimerService::default_service().static_ref(), cron)
 }

@@ -4,11 +4,11 @@
 //! A [`Cron`] is a pattern plus a time zone. It answers one question,
 //! [`next_after`](Cron::next_after): the first instant after a given one at which the
 //! schedule fires. [`TimerService::schedule_recurring`](crate::TimerService::schedule_recurring)
-//! with [`Schedule::cron`](crate::service::Schedule::cron) runs a callback at those instants;
+//! with [`Recurrence::cron`](crate::service::Recurrence::cron) runs a callback at those instants;
 //! [`CronStream`](crate::future::CronStream) yields them to async code.
 //!
 //! ```
-//! use tickwheel::schedule::{jiff::Timestamp, Cron};
+//! use tickwheel::cron::{jiff::Timestamp, Cron};
 //!
 //! // Tuesdays at 09:00 in Paris.
 //! let cron = Cron::new("0 9 * * TUE", "Europe/Paris").unwrap();
@@ -76,7 +76,7 @@ use jiff::{SignedDuration, Timestamp};
 /// Why a [`Cron`] could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ScheduleError {
+pub enum CronError {
     /// The pattern does not parse.
     InvalidPattern {
         /// The pattern as given.
@@ -98,23 +98,23 @@ pub enum ScheduleError {
     },
 }
 
-impl fmt::Display for ScheduleError {
+impl fmt::Display for CronError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ScheduleError::InvalidPattern { pattern, reason } => {
+            CronError::InvalidPattern { pattern, reason } => {
                 write!(f, "invalid cron pattern {pattern:?}: {reason}")
             }
-            ScheduleError::NeverMatches { pattern } => {
+            CronError::NeverMatches { pattern } => {
                 write!(f, "cron pattern {pattern:?} matches no time from 1970 on")
             }
-            ScheduleError::UnknownTimeZone { name, reason } => {
+            CronError::UnknownTimeZone { name, reason } => {
                 write!(f, "unknown time zone {name:?}: {reason}")
             }
         }
     }
 }
 
-impl std::error::Error for ScheduleError {}
+impl std::error::Error for CronError {}
 
 /// What a fixed-time pattern does in a repeated hour (a fold, when clocks go back). See the
 /// [daylight-saving policy](self#daylight-saving-policy). Interval-like patterns always run in
@@ -146,12 +146,12 @@ impl Cron {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::InvalidPattern`], [`ScheduleError::NeverMatches`] or
-    /// [`ScheduleError::UnknownTimeZone`].
-    pub fn new(pattern: &str, time_zone: &str) -> Result<Cron, ScheduleError> {
+    /// [`CronError::InvalidPattern`], [`CronError::NeverMatches`] or
+    /// [`CronError::UnknownTimeZone`].
+    pub fn new(pattern: &str, time_zone: &str) -> Result<Cron, CronError> {
         let tz = jiff::tz::db()
             .get(time_zone)
-            .map_err(|e| ScheduleError::UnknownTimeZone {
+            .map_err(|e| CronError::UnknownTimeZone {
                 name: time_zone.to_string(),
                 reason: e.to_string(),
             })?;
@@ -163,7 +163,7 @@ impl Cron {
     /// # Errors
     ///
     /// As [`new`](Self::new), less the zone lookup.
-    pub fn utc(pattern: &str) -> Result<Cron, ScheduleError> {
+    pub fn utc(pattern: &str) -> Result<Cron, CronError> {
         Cron::with_time_zone(pattern, TimeZone::UTC)
     }
 
@@ -171,15 +171,14 @@ impl Cron {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::InvalidPattern`] or [`ScheduleError::NeverMatches`].
-    pub fn with_time_zone(pattern: &str, tz: TimeZone) -> Result<Cron, ScheduleError> {
-        let parsed =
-            CronParser::new()
-                .parse(pattern)
-                .map_err(|e| ScheduleError::InvalidPattern {
-                    pattern: pattern.to_string(),
-                    reason: e.to_string(),
-                })?;
+    /// [`CronError::InvalidPattern`] or [`CronError::NeverMatches`].
+    pub fn with_time_zone(pattern: &str, tz: TimeZone) -> Result<Cron, CronError> {
+        let parsed = CronParser::new()
+            .parse(pattern)
+            .map_err(|e| CronError::InvalidPattern {
+                pattern: pattern.to_string(),
+                reason: e.to_string(),
+            })?;
         let p = &parsed.pattern;
         let interval_like = [&p.seconds, &p.minutes, &p.hours]
             .iter()
@@ -194,7 +193,7 @@ impl Cron {
         // A pattern that never matches would make every search run to croner's year limit.
         let epoch = DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
         if cron.next_civil(epoch).is_none() {
-            return Err(ScheduleError::NeverMatches {
+            return Err(CronError::NeverMatches {
                 pattern: pattern.to_string(),
             });
         }
@@ -351,10 +350,10 @@ impl fmt::Debug for Cron {
 }
 
 impl FromStr for Cron {
-    type Err = ScheduleError;
+    type Err = CronError;
 
     /// A pattern in UTC, or `"<pattern> @ <zone>"`: `"0 9 * * TUE @ Europe/Paris"`.
-    fn from_str(s: &str) -> Result<Cron, ScheduleError> {
+    fn from_str(s: &str) -> Result<Cron, CronError> {
         match s.rsplit_once('@') {
             Some((pattern, zone)) if !pattern.trim().is_empty() => {
                 Cron::new(pattern.trim(), zone.trim())
@@ -362,15 +361,6 @@ impl FromStr for Cron {
             _ => Cron::utc(s),
         }
     }
-}
-
-/// `pattern` in the IANA zone `time_zone`: [`Cron::new`].
-///
-/// # Errors
-///
-/// As [`Cron::new`].
-pub fn cron(pattern: &str, time_zone: &str) -> Result<Cron, ScheduleError> {
-    Cron::new(pattern, time_zone)
 }
 
 /// What a search of one offset segment found.

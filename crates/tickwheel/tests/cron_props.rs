@@ -7,8 +7,8 @@
 use std::str::FromStr;
 
 use proptest::prelude::*;
-use tickwheel::schedule::jiff::{tz::TimeZone, SignedDuration, Timestamp, Zoned};
-use tickwheel::schedule::{Cron, Repeated, ScheduleError};
+use tickwheel::cron::jiff::{tz::TimeZone, SignedDuration, Timestamp, Zoned};
+use tickwheel::cron::{Cron, CronError, Repeated};
 
 const ZONES: &[&str] = &[
     "Europe/Paris",
@@ -101,7 +101,7 @@ proptest! {
     ) {
         let cron = match Cron::new(&pattern, zone) {
             Ok(c) => c,
-            Err(ScheduleError::NeverMatches { .. }) => return Ok(()),
+            Err(CronError::NeverMatches { .. }) => return Ok(()),
             Err(e) => panic!("generated pattern {pattern:?} rejected: {e}"),
         };
         let cron = cron.repeated(if both { Repeated::Both } else { Repeated::First });
