@@ -70,17 +70,19 @@ impl FreeStack {
         self.free.capacity() * core::mem::size_of::<u32>()
     }
 
-    /// The index of a vacant entry to reuse (its generation goes up by one), if any, and the
-    /// index the insert [`PREFETCH_AHEAD`] pops later will reuse, for the caller to prefetch.
+    /// The index of a vacant entry to reuse (its generation goes up by one), if any.
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<(u32, Option<u32>)> {
-        let index = self.free.pop()?;
-        let ahead = self
-            .free
-            .len()
-            .checked_sub(PREFETCH_AHEAD)
-            .map(|ahead| self.free[ahead]);
-        Some((index, ahead))
+    pub(crate) fn pop(&mut self) -> Option<u32> {
+        self.free.pop()
+    }
+
+    /// The index the insert [`PREFETCH_AHEAD`] pops later will reuse, for the caller to
+    /// prefetch; asked only after a [`pop`](Self::pop) found one, so that an insert with
+    /// nothing to reuse pays for one check alone.
+    #[inline]
+    pub(crate) fn ahead(&self) -> Option<u32> {
+        let ahead = self.free.len().checked_sub(PREFETCH_AHEAD)?;
+        Some(self.free[ahead])
     }
 
     /// The index and generation of a fresh entry pushed at the end of arrays `len` long.

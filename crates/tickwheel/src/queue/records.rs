@@ -147,8 +147,8 @@ impl<T> Records<T> {
             slot,
             pos,
         };
-        if let Some((index, ahead)) = self.free.pop() {
-            if let Some(next) = ahead {
+        if let Some(index) = self.free.pop() {
+            if let Some(next) = self.free.ahead() {
                 let next = next as usize;
                 prefetch(self.hot.as_ptr().wrapping_add(next));
                 prefetch(self.deadlines.as_ptr().wrapping_add(next));

@@ -66,8 +66,8 @@ impl<L, T> Slab<L, T> {
     #[inline]
     pub(crate) fn insert(&mut self, link: L, value: T) -> (u32, TimerKey) {
         self.len += 1;
-        if let Some((index, ahead)) = self.free.pop() {
-            if let Some(ahead) = ahead {
+        if let Some(index) = self.free.pop() {
+            if let Some(ahead) = self.free.ahead() {
                 prefetch(self.entries.as_ptr().wrapping_add(ahead as usize));
             }
             let entry = &mut self.entries[index as usize];

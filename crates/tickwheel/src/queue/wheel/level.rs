@@ -57,6 +57,18 @@ pub(super) fn index(tick: u64, level: usize) -> u64 {
     tick >> shift(level)
 }
 
+/// The number (in the wheel's slot table) of level `level`'s slot holding `tick`.
+///
+/// The hot paths (insert, reset, a move down a level) call this and [`parent`] with the level
+/// as their own loop counter rather than through [`Level::slot_of`] and [`Level::reaches`]:
+/// the compiler then knows the shift, where `Level::level` is a load, and the callers stay
+/// small enough to inline (with the field, a `Wheel` executed 9–16 % more instructions on
+/// insert, cancel, fire and reset).
+#[inline]
+pub(super) fn slot_number(tick: u64, level: usize) -> usize {
+    level * RING + ring(index(tick, level))
+}
+
 /// The parent slot of `tick` at `level`: its index at `level + 1` (0 above the top level).
 #[inline]
 pub(super) fn parent(tick: u64, level: usize) -> u64 {
@@ -108,7 +120,7 @@ impl Level {
     /// The number (in the wheel's slot table) of the slot of this level that holds `tick`.
     #[inline]
     pub(super) fn slot_of(&self, tick: u64) -> usize {
-        self.level * RING + ring(index(tick, self.level))
+        slot_number(tick, self.level)
     }
 
     /// Whether this level's absorbed range reaches `deadline` (a timer due then belongs on

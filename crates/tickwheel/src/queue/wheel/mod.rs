@@ -123,7 +123,7 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
-use level::{ring, start, Level};
+use level::{parent, ring, slot_number, start, Level};
 pub use level::{LEVELS, LEVEL_BITS, MIN_STEP, RING, SLOTS};
 use slots::{Slot, COMPACT_RATIO, COMPACT_SLACK, TOMBSTONE};
 
@@ -224,11 +224,12 @@ impl<T> Wheel<T> {
     }
 
     /// The level a timer due at `deadline` (`>= now`) belongs on: the lowest whose absorbed
-    /// range reaches it.
+    /// range reaches it ([`Level::reaches`], with the level as the loop's counter: see
+    /// [`slot_number`]).
     #[inline]
     fn level_of(&self, deadline: u64) -> usize {
         let mut level = 0;
-        while level < LEVELS - 1 && !self.levels[level].reaches(deadline) {
+        while level < LEVELS - 1 && parent(deadline, level) > self.levels[level].absorbed {
             level += 1;
         }
         level
@@ -239,7 +240,7 @@ impl<T> Wheel<T> {
     /// it made callers' loops around `reset` measurably slower.
     #[inline(never)]
     fn link_at(&mut self, record: u32, deadline: u64, level: usize) {
-        let number = self.levels[level].slot_of(deadline);
+        let number = slot_number(deadline, level);
         let pos = self.push_item(number, record);
         self.records.set_place(record, number as u32, pos as u32);
     }
@@ -454,7 +455,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let deadline = deadline.max(self.now);
-        let number = self.levels[self.level_of(deadline)].slot_of(deadline);
+        let number = slot_number(deadline, self.level_of(deadline));
         let pos = self.slots[number].items.len();
         // The record is placed as it is stored: no second visit to write its place.
         let (index, key) = self
