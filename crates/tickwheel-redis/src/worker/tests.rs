@@ -410,6 +410,53 @@ fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
     assert_eq!(got, [("a".to_string(), t0 + 100)], "delivered on time");
 }
 
+/// A Redis error (`run` resets the worker, then reconnects) keeps the wheel and only marks
+/// the windows to be read again: what the wheel held is claimed in the first step that
+/// reaches Redis, without waiting for every window to be read again (one LOAD per shard, an
+/// fsync each under `appendfsync always`). A reset that dropped the wheel made the first
+/// deliveries after a Redis restart up to a second late.
+#[test]
+fn a_reset_keeps_the_wheel_and_marks_the_windows_unread() {
+    let server = crate::server::RedisServer::start()
+        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+    let t0 = 1_000_000;
+    let time = crate::ManualTime::new(t0);
+    let mut cfg = Config::new(server.url(), "reset");
+    cfg.shards = 2;
+    cfg.time = TimeSource::Manual(time.clone());
+    let mut p = crate::Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    p.schedule("kept", crate::RunAt::AtMillis(t0 + 5_000), b"x")
+        .unwrap();
+    let mut got: Vec<(String, u64)> = Vec::new();
+    let mut tick = |w: &mut Worker| {
+        w.tick(&mut |d| {
+            got.push((d.id.clone(), time.now_ms()));
+            Outcome::Ack
+        })
+        .unwrap()
+    };
+    tick(&mut w);
+    let shard = w.ns.shard_of("kept");
+    let held = |w: &Worker| w.index.contains_key(&(shard, "kept".to_string()));
+    assert!(held(&w), "the window was read into the wheel");
+    w.reset();
+    assert!(held(&w), "the reset kept the wheel");
+    assert!(
+        w.owned
+            .values()
+            .all(|o| matches!(o.window, Window::Unloaded)),
+        "every window is to be read again"
+    );
+    time.set_ms(t0 + 5_000);
+    assert_eq!(tick(&mut w), 1);
+    assert_eq!(
+        got,
+        [("kept".to_string(), t0 + 5_000)],
+        "delivered on time, once"
+    );
+}
+
 /// The window's table: when it reads, from where, what notices it takes, and which LOAD
 /// replies break its invariants.
 #[test]
