@@ -312,6 +312,33 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
     assert!(fresh, "{:?}", clock.lock());
 }
 
+/// The manual clock's start in [`manual_rig`]s (ms).
+const T0: u64 = 1_000_000;
+
+/// A Redis server of the test's own, then a namespace `name` of `shards` shards on it on a
+/// manual clock at [`T0`], a producer and a worker. Bind the server to a name (`_server`,
+/// not `_`) to keep it up for the test's length.
+fn manual_rig(
+    name: &str,
+    shards: u32,
+) -> (
+    crate::server::RedisServer,
+    crate::ManualTime,
+    Config,
+    crate::Producer,
+    Worker,
+) {
+    let server = crate::server::RedisServer::start()
+        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
+    let time = crate::ManualTime::new(T0);
+    let mut cfg = Config::new(server.url(), name);
+    cfg.shards = shards;
+    cfg.time = TimeSource::Manual(time.clone());
+    let p = crate::Producer::connect(&cfg).unwrap();
+    let w = Worker::connect(&cfg).unwrap();
+    (server, time, cfg, p, w)
+}
+
 /// A claim Redis applied whose reply never came (the connection died on the way back):
 /// the worker sends it again, forced, on its next step, and the task is delivered at its
 /// run-at, not after the visibility timeout (30 s here). Nothing is delivered before the
@@ -319,15 +346,8 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
 /// applied claim counts as an attempt (here 3: two lost, one delivered). Manual clock.
 #[test]
 fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
-    let server = crate::server::RedisServer::start()
-        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
-    let t0 = 1_000_000;
-    let time = crate::ManualTime::new(t0);
-    let mut cfg = Config::new(server.url(), "lost");
-    cfg.shards = 2;
-    cfg.time = TimeSource::Manual(time.clone());
-    let mut p = crate::Producer::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
+    let (_server, time, _cfg, mut p, mut w) = manual_rig("lost", 2);
+    let t0 = T0;
     p.schedule("lost", crate::RunAt::AtMillis(t0 + 500), b"x")
         .unwrap();
     let mut got: Vec<(String, u32, u64)> = Vec::new();
@@ -375,15 +395,8 @@ fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
 /// not after the lease runs out.
 #[test]
 fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
-    let server = crate::server::RedisServer::start()
-        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
-    let t0 = 1_000_000;
-    let time = crate::ManualTime::new(t0);
-    let mut cfg = Config::new(server.url(), "lost-lease");
-    cfg.shards = 1;
-    cfg.time = TimeSource::Manual(time.clone());
-    let mut p = crate::Producer::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
+    let (_server, time, cfg, mut p, mut w) = manual_rig("lost-lease", 1);
+    let t0 = T0;
     p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"x")
         .unwrap();
     // The worker's own acquisition, applied by Redis; its reply never reached the worker.
@@ -417,15 +430,8 @@ fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
 /// deliveries after a Redis restart up to a second late.
 #[test]
 fn a_reset_keeps_the_wheel_and_marks_the_windows_unread() {
-    let server = crate::server::RedisServer::start()
-        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
-    let t0 = 1_000_000;
-    let time = crate::ManualTime::new(t0);
-    let mut cfg = Config::new(server.url(), "reset");
-    cfg.shards = 2;
-    cfg.time = TimeSource::Manual(time.clone());
-    let mut p = crate::Producer::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
+    let (_server, time, _cfg, mut p, mut w) = manual_rig("reset", 2);
+    let t0 = T0;
     p.schedule("kept", crate::RunAt::AtMillis(t0 + 5_000), b"x")
         .unwrap();
     let mut got: Vec<(String, u64)> = Vec::new();
