@@ -8,13 +8,9 @@
 -- enough to make a running worker late.
 --
 -- A task's value without copying its payload: version, attempt, due, recurrence, payload
--- length (see `parse` in prelude.lua).
+-- length, payload offset (see `colons` and `parse` in prelude.lua).
 local function meta(h)
-  local a = string.find(h, ':', 1, true)
-  local b = string.find(h, ':', a + 1, true)
-  local c = string.find(h, ':', b + 1, true)
-  local d = string.find(h, ':', c + 1, true)
-  local n = tonumber(string.sub(h, c + 1, d - 1))
+  local a, b, c, d, n = colons(h)
   return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
          tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1, d + n),
          #h - d - n, d + n + 1

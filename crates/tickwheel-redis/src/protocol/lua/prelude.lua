@@ -41,13 +41,17 @@ local function node_id(flag)
   return ''
 end
 -- A task's value: `version:attempt:due:recurrence length:` then the recurrence (empty for
--- a one-shot task) then the payload. Returns version, attempt, due, payload, recurrence.
-local function parse(h)
+-- a one-shot task) then the payload. `colons` gives the positions of the four colons and
+-- the recurrence's length; `parse` gives version, attempt, due, payload, recurrence.
+local function colons(h)
   local a = string.find(h, ':', 1, true)
   local b = string.find(h, ':', a + 1, true)
   local c = string.find(h, ':', b + 1, true)
   local d = string.find(h, ':', c + 1, true)
-  local n = tonumber(string.sub(h, c + 1, d - 1))
+  return a, b, c, d, tonumber(string.sub(h, c + 1, d - 1))
+end
+local function parse(h)
+  local a, b, c, d, n = colons(h)
   return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
          tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1 + n),
          string.sub(h, d + 1, d + n)

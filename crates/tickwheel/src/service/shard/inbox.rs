@@ -170,10 +170,7 @@ impl Shard {
         Staged::push(&mut inbox.staged, tick, callback, cell);
         let len = inbox.staged.len();
         shared.len.store(len, Ordering::Relaxed);
-        let lowered = tick < shared.earliest.load(Ordering::Relaxed);
-        if lowered {
-            shared.earliest.store(tick, Ordering::SeqCst);
-        }
+        let lowered = lower_earliest(&shared.earliest, tick);
         drop(inbox);
         if lowered {
             self.core.lowered_earliest(tick);

@@ -70,6 +70,19 @@ pub(crate) use drain::{Closed, Drained};
 use inbox::{Inbox, InboxShared, Staged};
 pub(crate) use inbox::{BACKLOG, FLUSH_AT, FLUSH_CHUNK};
 
+/// Lowers a shard's published earliest tick (inbox or queue) to `tick` if it is later, and
+/// says whether it did: the caller then drops its lock and calls
+/// [`Core::lowered_earliest`], which wakes the timer thread if it sleeps past `tick`. Called
+/// only under the lock that guards the published value (see the ground rules).
+#[inline]
+fn lower_earliest(earliest: &AtomicU64, tick: u64) -> bool {
+    let lowered = tick < earliest.load(Ordering::Relaxed);
+    if lowered {
+        earliest.store(tick, Ordering::SeqCst);
+    }
+    lowered
+}
+
 /// `try_lock` attempts a drain spins through before it blocks (a few microseconds).
 #[cfg(not(loom))]
 const DRAIN_SPINS: u32 = 1_000;
@@ -301,10 +314,7 @@ impl Shard {
         st.scheduled += 1;
         self.note_peak(&mut st);
         self.note_len(&st);
-        let lowered = tick < self.earliest.load(Ordering::Relaxed);
-        if lowered {
-            self.earliest.store(tick, Ordering::SeqCst);
-        }
+        let lowered = lower_earliest(&self.earliest, tick);
         drop(st);
         if lowered {
             self.core.lowered_earliest(tick);
@@ -410,10 +420,7 @@ impl Shard {
         if let Some(entry) = st.queue.get_mut(key) {
             entry.seq = seq;
         }
-        let lowered = tick < self.earliest.load(Ordering::Relaxed);
-        if lowered {
-            self.earliest.store(tick, Ordering::SeqCst);
-        }
+        let lowered = lower_earliest(&self.earliest, tick);
         drop(st);
         if lowered {
             self.core.lowered_earliest(tick);
