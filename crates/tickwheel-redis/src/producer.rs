@@ -196,25 +196,20 @@ impl Producer {
     where
         I: IntoIterator<Item = Task<'a>>,
     {
-        let mut groups = Groups::new(self.ns.shards.len());
+        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
         for t in tasks {
             let t = self.checked(t)?;
             groups.push(self.ns.shard_of(t.id), t);
         }
-        let (batch, now) = (self.cfg.batch, protocol::now(&self.cfg));
+        let now = protocol::now(&self.cfg);
         self.with_con(|con, ns| {
-            let calls: Vec<Schedule> = groups
-                .chunks(batch)
-                .map(|(shard, tasks)| Schedule {
-                    keys: &ns.shards[shard as usize],
-                    now,
-                    channel: &ns.channel,
-                    shard,
-                    tasks,
-                })
-                .collect();
-            let replies = protocol::invoke_all(con, &calls)?;
-            groups.scatter(batch, replies)
+            groups.invoke(con, |shard, tasks| Schedule {
+                keys: &ns.shards[shard as usize],
+                now,
+                channel: &ns.channel,
+                shard,
+                tasks,
+            })
         })
     }
 
@@ -239,23 +234,17 @@ impl Producer {
         I: IntoIterator<Item = S>,
     {
         let ids: Vec<S> = ids.into_iter().collect();
-        let mut groups = Groups::new(self.ns.shards.len());
+        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
         for id in &ids {
             let id = id.as_ref();
             check_id(id)?;
             groups.push(self.ns.shard_of(id), id);
         }
-        let batch = self.cfg.batch;
         self.with_con(|con, ns| {
-            let calls: Vec<Cancel> = groups
-                .chunks(batch)
-                .map(|(shard, ids)| Cancel {
-                    keys: &ns.shards[shard as usize],
-                    ids,
-                })
-                .collect();
-            let replies = protocol::invoke_all(con, &calls)?;
-            groups.scatter(batch, replies)
+            groups.invoke(con, |shard, ids| Cancel {
+                keys: &ns.shards[shard as usize],
+                ids,
+            })
         })
     }
 
@@ -277,26 +266,21 @@ impl Producer {
         I: IntoIterator<Item = (S, RunAt)>,
     {
         let moves: Vec<(S, RunAt)> = moves.into_iter().collect();
-        let mut groups = Groups::new(self.ns.shards.len());
+        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
         for (id, run_at) in &moves {
             let id = id.as_ref();
             check_id(id)?;
             groups.push(self.ns.shard_of(id), (id, When::new(*run_at)?));
         }
-        let (batch, now) = (self.cfg.batch, protocol::now(&self.cfg));
+        let now = protocol::now(&self.cfg);
         self.with_con(|con, ns| {
-            let calls: Vec<Reschedule> = groups
-                .chunks(batch)
-                .map(|(shard, moves)| Reschedule {
-                    keys: &ns.shards[shard as usize],
-                    now,
-                    channel: &ns.channel,
-                    shard,
-                    moves,
-                })
-                .collect();
-            let replies = protocol::invoke_all(con, &calls)?;
-            groups.scatter(batch, replies)
+            groups.invoke(con, |shard, moves| Reschedule {
+                keys: &ns.shards[shard as usize],
+                now,
+                channel: &ns.channel,
+                shard,
+                moves,
+            })
         })
     }
 
@@ -334,14 +318,17 @@ struct Groups<T> {
     items: Vec<Vec<T>>,
     index: Vec<Vec<usize>>,
     len: usize,
+    /// The most items in one script call ([`Config::batch`]).
+    batch: usize,
 }
 
 impl<T> Groups<T> {
-    fn new(shards: usize) -> Groups<T> {
+    fn new(shards: usize, batch: usize) -> Groups<T> {
         Groups {
             items: (0..shards).map(|_| Vec::new()).collect(),
             index: vec![Vec::new(); shards],
             len: 0,
+            batch,
         }
     }
 
@@ -351,19 +338,33 @@ impl<T> Groups<T> {
         self.len += 1;
     }
 
-    /// Each script call's shard and items: up to `batch` items, shard by shard.
-    fn chunks(&self, batch: usize) -> impl Iterator<Item = (u32, &[T])> {
-        self.items
+    /// Sends one script call per shard and up to `batch` of its items, made by `call` from
+    /// the shard and those items, all in one pipeline. Returns the replies, one per item, in
+    /// the order the items were pushed.
+    fn invoke<'g, C, R>(
+        &'g self,
+        con: &mut Con,
+        mut call: impl FnMut(u32, &'g [T]) -> C,
+    ) -> Result<Vec<R>, Error>
+    where
+        C: protocol::Call<Reply = Vec<R>>,
+    {
+        let calls: Vec<C> = self
+            .items
             .iter()
             .enumerate()
-            .flat_map(move |(s, items)| items.chunks(batch).map(move |c| (s as u32, c)))
+            .flat_map(|(s, items)| items.chunks(self.batch).map(move |c| (s as u32, c)))
+            .map(|(shard, items)| call(shard, items))
+            .collect();
+        let replies = protocol::invoke_all(con, &calls)?;
+        self.scatter(replies)
     }
 
-    /// The replies of the calls of [`chunks`](Groups::chunks), one per item, in the order
-    /// the items were pushed.
-    fn scatter<R>(&self, batch: usize, replies: Vec<Vec<R>>) -> Result<Vec<R>, Error> {
+    /// The replies of [`invoke`](Groups::invoke)'s calls, one per item, in the order the
+    /// items were pushed.
+    fn scatter<R>(&self, replies: Vec<Vec<R>>) -> Result<Vec<R>, Error> {
         let mut out: Vec<Option<R>> = (0..self.len).map(|_| None).collect();
-        let calls = self.index.iter().flat_map(|idx| idx.chunks(batch));
+        let calls = self.index.iter().flat_map(|idx| idx.chunks(self.batch));
         let mut replies = replies.into_iter();
         for idx in calls {
             let reply = replies.next().unwrap_or_default();
