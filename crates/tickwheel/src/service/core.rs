@@ -18,7 +18,7 @@ use std::thread::Thread;
 
 use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 
-use crate::time::{Clock, SystemClock, Ticks, WallClock};
+use crate::time::{Clock, Ticks};
 
 /// What scheduling does when the cap set with `Builder::max_pending` is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,12 +65,13 @@ impl Core {
     }
 
     /// The wall clock calendars read on this service: its own clock when that is a wall
-    /// clock ([`Clock::as_wall_clock`]), else [`SystemClock`], which advances with the
+    /// clock ([`Clock::as_wall_clock`]), else [`SystemClock`](crate::time::SystemClock), which advances with the
     /// default monotonic clock.
-    pub(crate) fn wall_clock(&self) -> Arc<dyn WallClock> {
+    #[cfg(feature = "cron")]
+    pub(crate) fn wall_clock(&self) -> Arc<dyn crate::time::WallClock> {
         self.clock
             .as_wall_clock()
-            .unwrap_or_else(|| Arc::new(SystemClock))
+            .unwrap_or_else(|| Arc::new(crate::time::SystemClock))
     }
 
     pub(crate) fn set_driver(&self, thread: Thread) {

@@ -504,6 +504,7 @@ impl ServiceRef {
     }
 
     /// The wall clock calendars read on the referenced service ([`Core::wall_clock`]).
+    #[cfg(feature = "cron")]
     pub(crate) fn wall_clock(&self) -> std::sync::Arc<dyn crate::time::WallClock> {
         self.state().core.wall_clock()
     }
