@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, SystemTime};
 
-use tickwheel::cron::jiff::Timestamp;
 use tickwheel::cron::Cron;
 use tickwheel::future::CronStream;
 use tickwheel::time::ManualWallClock;
 use tickwheel::TimerService;
+
+mod virtual_time;
+use virtual_time::{manual_wall, wall, wall_text as text};
 
 #[derive(Default)]
 struct CountingWaker(AtomicUsize);
@@ -22,14 +24,6 @@ impl Wake for CountingWaker {
     }
 }
 
-fn wall(s: &str) -> SystemTime {
-    SystemTime::from(s.parse::<Timestamp>().unwrap())
-}
-
-fn text(t: SystemTime) -> String {
-    Timestamp::try_from(t).unwrap().to_string()
-}
-
 struct Rig {
     clock: ManualWallClock,
     service: TimerService,
@@ -38,12 +32,7 @@ struct Rig {
 }
 
 fn rig(start: &str) -> Rig {
-    let clock = ManualWallClock::starting_at(wall(start));
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(1)
-        .build()
-        .unwrap();
+    let (clock, service) = manual_wall(start);
     let wakes = Arc::new(CountingWaker::default());
     let waker = Waker::from(wakes.clone());
     Rig {

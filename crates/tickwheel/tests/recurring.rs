@@ -8,25 +8,19 @@ use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use tickwheel::service::Recurrence;
-use tickwheel::{ManualClock, MissedTickBehavior, TimerService};
+use tickwheel::MissedTickBehavior;
+
+mod virtual_time;
+use virtual_time::{manual, manual_with_workers};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn service_on(clock: &ManualClock, workers: usize) -> TimerService {
-    TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(workers)
-        .build()
-        .unwrap()
-}
-
 /// Start times (ms since `base`) of a series whose first run takes `slow_ms` of virtual time,
 /// observed while the clock is stepped 100 ms at a time up to `until_ms`.
 fn start_times(schedule: Recurrence, slow_ms: u64, until_ms: u64) -> Vec<u64> {
-    let clock = ManualClock::new();
-    let service = service_on(&clock, 1);
+    let (clock, service) = manual();
     let base = clock.now();
     let starts = Arc::new(Mutex::new(Vec::new()));
     let (s, c) = (starts.clone(), clock.clone());
@@ -90,8 +84,7 @@ fn a_run_slower_than_the_period_follows_the_missed_tick_behavior() {
 #[test]
 fn runs_never_overlap_unless_asked() {
     for allow in [false, true] {
-        let clock = ManualClock::new();
-        let service = service_on(&clock, 2);
+        let (clock, service) = manual_with_workers(2);
         let active = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel::<()>();
@@ -135,8 +128,7 @@ fn runs_never_overlap_unless_asked() {
 
 #[test]
 fn handle_reports_the_next_run_and_cancel_is_exact() {
-    let clock = ManualClock::new();
-    let service = service_on(&clock, 1);
+    let (clock, service) = manual();
     let start = clock.now();
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
@@ -173,8 +165,7 @@ fn handle_reports_the_next_run_and_cancel_is_exact() {
 
 #[test]
 fn a_panicking_run_does_not_end_the_series_and_shutdown_does() {
-    let clock = ManualClock::new();
-    let service = service_on(&clock, 1);
+    let (clock, service) = manual();
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let handle = service.schedule_every(ms(10), move || {
@@ -195,8 +186,7 @@ fn a_panicking_run_does_not_end_the_series_and_shutdown_does() {
 
 #[test]
 fn series_that_cannot_run_end_at_once() {
-    let clock = ManualClock::new();
-    let service = service_on(&clock, 1);
+    let (clock, service) = manual();
     let never = service.schedule_every(Duration::MAX, || panic!("never runs"));
     assert!(!never.is_active(), "no representable first run");
     assert_eq!(never.next_run(), None);
@@ -218,8 +208,8 @@ fn series_that_cannot_run_end_at_once() {
 #[test]
 fn cancel_racing_runs_is_exact() {
     for round in 0..100 {
-        let clock = ManualClock::new();
-        let service = Arc::new(service_on(&clock, 2));
+        let (clock, service) = manual_with_workers(2);
+        let service = Arc::new(service);
         let started = Arc::new(AtomicUsize::new(0));
         let s = started.clone();
         let handle = Arc::new(service.schedule_every(ms(1), move || {
@@ -267,18 +257,12 @@ fn cancel_racing_runs_is_exact() {
 #[cfg(feature = "cron")]
 mod calendar {
     use super::*;
-    use std::time::SystemTime;
     use tickwheel::cron::jiff::{Timestamp, Zoned};
     use tickwheel::cron::Cron;
     use tickwheel::time::ManualWallClock;
+    use tickwheel::TimerService;
 
-    fn wall(s: &str) -> SystemTime {
-        SystemTime::from(s.parse::<Timestamp>().unwrap())
-    }
-
-    fn text(t: SystemTime) -> String {
-        Timestamp::try_from(t).unwrap().to_string()
-    }
+    use super::virtual_time::{manual_wall, wall, wall_text as text};
 
     struct Rig {
         clock: ManualWallClock,
@@ -287,12 +271,7 @@ mod calendar {
     }
 
     fn rig(start: &str) -> Rig {
-        let clock = ManualWallClock::starting_at(wall(start));
-        let service = TimerService::builder()
-            .clock(clock.clone())
-            .worker_threads(1)
-            .build()
-            .unwrap();
+        let (clock, service) = manual_wall(start);
         Rig {
             clock,
             service,
