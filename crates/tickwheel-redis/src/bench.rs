@@ -298,23 +298,29 @@ fn spawn_durable_worker(
     Ok((stop, handle))
 }
 
-/// Schedules the workload's tasks, 10 000 a call, each after a random delay.
+/// The workload's tasks, 10 000 a batch: each id (`task-<n>`) with its delay in ms, uniform
+/// in 0..=`max_delay`, from one seeded generator, so that both entrants get the same tasks.
+fn task_batches(cfg: &BenchConfig) -> impl Iterator<Item = Vec<(String, u64)>> {
+    const BATCH: u64 = 10_000;
+    let (tasks, max) = (cfg.tasks, cfg.max_delay.as_millis() as u64 + 1);
+    let mut rng = Lcg(42);
+    (0..tasks.div_ceil(BATCH)).map(move |b| {
+        (b * BATCH..((b + 1) * BATCH).min(tasks))
+            .map(|j| (format!("task-{j}"), rng.next(max)))
+            .collect()
+    })
+}
+
+/// Schedules the workload's tasks, one `schedule_many` a batch, each after its delay.
 fn schedule_durable(producer: &mut Producer, cfg: &BenchConfig) -> Result<(), Error> {
     let payload = vec![b'p'; cfg.payload];
-    let max = cfg.max_delay.as_millis() as u64 + 1;
-    let mut rng = Lcg(42);
-    let mut i = 0;
-    while i < cfg.tasks {
-        let n = (cfg.tasks - i).min(10_000);
-        let ids: Vec<String> = (i..i + n).map(|j| format!("task-{j}")).collect();
-        let delays: Vec<u64> = (0..n).map(|_| rng.next(max)).collect();
-        producer.schedule_many(ids.iter().zip(&delays).map(|(id, &d)| Task {
+    for batch in task_batches(cfg) {
+        producer.schedule_many(batch.iter().map(|(id, delay)| Task {
             id,
-            run_at: RunAt::After(Duration::from_millis(d)),
+            run_at: RunAt::After(Duration::from_millis(*delay)),
             payload: &payload,
             recurrence: None,
         }))?;
-        i += n;
     }
     Ok(())
 }
@@ -465,31 +471,25 @@ impl Poller {
     }
 }
 
-/// The baseline's schedule: a ZADD and an HSET per task, 10 000 tasks a pipeline.
+/// The baseline's schedule: a ZADD and an HSET per task, one pipeline a batch.
 fn schedule_polled(
     con: &mut redis::Connection,
     (zset, hash): &(String, String),
     cfg: &BenchConfig,
 ) -> Result<(), Error> {
     let payload = vec![b'p'; cfg.payload];
-    let max = cfg.max_delay.as_millis() as u64 + 1;
-    let mut rng = Lcg(42);
-    let mut i = 0;
-    while i < cfg.tasks {
-        let n = (cfg.tasks - i).min(10_000);
+    for batch in task_batches(cfg) {
         let now_ms = now_us() / 1000;
         let mut pipe = redis::pipe();
-        for j in i..i + n {
-            let id = format!("task-{j}");
+        for (id, delay) in &batch {
             pipe.cmd("ZADD")
                 .arg(zset)
-                .arg(now_ms + rng.next(max))
-                .arg(&id)
+                .arg(now_ms + delay)
+                .arg(id)
                 .ignore();
-            pipe.cmd("HSET").arg(hash).arg(&id).arg(&payload).ignore();
+            pipe.cmd("HSET").arg(hash).arg(id).arg(&payload).ignore();
         }
         pipe.query::<()>(con)?;
-        i += n;
     }
     Ok(())
 }
@@ -566,4 +566,32 @@ pub fn table(reports: &[RunReport]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_entrants_get_every_task_once_in_batches_of_at_most_10_000() {
+        let cfg = BenchConfig {
+            tasks: 25_001,
+            max_delay: Duration::from_millis(7),
+            ..BenchConfig::default()
+        };
+        let batches: Vec<Vec<(String, u64)>> = task_batches(&cfg).collect();
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [10_000, 10_000, 5_001]);
+        let tasks: Vec<&(String, u64)> = batches.iter().flatten().collect();
+        for (j, (id, delay)) in tasks.iter().enumerate() {
+            assert_eq!(*id, format!("task-{j}"));
+            assert!(*delay <= 7, "{id}: {delay} ms");
+        }
+        let delays: std::collections::BTreeSet<u64> = tasks.iter().map(|t| t.1).collect();
+        assert_eq!(delays.len(), 8, "every delay in 0..=7 ms is drawn");
+        // The same tasks for the second entrant, and none for an empty workload.
+        assert_eq!(task_batches(&cfg).collect::<Vec<_>>(), batches);
+        let none = BenchConfig { tasks: 0, ..cfg };
+        assert_eq!(task_batches(&none).count(), 0);
+    }
 }
