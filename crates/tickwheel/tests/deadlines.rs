@@ -12,7 +12,7 @@ use futures::task::LocalSpawnExt;
 use tickwheel::{Deadlines, Expired};
 
 mod virtual_time;
-use virtual_time::{advance, manual};
+use virtual_time::{advance, manual, manual_with};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -228,12 +228,7 @@ fn default_service_and_a_dropped_receiver() {
 #[test]
 fn expiries_from_different_shards_are_merged_by_deadline() {
     const PER_THREAD: u32 = 50;
-    let clock = tickwheel::ManualClock::new();
-    let service = tickwheel::TimerService::builder()
-        .clock(clock.clone())
-        .shards(4)
-        .build()
-        .unwrap();
+    let (clock, service) = manual_with(tickwheel::TimerService::builder().shards(4));
     let (deadlines, mut rx) = service.deadlines::<u32>();
     let deadlines = Arc::new(deadlines);
     let timeout_ms = |id: u32| 4 * (id % 1000) + id / 1000 + 1;

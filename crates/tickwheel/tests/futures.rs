@@ -15,7 +15,7 @@ use futures::task::LocalSpawnExt;
 use tickwheel::future::{Elapsed, FutureExt, Interval, MissedTickBehavior, Sleep, Timeout};
 
 mod virtual_time;
-use virtual_time::{advance, manual};
+use virtual_time::{advance, manual, manual_with};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -506,12 +506,7 @@ impl Wake for Logged {
 #[test]
 fn sleeps_from_different_shards_wake_in_deadline_order() {
     const PER_THREAD: u32 = 50;
-    let clock = tickwheel::ManualClock::new();
-    let service = tickwheel::TimerService::builder()
-        .clock(clock.clone())
-        .shards(4)
-        .build()
-        .unwrap();
+    let (clock, service) = manual_with(tickwheel::TimerService::builder().shards(4));
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut sleeps = Vec::new();
     for j in 0..4 {

@@ -18,13 +18,11 @@ const PRODUCERS: usize = 4;
 /// Delays are uniform in [0, MAX_DELAY_US] µs; the resolution is 1 ms.
 const MAX_DELAY_US: u64 = 1_000_000;
 
+mod virtual_time;
+
+/// [`virtual_time::manual_with_workers`], the service shared with producer threads.
 fn manual(workers: usize) -> (ManualClock, Arc<TimerService>) {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(workers)
-        .build()
-        .unwrap();
+    let (clock, service) = virtual_time::manual_with_workers(workers);
     (clock, Arc::new(service))
 }
 
@@ -266,12 +264,7 @@ fn near_and_far_detached_timers_fire_in_order_and_are_discarded_at_shutdown() {
 
 #[test]
 fn staged_timers_count_toward_the_cap_without_being_refused() {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .max_pending(2)
-        .build()
-        .unwrap();
+    let (clock, service) = virtual_time::manual_with(TimerService::builder().max_pending(2));
     for _ in 0..3 {
         service.schedule_detached(Duration::from_millis(5), || {});
     }

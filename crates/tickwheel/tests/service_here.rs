@@ -14,7 +14,7 @@ use std::time::Duration;
 use tickwheel::{ManualClock, TimerService};
 
 mod virtual_time;
-use virtual_time::{advance, manual_with_workers};
+use virtual_time::{advance, manual_with, manual_with_workers};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -44,15 +44,12 @@ impl Wake for Filer {
 }
 
 fn service_with_shards(shards: usize) -> (ManualClock, TimerService) {
-    let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(0)
-        .shards(shards)
-        .thread_name("here")
-        .build()
-        .unwrap();
-    (clock, service)
+    manual_with(
+        TimerService::builder()
+            .worker_threads(0)
+            .shards(shards)
+            .thread_name("here"),
+    )
 }
 
 /// Four threads (four shards) each schedule callbacks and `Sleep`s at deadlines that
@@ -149,17 +146,13 @@ fn a_callback_can_settle_and_shut_the_service_down() {
 /// ran it goes on with the next one, and later ticks still fire.
 #[test]
 fn a_panicking_callback_does_not_stop_the_timer_thread() {
-    let clock = ManualClock::new();
     let handled = Arc::new(AtomicUsize::new(0));
     let h = handled.clone();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(0)
-        .on_panic(move |_| {
+    let (clock, service) = manual_with(TimerService::builder().worker_threads(0).on_panic(
+        move |_| {
             h.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+        },
+    ));
     let log: Log = Arc::default();
     service.schedule(MS, || panic!("a callback panics (expected in this test)"));
     for at in [1, 2, 3] {

@@ -5,16 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use tickwheel::service::{Builder, QueueFlavor, TimerHandle, TimerService};
+use tickwheel::service::{QueueFlavor, TimerHandle, TimerService};
 use tickwheel::time::ManualClock;
 use tickwheel_lab::SplitMix64;
 
-/// `builder` on a fresh `ManualClock`, and that clock.
-fn manual_with(builder: Builder) -> (ManualClock, TimerService) {
-    let clock = ManualClock::new();
-    let service = builder.clock(clock.clone()).build().unwrap();
-    (clock, service)
-}
+mod virtual_time;
+use virtual_time::manual_with;
 
 /// A service with the default settings on a fresh `ManualClock`.
 fn manual() -> (ManualClock, TimerService) {

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use tickwheel::service::Builder;
 use tickwheel::{ManualClock, TimerService};
 
 /// A service on a fresh `ManualClock`, with one worker so callbacks run in deadline order.
@@ -17,12 +18,13 @@ pub fn manual() -> (ManualClock, TimerService) {
 /// A service on a fresh `ManualClock` with `workers` workers (0: callbacks run on the thread
 /// that drains them, also in deadline order).
 pub fn manual_with_workers(workers: usize) -> (ManualClock, TimerService) {
+    manual_with(TimerService::builder().worker_threads(workers))
+}
+
+/// The service `builder` makes, on a fresh `ManualClock`, and that clock.
+pub fn manual_with(builder: Builder) -> (ManualClock, TimerService) {
     let clock = ManualClock::new();
-    let service = TimerService::builder()
-        .clock(clock.clone())
-        .worker_threads(workers)
-        .build()
-        .unwrap();
+    let service = builder.clock(clock.clone()).build().unwrap();
     (clock, service)
 }
 
