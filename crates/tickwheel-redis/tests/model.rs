@@ -226,6 +226,27 @@ fn a_worker_that_lost_its_lease_can_neither_ack_nor_claim() {
     assert_eq!(b.owned_shards(), vec![0]);
 }
 
+/// Moves shard 0 of namespace `ns` to a new epoch behind its owner's back, as another
+/// worker's ACQUIRE does, and names `owner` as its owner when given.
+fn take_shard_0(url: &str, ns: &str, owner: Option<&str>) {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let state = format!("tw:{{{ns}:0}}:state");
+    redis::cmd("HINCRBY")
+        .arg(&state)
+        .arg("epoch")
+        .arg(1)
+        .query::<i64>(&mut con)
+        .unwrap();
+    if let Some(owner) = owner {
+        redis::cmd("HSET")
+            .arg(&state)
+            .arg("owner")
+            .arg(owner)
+            .query::<i64>(&mut con)
+            .unwrap();
+    }
+}
+
 #[test]
 fn a_stale_claim_or_retry_is_fenced_inside_the_script() {
     let s = common::server();
@@ -239,25 +260,7 @@ fn a_stale_claim_or_retry_is_fenced_inside_the_script() {
     p.schedule("r", RunAt::AtMillis(T0 + 50), b"").unwrap();
 
     // Another worker takes the shard over between A's renewals (as ACQUIRE does).
-    let bump = || {
-        let mut con = redis::Client::open(s.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let state = "tw:{fence2:0}:state";
-        redis::cmd("HINCRBY")
-            .arg(state)
-            .arg("epoch")
-            .arg(1)
-            .query::<i64>(&mut con)
-            .unwrap();
-        redis::cmd("HSET")
-            .arg(state)
-            .arg("owner")
-            .arg("other")
-            .query::<i64>(&mut con)
-            .unwrap();
-    };
+    let bump = || take_shard_0(&s.url(), "fence2", Some("other"));
 
     // A retry requested after the takeover is refused.
     at(&time, 50);
@@ -298,17 +301,7 @@ fn a_stale_claim_or_retry_is_fenced_inside_the_script() {
     p.schedule("z", RunAt::AtMillis(T0 + 1000), b"").unwrap();
     w.tick(&mut |_| Outcome::Ack).unwrap(); // takes the shard, loads z into its wheel
     assert_eq!(w.in_wheel(), 1);
-    let mut con = redis::Client::open(s.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let state = "tw:{fence3:0}:state";
-    redis::cmd("HINCRBY")
-        .arg(state)
-        .arg("epoch")
-        .arg(1)
-        .query::<i64>(&mut con)
-        .unwrap();
+    take_shard_0(&s.url(), "fence3", None);
     at(&time, 1000);
     w.tick(&mut |_| panic!("a fenced claim delivers nothing"))
         .unwrap();
