@@ -27,12 +27,12 @@ impl Worker {
         if batches.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for b in &batches {
-            protocol::push(&mut pipe, &self.deliver_call(b));
-        }
+        let delivers: Vec<redis::Cmd> = batches
+            .iter()
+            .map(|b| protocol::command(&self.deliver_call(b)))
+            .collect();
         let acks = std::mem::take(&mut self.pending_acks);
-        let (answered, mut replies) = match self.send_with_acks(&acks, &pipe) {
+        let (answered, mut replies) = match self.send_with_acks(&acks, delivers) {
             Ok(r) => r,
             Err(e) => {
                 // Without replies these claims may or may not have been applied: sent again,

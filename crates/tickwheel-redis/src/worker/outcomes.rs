@@ -80,7 +80,7 @@ impl Worker {
             return Ok(());
         }
         let acks = std::mem::take(&mut self.pending_acks);
-        match self.send_with_acks(&acks, &redis::pipe()) {
+        match self.send_with_acks(&acks, Vec::new()) {
             Ok((answered, _)) => {
                 self.apply_acks(&acks, answered);
                 Ok(())
@@ -100,14 +100,14 @@ impl Worker {
     }
 
     /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`] a call) and then
-    /// the commands of `after`, in one pipeline: one round trip. Returns what each ACK call
+    /// the commands `after`, in one pipeline: one round trip. Returns what each ACK call
     /// answered (its shard, the indices of its acks in `acks`, and `None` when fenced), and
-    /// the replies to `after`'s commands, in order.
+    /// the replies to `after`, in order.
     #[allow(clippy::type_complexity)]
     pub(crate) fn send_with_acks(
         &mut self,
         acks: &[PendingAck],
-        after: &redis::Pipeline,
+        after: Vec<redis::Cmd>,
     ) -> Result<
         (
             Vec<(u32, Vec<usize>, Option<Vec<bool>>)>,
@@ -144,9 +144,9 @@ impl Worker {
             .collect();
         let mut pipe = redis::pipe();
         calls.iter().for_each(|c| protocol::push(&mut pipe, c));
-        after.cmd_iter().for_each(|c| {
-            pipe.add_command(c.clone());
-        });
+        for c in after {
+            pipe.add_command(c);
+        }
         if pipe.is_empty() {
             return Ok((Vec::new(), Vec::new().into_iter()));
         }
