@@ -13,7 +13,10 @@ pub struct Delivery {
     pub payload: Vec<u8>,
     /// The run-at instant it is delivered for, ms since the Unix epoch.
     pub due_ms: u64,
-    /// 1 for the first delivery, then 2, 3, ... for redeliveries.
+    /// How many times the task has been claimed for delivery: 1 for the first delivery,
+    /// higher for each redelivery. It counts claims, not handler calls: a claim whose reply
+    /// was lost and that is sent again counts twice, so a first delivery can carry 2. Use it
+    /// to tell deliveries apart and to see retries, not as an exact count of handler calls.
     pub attempt: u32,
     /// The task's version: it changes whenever the id is scheduled again or rescheduled, so
     /// `(id, version, attempt)` names one delivery.
