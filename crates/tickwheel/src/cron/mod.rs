@@ -235,14 +235,22 @@ impl Cron {
     /// limited to past years, or past `croner`'s year limit of 5000).
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
         // Fire instants are whole seconds: the first candidate is the next whole second.
-        let whole = Timestamp::from_second(after.as_second()).ok()?;
+        // `as_second` truncates toward zero, so before 1970 a fraction rounds down one more.
+        let floor = after.as_second() - i64::from(after.subsec_nanosecond() < 0);
+        let whole = Timestamp::from_second(floor).ok()?;
         let from = whole.checked_add(SignedDuration::from_secs(1)).ok()?;
         self.next_from(from)
     }
 
-    /// [`next_after`](Self::next_after) for a [`SystemTime`].
+    /// [`next_after`](Self::next_after) for a [`SystemTime`]. A time before the earliest
+    /// [`Timestamp`] (year -9999) is taken as that earliest one; after the latest, the
+    /// schedule has no further instant (`None`).
     pub fn next_after_system(&self, after: SystemTime) -> Option<SystemTime> {
-        let after = Timestamp::try_from(after).ok()?;
+        let after = match Timestamp::try_from(after) {
+            Ok(after) => after,
+            Err(_) if after < SystemTime::UNIX_EPOCH => Timestamp::MIN,
+            Err(_) => return None,
+        };
         self.next_after(after).map(SystemTime::from)
     }
 

@@ -74,6 +74,10 @@ pub use wheel::Wheel;
 ///
 /// A key names one insertion. Once its timer has fired or been removed the key is stale for
 /// good: no later timer reuses it, even when the storage behind it is reused.
+///
+/// A key belongs to the queue that issued it. It carries no mark of that queue (8 bytes are
+/// an index and a generation, as a `slab` key is), so a key handed to another queue is not
+/// detected: it may name a timer of that queue. Keep each key with its queue.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TimerKey(NonZeroU64);
 

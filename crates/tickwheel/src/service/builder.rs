@@ -57,6 +57,14 @@ impl Default for Builder {
 }
 
 impl Builder {
+    /// The most queue shards a service takes: [`shards`](Builder::shards) above it makes
+    /// `build` fail with `InvalidInput`.
+    pub const MAX_SHARDS: usize = 1 << 16;
+
+    /// The most worker threads a service takes: [`worker_threads`](Builder::worker_threads)
+    /// above it makes `build` fail with `InvalidInput`.
+    pub const MAX_WORKER_THREADS: usize = 1 << 16;
+
     /// The length of a tick, from 1 µs to 1 s (default 1 ms). Deadlines round up to it.
     /// `build` fails with `InvalidInput` outside that range.
     pub fn resolution(mut self, resolution: Duration) -> Self {
@@ -89,6 +97,9 @@ impl Builder {
     /// elsewhere, on I/O) stops the service's clock until it returns. So a callback must
     /// not [`wait`](super::TimerHandle::wait) for another of this service's timers: nothing
     /// would be left to fire it. A panic is still caught and counted.
+    ///
+    /// `build` fails with `InvalidInput` above [`MAX_WORKER_THREADS`](Builder::MAX_WORKER_THREADS),
+    /// and with the operating system's error when it cannot start a thread.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
@@ -96,7 +107,7 @@ impl Builder {
 
     /// Queue shards (rounded up to a power of two; default: twice the available cores). Each
     /// thread schedules into one shard, so producers on different shards never share a lock.
-    /// `build` fails with `InvalidInput` for 0.
+    /// `build` fails with `InvalidInput` for 0 and above [`MAX_SHARDS`](Builder::MAX_SHARDS).
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = Some(n);
         self
@@ -175,12 +186,28 @@ impl Builder {
     /// `InvalidInput` for a resolution outside 1 µs..=1 s or zero shards; the OS
     /// error if a thread cannot be spawned (threads already started are stopped again).
     pub fn build(self) -> io::Result<TimerService> {
-        let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+        let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
         if !(MIN_RESOLUTION..=MAX_RESOLUTION).contains(&self.resolution) {
-            return Err(invalid("tickwheel: resolution must be within 1 µs..=1 s"));
+            return invalid(format!(
+                "tickwheel: resolution must be within 1 µs..=1 s, not {:?}",
+                self.resolution
+            ));
         }
-        if self.shards == Some(0) {
-            return Err(invalid("tickwheel: shards must be at least 1"));
+        match self.shards {
+            Some(0) => return invalid("tickwheel: shards must be at least 1".into()),
+            Some(n) if n > Builder::MAX_SHARDS => {
+                return invalid(format!(
+                    "tickwheel: shards must be at most {}, not {n}",
+                    Builder::MAX_SHARDS
+                ))
+            }
+            _ => {}
+        }
+        if let Some(n) = self.workers.filter(|&n| n > Builder::MAX_WORKER_THREADS) {
+            return invalid(format!(
+                "tickwheel: worker_threads must be at most {}, not {n}",
+                Builder::MAX_WORKER_THREADS
+            ));
         }
         TimerService::start(self)
     }

@@ -15,9 +15,9 @@ use super::core::AtCap;
 use super::state::ServiceState;
 use super::{TimerHandle, TimerService};
 use crate::sync::Arc;
-use crate::time::MissedTickBehavior;
 #[cfg(feature = "cron")]
 use crate::time::WallClock;
+use crate::time::{MissedTickBehavior, NEVER};
 
 /// When a recurring series runs: a period (fixed rate or fixed delay) or a calendar, and what
 /// to do about missed runs and overlap.
@@ -61,7 +61,8 @@ use crate::time::WallClock;
 ///   to the worker, which counts it in [`Stats::panicked`](super::Stats::panicked).
 /// * **Shutdown** discards the pending timer: the series ends.
 /// * A zero period is one tick of the service's resolution. A period so long that a run's
-///   instant is not representable (`Duration::MAX`) ends the series instead of running it.
+///   instant is not representable (`Duration::MAX`), or lies past the service's tick range
+///   (beyond `u64::MAX` ticks from its start), ends the series instead of running it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -456,13 +457,15 @@ impl Series {
         self.status.load(Ordering::Acquire) == LIVE
     }
 
-    /// The deadline on the service's clock for `target`.
+    /// The deadline on the service's clock for `target`; `None` for `Never` and for an
+    /// instant past the tick range, which would never come.
     fn deadline_of(&self, target: Target) -> Option<Instant> {
-        match target {
-            Target::At(at) => Some(at),
-            Target::Wall(wall) => Some(self.wall_deadline(wall)),
-            Target::Never => None,
-        }
+        let at = match target {
+            Target::At(at) => at,
+            Target::Wall(wall) => self.wall_deadline(wall),
+            Target::Never => return None,
+        };
+        (self.state.core.ticks.deadline_tick(at) != NEVER).then_some(at)
     }
 
     /// `now + (wall − wall_now)`, at the earliest now.
@@ -478,7 +481,7 @@ impl Series {
     }
 
     /// Queues the timer of the run due at `target` (holding the series lock); ends the series
-    /// for `Never`.
+    /// when that run never comes (`Never`, or past the tick range).
     fn arm(self: &StdArc<Self>, inner: &mut Inner, target: Target) {
         inner.next = target;
         let Some(deadline) = self.deadline_of(target) else {

@@ -208,6 +208,37 @@ mod linux {
     }
 }
 
+/// `t + d`, or the last instant [`SystemTime`] can represent when that is past it (the
+/// platform sets that bound; std names none).
+fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
+    saturating(t, d, SystemTime::checked_add)
+}
+
+/// `t - d`, or the first instant [`SystemTime`] can represent when that is before it.
+fn saturating_sub(t: SystemTime, d: Duration) -> SystemTime {
+    saturating(t, d, SystemTime::checked_sub)
+}
+
+/// Moves `t` by `d` with `step`, or as far as `step` goes: the step halves each time it
+/// fails, so the bound is found to the nanosecond in a few hundred steps at most.
+fn saturating(
+    t: SystemTime,
+    d: Duration,
+    step: fn(&SystemTime, Duration) -> Option<SystemTime>,
+) -> SystemTime {
+    if let Some(moved) = step(&t, d) {
+        return moved;
+    }
+    let (mut at, mut by) = (t, d / 2);
+    while !by.is_zero() {
+        match step(&at, by) {
+            Some(moved) => at = moved,
+            None => by /= 2,
+        }
+    }
+    at
+}
+
 /// Virtual wall-clock time for tests: a [`ManualClock`] (the monotonic timeline, moved with
 /// [`advance`](Self::advance)) plus a wall-clock reading that moves with it and can be **set**
 /// to any time — forward or back — with [`set_wall`](Self::set_wall),
@@ -236,8 +267,9 @@ pub struct ManualWallClock {
 }
 
 struct WallInner {
-    /// The wall-clock time at the monotonic clock's creation (offset zero).
-    base: Mutex<SystemTime>,
+    /// The wall-clock time when the monotonic clock had moved by the `Duration` (its
+    /// `elapsed`): the wall clock reads that time plus what the monotonic clock moved since.
+    mark: Mutex<(SystemTime, Duration)>,
     steps: Listeners,
 }
 
@@ -248,7 +280,7 @@ impl ManualWallClock {
         ManualWallClock {
             monotonic: ManualClock::new(),
             inner: Arc::new(WallInner {
-                base: Mutex::new(wall),
+                mark: Mutex::new((wall, Duration::ZERO)),
                 steps: Listeners::default(),
             }),
         }
@@ -268,30 +300,27 @@ impl ManualWallClock {
     /// Sets the wall clock to `to` (earlier or later than now), leaving the monotonic clock
     /// where it is, and calls the step listeners.
     pub fn set_wall(&self, to: SystemTime) {
-        {
-            let mut base = self.inner.base.lock().unwrap_or_else(|p| p.into_inner());
-            let elapsed = self.monotonic.elapsed();
-            *base = to.checked_sub(elapsed).unwrap_or(SystemTime::UNIX_EPOCH);
-        }
+        *self.inner.mark.lock().unwrap_or_else(|p| p.into_inner()) = (to, self.monotonic.elapsed());
         self.inner.steps.notify();
     }
 
-    /// Sets the wall clock `by` ahead ([`set_wall`](Self::set_wall)).
+    /// Sets the wall clock `by` ahead ([`set_wall`](Self::set_wall)), at most to the last
+    /// instant [`SystemTime`] can represent.
     pub fn step_forward(&self, by: Duration) {
-        let now = self.wall_now();
-        self.set_wall(now.checked_add(by).unwrap_or(now));
+        self.set_wall(saturating_add(self.wall_now(), by));
     }
 
-    /// Sets the wall clock `by` back ([`set_wall`](Self::set_wall)).
+    /// Sets the wall clock `by` back ([`set_wall`](Self::set_wall)), at most to the first
+    /// instant [`SystemTime`] can represent.
     pub fn step_back(&self, by: Duration) {
-        let now = self.wall_now();
-        self.set_wall(now.checked_sub(by).unwrap_or(SystemTime::UNIX_EPOCH));
+        self.set_wall(saturating_sub(self.wall_now(), by));
     }
 
-    /// The current wall-clock time (also [`WallClock::wall_now`]).
+    /// The current wall-clock time (also [`WallClock::wall_now`]). Moved past the last
+    /// instant [`SystemTime`] can represent, it reads that instant.
     pub fn wall_now(&self) -> SystemTime {
-        let base = *self.inner.base.lock().unwrap_or_else(|p| p.into_inner());
-        base.checked_add(self.monotonic.elapsed()).unwrap_or(base)
+        let (wall, at) = *self.inner.mark.lock().unwrap_or_else(|p| p.into_inner());
+        saturating_add(wall, self.monotonic.elapsed().saturating_sub(at))
     }
 
     /// The current monotonic instant (also [`Clock::now`]).
