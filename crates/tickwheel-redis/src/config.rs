@@ -144,6 +144,11 @@ impl Config {
         Config::new(format!("{CLUSTER_SCHEME}{}", hosts.join(",")), namespace)
     }
 
+    /// The longest duration any setting takes: 100 years (365-day years). A longer one is
+    /// [`Error::InvalidConfig`]; the limit keeps every instant a setting adds to "now"
+    /// within what Redis stores exactly.
+    pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let ns = &self.namespace;
         if ns.is_empty()
@@ -155,6 +160,21 @@ impl Config {
             return Err(Error::InvalidNamespace(ns.clone()));
         }
         let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        for (name, d) in [
+            ("lease", self.lease),
+            ("visibility_timeout", self.visibility_timeout),
+            ("window", self.window),
+            ("claim_ahead", self.claim_ahead),
+            ("maintenance_interval", self.maintenance_interval),
+            ("io_timeout", self.io_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if d > Config::MAX_DURATION {
+                return bad(&format!(
+                    "{name} must be at most 100 years (Config::MAX_DURATION), not {d:?}"
+                ));
+            }
+        }
         if self.shards == 0 || self.shards > 16384 {
             return bad("shards must be 1..=16384");
         }

@@ -34,7 +34,8 @@ pub enum Error {
         /// The configured limit.
         max: usize,
     },
-    /// A run-at instant before the Unix epoch, or beyond what a millisecond score can hold.
+    /// A run-at instant before the Unix epoch or at [`RunAt::MAX_MS`](crate::RunAt::MAX_MS)
+    /// ms after it or later, or a delay of that many ms or more.
     InvalidRunAt,
     /// A configuration value is out of range (the message says which).
     InvalidConfig(String),
@@ -94,7 +95,11 @@ impl fmt::Display for Error {
                 )
             }
             Error::InvalidRunAt => {
-                write!(f, "run-at instant out of range (before the Unix epoch?)")
+                write!(
+                    f,
+                    "run-at out of range: instants from the Unix epoch to below 2^52 ms after \
+                     it (the year 144 683), delays below 2^52 ms"
+                )
             }
             Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
             Error::InvalidRecurrence(m) => write!(f, "invalid recurrence: {m}"),

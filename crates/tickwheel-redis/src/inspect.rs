@@ -452,8 +452,16 @@ impl Inspector {
     /// Pending tasks per slot of `per` (rounded up to whole seconds) from now over
     /// `horizon`, and those overdue, from the per-second counts the shards keep: no task is
     /// read, only [`MAX_STEP`] counts a call. [`Error::InvalidConfig`] for more than
-    /// [`MAX_SLOTS`] slots.
+    /// [`MAX_SLOTS`] slots, and for `per` or `horizon` above
+    /// [`Config::MAX_DURATION`](crate::Config::MAX_DURATION).
     pub fn upcoming(&mut self, per: Duration, horizon: Duration) -> Result<Upcoming, Error> {
+        if per.max(horizon) > Config::MAX_DURATION {
+            return Err(Error::InvalidConfig(format!(
+                "slots of {per:?} over {horizon:?}: each at most 100 years \
+                 (Config::MAX_DURATION)"
+            )));
+        }
+        // Both at most 100 years: the seconds and the slot count fit easily.
         let per_s = per.as_millis().div_ceil(u128::from(BUCKET_MS)).max(1) as u64;
         let slots = horizon.as_millis().div_ceil(u128::from(per_s * BUCKET_MS)) as usize;
         if slots > MAX_SLOTS {

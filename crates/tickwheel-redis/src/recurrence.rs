@@ -6,6 +6,7 @@ use tickwheel::cron::jiff::Timestamp;
 use tickwheel::cron::Cron;
 
 use crate::error::Error;
+use crate::task::RunAt;
 
 /// The longest stored recurrence (a cron pattern and its zone name), in bytes.
 pub const MAX_RECURRENCE_LEN: usize = 512;
@@ -16,7 +17,9 @@ pub const MAX_RECURRENCE_LEN: usize = 512;
 /// one and the script that acknowledges the run re-arms the task at it, in one step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recurrence {
-    /// Every period (whole milliseconds, at least 1): runs at `first + k × period`. A run
+    /// Every period (whole milliseconds, at least 1 and below 2^52; a finer period rounds
+    /// up to the next whole millisecond, as run-at instants do): runs at
+    /// `first + k × period`. A run
     /// answered with [`Outcome::RetryAfter`](crate::Outcome::RetryAfter) is due again at the
     /// retry's instant, and the period counts on from there.
     Every(Duration),
@@ -39,7 +42,7 @@ impl Recurrence {
             pattern: pattern.to_string(),
             zone: zone.to_string(),
         };
-        r.rule()?;
+        r.encode()?;
         Ok(r)
     }
 
@@ -103,11 +106,10 @@ impl Recurrence {
 }
 
 fn period_ms(d: Duration) -> Result<u64, Error> {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
-    match u64::try_from(ms) {
-        Ok(ms) if ms > 0 && ms < 1 << 52 => Ok(ms),
+    match crate::task::ceil_ms(d) {
+        Some(ms) if ms > 0 && ms < RunAt::MAX_MS => Ok(ms),
         _ => Err(Error::InvalidRecurrence(format!(
-            "period {d:?}: 1 ms to 2^52 ms"
+            "period {d:?}: 1 ms to below 2^52 ms"
         ))),
     }
 }

@@ -16,28 +16,34 @@ pub enum RunAt {
 }
 
 impl RunAt {
+    /// Run-at instants are below this many ms since the Unix epoch (2^52, in the year
+    /// 144 683), and delays below this many ms: what a Redis score (a double) holds exactly.
+    /// Beyond it, [`Error::InvalidRunAt`].
+    pub const MAX_MS: u64 = 1 << 52;
+
     /// (`a`|`d`, ms): an absolute instant or a delay.
     pub(crate) fn encode(self) -> Result<(&'static str, u64), Error> {
-        const MAX: u64 = 1 << 52; // exact in a Redis score (a double)
         let (mode, ms) = match self {
             RunAt::At(t) => {
                 let d = t
                     .duration_since(UNIX_EPOCH)
                     .map_err(|_| Error::InvalidRunAt)?;
-                let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
-                ("a", u64::try_from(ms).map_err(|_| Error::InvalidRunAt)?)
+                ("a", ceil_ms(d).ok_or(Error::InvalidRunAt)?)
             }
             RunAt::AtMillis(ms) => ("a", ms),
-            RunAt::After(d) => {
-                let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
-                ("d", u64::try_from(ms).map_err(|_| Error::InvalidRunAt)?)
-            }
+            RunAt::After(d) => ("d", ceil_ms(d).ok_or(Error::InvalidRunAt)?),
         };
-        if ms >= MAX {
+        if ms >= RunAt::MAX_MS {
             return Err(Error::InvalidRunAt);
         }
         Ok((mode, ms))
     }
+}
+
+/// `d` in whole milliseconds, rounded up (so never early); `None` past `u64::MAX` ms.
+pub(crate) fn ceil_ms(d: Duration) -> Option<u64> {
+    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    u64::try_from(ms).ok()
 }
 
 /// Where a task is.

@@ -44,7 +44,10 @@ impl Delivery {
 pub enum Outcome {
     /// Done: remove the task (a recurring one is re-armed at its next run instead).
     Ack,
-    /// Deliver it again after this delay (its attempt count is kept and grows).
+    /// Deliver it again after this delay (its attempt count is kept and grows), rounded up
+    /// to whole milliseconds. A delay of [`RunAt::MAX_MS`](crate::RunAt::MAX_MS) ms or more
+    /// (over 142 000 years) is that many ms less one: the task waits, pending, cancellable
+    /// and shown by the inspector, practically for ever.
     RetryAfter(Duration),
     /// Do nothing now: the task is delivered again after the visibility timeout.
     Leave,

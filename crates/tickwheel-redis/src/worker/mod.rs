@@ -283,6 +283,10 @@ impl Worker {
     /// delivers every claimed task due now to `handler` (while its lease holds) and sends
     /// the acknowledgements. Returns how many deliveries it made. Tests on a manual clock
     /// call it directly; [`run`](Worker::run) does the same work on two threads.
+    ///
+    /// A panic in `handler` passes on to the caller. The task it was handling stays in
+    /// flight and is delivered again after the visibility timeout (by this worker or
+    /// another), as after a crash; nothing is lost.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
         self.publish_status(step.is_ok());
@@ -335,6 +339,11 @@ impl Worker {
     /// and their outcomes are held until Redis answers for them. Returns `Err` only for
     /// errors a retry cannot fix.
     /// On stop it releases its shards so other workers take them at once.
+    ///
+    /// A panic in `handler` stops the I/O thread too (the shards are released) and passes
+    /// on to the caller. The task it was handling stays in flight and is delivered again
+    /// after the visibility timeout, by another worker or this one run again; nothing is
+    /// lost.
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
         let (to, from_io) = mpsc::channel();
         self.link = Some((to, HashMap::new()));

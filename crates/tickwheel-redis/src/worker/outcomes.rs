@@ -205,7 +205,7 @@ impl Worker {
                 id: &d.id,
                 version: d.version,
                 attempt: d.attempt,
-                after_ms: after.map(|a| a.as_millis() as u64),
+                after_ms: after.map(retry_ms),
             })
             .collect();
         let con = open_con(&mut self.con, &self.cfg, &self.client)?;
@@ -245,4 +245,11 @@ impl PendingAck {
             next_run_ms: (self.next > 0).then_some(self.next),
         }
     }
+}
+
+/// The delay of an [`Outcome::RetryAfter`] in ms: rounded up, and below
+/// [`RunAt::MAX_MS`](crate::RunAt::MAX_MS) as documented there.
+fn retry_ms(after: Duration) -> u64 {
+    let most = crate::RunAt::MAX_MS - 1;
+    crate::task::ceil_ms(after).map_or(most, |ms| ms.min(most))
 }
