@@ -28,9 +28,15 @@ impl ManualTime {
     pub fn set_ms(&self, ms: u64) {
         self.0.store(ms, Ordering::SeqCst);
     }
-    /// Moves the reading forward.
+    /// Moves the reading forward by `by` in whole milliseconds (a fraction is dropped); the
+    /// reading stops at `u64::MAX`.
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(ms))
+            });
     }
 }
 

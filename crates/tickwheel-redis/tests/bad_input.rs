@@ -887,3 +887,14 @@ fn invalid_run_at_says_what_is_wrong() {
         "{m}"
     );
 }
+
+#[test]
+fn manual_time_advances_by_whole_milliseconds_and_stops_at_the_end() {
+    let t = tickwheel_redis::ManualTime::new(u64::MAX - 5);
+    t.advance(Duration::from_micros(2_500));
+    assert_eq!(t.now_ms(), u64::MAX - 3);
+    t.advance(Duration::MAX);
+    assert_eq!(t.now_ms(), u64::MAX, "no wrap to the past");
+    t.advance(Duration::from_millis(1));
+    assert_eq!(t.now_ms(), u64::MAX);
+}
