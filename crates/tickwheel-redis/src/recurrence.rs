@@ -46,7 +46,7 @@ impl Recurrence {
         Ok(r)
     }
 
-    /// The first run strictly after `after_ms` (ms since the Unix epoch, as [`RunAt::AtMillis`](crate::RunAt::AtMillis)):
+    /// The first run strictly after `after_ms` (ms since the Unix epoch, as [`RunAt::AtMillis`]):
     /// for a period, `after_ms + period`; for a cron pattern, its next instant. `Ok(None)`
     /// when a cron pattern never fires again.
     pub fn next_after_ms(&self, after_ms: u64) -> Result<Option<u64>, Error> {
