@@ -48,7 +48,9 @@ impl Recurrence {
 
     /// The first run strictly after `after_ms` (ms since the Unix epoch, as [`RunAt::AtMillis`]):
     /// for a period, `after_ms + period`; for a cron pattern, its next instant. `Ok(None)`
-    /// when a cron pattern never fires again.
+    /// when there is none: a cron pattern that never fires again, or a run at or past
+    /// [`RunAt::MAX_MS`], the last run-at a task can have. A series whose next run is `None`
+    /// ends with the run in hand.
     pub fn next_after_ms(&self, after_ms: u64) -> Result<Option<u64>, Error> {
         Ok(self.rule()?.next_after(after_ms, after_ms))
     }
@@ -125,10 +127,10 @@ impl Rule {
     /// The run that follows a run due at `due_ms` and claimed at `claimed_ms`: the first
     /// instant of the schedule after `due_ms` and after `claimed_ms` (runs that fell while the
     /// task waited for its delivery are not delivered one by one; a period keeps its phase).
-    /// `None` when the schedule never fires again.
+    /// `None` when the schedule never fires again, or not before [`RunAt::MAX_MS`].
     pub(crate) fn next_after(&self, due_ms: u64, claimed_ms: u64) -> Option<u64> {
         let after = due_ms.max(claimed_ms);
-        match self {
+        let next = match self {
             Rule::Every(p) => {
                 let k = (after - due_ms) / p + 1;
                 due_ms.checked_add(k.checked_mul(*p)?)
@@ -138,7 +140,9 @@ impl Rule {
                 let next = c.next_after(t)?.as_millisecond();
                 u64::try_from(next).ok()
             }
-        }
+        };
+        // A run at or past the last run-at a task can have never comes: the series ends.
+        next.filter(|&next| next < RunAt::MAX_MS)
     }
 }
 
@@ -156,6 +160,11 @@ mod tests {
             Some(7000),
             "a missed run is skipped"
         );
+        // The last run-at a task can have is RunAt::MAX_MS - 1: a run past it never comes.
+        let last = RunAt::MAX_MS - 1;
+        assert_eq!(r.next_after(last - 1000, last - 1000), Some(last));
+        assert_eq!(r.next_after(last - 999, last - 999), None);
+        assert_eq!(Rule::Every(last).next_after(last, last), None);
         for rec in [
             Recurrence::Every(Duration::from_millis(250)),
             Recurrence::cron("0 9 * * TUE", "Europe/Paris").unwrap(),
