@@ -47,6 +47,7 @@ mod machine;
 mod memory;
 mod plot;
 mod queues;
+mod redis_url;
 mod report;
 mod services;
 mod tasks;
@@ -102,8 +103,9 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_count,
           default_value = "10000,100000,1000000")]
     n: Vec<usize>,
-    /// Also run N = 6·10^6 (W1, W2, W3, W5, W7) and 6·10^6 tasks in W4.
-    #[arg(long)]
+    /// Also run N = 6·10^6 (W1, W2, W3, W5, W7) and 6·10^6 tasks in W4 (so not with
+    /// `--w4-n`).
+    #[arg(long, conflicts_with = "w4_n")]
     full: bool,
     /// Workloads to run, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w7")]
@@ -238,7 +240,7 @@ fn demo_settings(args: DemoArgs) -> demo::DemoSettings {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let command_line = redis_url::command_line(&std::env::args().collect::<Vec<_>>());
     let result = match cli.command {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),
         Command::Demo(args) => demo::run(&demo_settings(args)),

@@ -64,6 +64,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| format!("`{text}`: a duration must not be negative"))
 }
 
+/// Why `text` is not an instant the CLI takes: a date, time and offset past the range of
+/// instants (1970 to 9999-12-30) is out of range, anything else is not RFC 3339.
+pub fn not_an_instant(text: &str) -> String {
+    let t = text.trim();
+    // The date and time before the offset (`Z` or `±hh:mm`), when there is one.
+    let numeric = t.len().checked_sub(6).filter(|&at| {
+        t.is_char_boundary(at)
+            && t[at..].starts_with(['+', '-'])
+            && t.as_bytes().get(at + 3) == Some(&b':')
+    });
+    let civil = t
+        .strip_suffix(['Z', 'z'])
+        .or_else(|| numeric.map(|at| &t[..at]));
+    let in_form = civil.is_some_and(|c| {
+        c.contains('T') && c.parse::<tickwheel::cron::jiff::civil::DateTime>().is_ok()
+    });
+    if in_form {
+        format!("`{text}` is out of range: instants from 1970 to 9999-12-30 are taken")
+    } else {
+        format!("`{text}` is not an RFC 3339 instant (example: 2026-11-26T09:00:00Z)")
+    }
+}
+
 /// An instant: RFC 3339 (`2026-11-26T09:00:00Z`, `2026-11-26T10:00:00+01:00`), or a
 /// duration from now (`10m`; `-10m` for the past). ms since the Unix epoch.
 pub fn parse_instant(text: &str) -> Result<u64, String> {
@@ -76,6 +99,9 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
         None => (false, t.strip_prefix('+').unwrap_or(t)),
     };
     let d = parse_duration(rest).map_err(|_| {
+        if t.contains('T') {
+            return not_an_instant(text);
+        }
         format!(
             "`{text}` is neither an RFC 3339 instant (2026-11-26T09:00:00Z) nor a duration from \
              now (10m, -1h)"
@@ -97,6 +123,26 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instant_out_of_range_is_told_from_one_that_is_not_rfc_3339() {
+        for far in ["9999-12-31T23:59:59Z", "9999-12-31T23:59:59+05:00"] {
+            assert!(not_an_instant(far).contains("out of range"), "{far}");
+            assert!(
+                parse_instant(far).unwrap_err().contains("out of range"),
+                "{far}"
+            );
+        }
+        for bad in [
+            "2026-11-26 09:00",
+            "2026-11-26T09:00",
+            "tomorrow",
+            "+05:00",
+            "Z",
+        ] {
+            assert!(not_an_instant(bad).contains("not an RFC 3339"), "{bad}");
+        }
+    }
 
     #[test]
     fn instants_and_durations_parse_and_print() {

@@ -19,10 +19,11 @@ struct Run {
     err: String,
 }
 
-/// Runs `tickwheel tasks --redis URL --namespace NS ARGS...`.
+/// Runs `tickwheel tasks --redis URL --namespace NS --allow-writes ARGS...` (these tests
+/// cancel and reschedule; tests/bad_input.rs checks that writes need the flag).
 fn tasks(url: &str, ns: &str, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
-        .args(["tasks", "--redis", url, "--namespace", ns])
+        .args(["tasks", "--redis", url, "--namespace", ns, "--allow-writes"])
         .args(args)
         .output()
         .expect("run tickwheel");

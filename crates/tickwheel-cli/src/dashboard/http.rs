@@ -24,8 +24,8 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// Headers, names in lowercase.
     headers: Vec<(String, String)>,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body's fields, decoded (empty but for a `POST`: no other body is read).
+    form: Vec<(String, String)>,
 }
 
 impl Request {
@@ -44,7 +44,7 @@ impl Request {
 
     /// The body's fields, for a form post.
     pub fn form(&self) -> Vec<(String, String)> {
-        form_urlencoded::parse(&self.body).into_owned().collect()
+        self.form.clone()
     }
 }
 
@@ -54,6 +54,41 @@ pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> 
         .iter()
         .find(|(n, _)| n == name)
         .map(|(_, v)| v.as_str())
+}
+
+/// The fields of `application/x-www-form-urlencoded` text (a query or a form body), as
+/// `form_urlencoded::parse` splits and decodes them but strict: a name or value whose
+/// percent-decoded bytes are not UTF-8 refuses the request, where `parse` would make it
+/// U+FFFD and so name another task (`id=%FF` is not the task `"\u{fffd}"`). `what` says
+/// where the fields are ("query", "form") in the refusal.
+fn decode_fields(text: &[u8], what: &str) -> Result<Vec<(String, String)>, BadRequest> {
+    let decode = |part: &[u8]| {
+        let plus_as_space: Vec<u8> = part
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        String::from_utf8(percent_encoding::percent_decode(&plus_as_space).collect())
+    };
+    let mut fields = Vec::new();
+    for pair in text.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let (name, value) = match pair.iter().position(|&b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &[][..]),
+        };
+        let name = decode(name).map_err(|_| {
+            BadRequest(format!(
+                "A {what} field's name is not UTF-8 once percent-decoded."
+            ))
+        })?;
+        let value = decode(value).map_err(|_| {
+            // Debug-quoted: control characters escaped (and the page escapes the HTML).
+            BadRequest(format!(
+                "The {what} field {name:?} is not UTF-8 once percent-decoded."
+            ))
+        })?;
+        fields.push((name, value));
+    }
+    Ok(fields)
 }
 
 /// Reads one request from `stream`.
@@ -124,14 +159,19 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
         .decode_utf8()
         .map_err(|_| bad("The path is not UTF-8."))?
         .into_owned();
+    let query = decode_fields(query.as_bytes(), "query")?;
+    // Only a `POST` body is a form (the writes); another method's is never read.
+    let form = if method == "POST" {
+        decode_fields(&body, "form")?
+    } else {
+        Vec::new()
+    };
     Ok(Request {
         method: method.to_string(),
         path,
-        query: form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect(),
+        query,
         headers,
-        body,
+        form,
     })
 }
 
@@ -193,6 +233,26 @@ mod tests {
         assert_eq!(req.query("x"), Some("<b>"));
         assert_eq!(req.header("host"), Some("127.0.0.1:1"));
         assert_eq!(field(&req.form(), "id"), Some("a+b"));
+        let raw = b"GET /task?id=%C3%A9+x&&flag&a=b=c HTTP/1.1\r\n\r\n";
+        let req = read_request(&mut &raw[..]).unwrap();
+        assert_eq!(
+            req.query,
+            [("id", "\u{e9} x"), ("flag", ""), ("a", "b=c")]
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+        );
+        // Not UTF-8 once decoded: refused, not made U+FFFD (the id of another task).
+        for raw in [
+            &b"GET /task?id=%FF HTTP/1.1\r\n\r\n"[..],
+            b"GET /task?%FF=x HTTP/1.1\r\n\r\n",
+            b"GET /task?id=%C3 HTTP/1.1\r\n\r\n",
+            b"POST /cancel HTTP/1.1\r\nContent-Length: 6\r\n\r\nid=%FF",
+            b"POST /cancel HTTP/1.1\r\nContent-Length: 4\r\n\r\nid=\xff",
+        ] {
+            let Err(BadRequest(why)) = read_request(&mut &raw[..]) else {
+                panic!("{raw:?} was accepted");
+            };
+            assert!(why.contains("not UTF-8"), "{why}");
+        }
         for raw in [
             &b"GET /\r\n\r\n"[..],
             b"GET / HTTP/1.1\r\nbad\r\n\r\n",

@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use clap::Args;
-use tickwheel_redis::{Config, Error, Inspector, Producer};
+use tickwheel_redis::{Error, Inspector, Producer};
+
+use crate::tasks::escape::escape;
 
 use http::{Request, Response};
 
@@ -98,7 +100,7 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         eprintln!("tickwheel dashboard: --connect-timeout must be 0 to 3600 seconds");
         return ExitCode::from(2);
     }
-    let redis = redact(&args.redis);
+    let redis = crate::redis_url::shown(&args.redis);
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!(
             "tickwheel dashboard: {what} namespace {:?} on {redis}: {e}",
@@ -106,8 +108,11 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         );
         ExitCode::FAILURE
     };
-    let mut cfg = Config::new(args.redis.clone(), args.namespace.clone());
-    cfg.connect_timeout = Duration::from_secs_f64(args.connect_timeout);
+    let cfg = crate::redis_url::config(
+        &args.redis,
+        &args.namespace,
+        Duration::from_secs_f64(args.connect_timeout),
+    );
     let inspector = match Inspector::connect(&cfg) {
         Ok(i) => i,
         Err(e) => return fail("cannot read", &explain(&e)),
@@ -181,23 +186,11 @@ fn read_token(args: &DashboardArgs) -> Result<Option<Vec<u8>>, String> {
 /// An error with a hint for the usual causes at start.
 fn explain(e: &Error) -> String {
     match e {
-        Error::Redis(_) => format!("{e} (is Redis running there, and is the URL right?)"),
-        _ => e.to_string(),
-    }
-}
-
-/// `url` without a password (`redis://user:***@host/`).
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
-        }
-        None => url.to_string(),
+        Error::Redis(_) => format!(
+            "{} (is Redis running there, and is the URL right?)",
+            escape(&e.to_string())
+        ),
+        _ => escape(&e.to_string()),
     }
 }
 
@@ -325,20 +318,5 @@ impl App {
         self.writes
             .as_ref()
             .map(|w| w.producer.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_not_shown() {
-        assert_eq!(
-            redact("redis://user:secret@host:6379/0"),
-            "redis://user:***@host:6379/0"
-        );
-        assert_eq!(redact("redis://host:6379/"), "redis://host:6379/");
-        assert_eq!(redact("redis://:pw@h/"), "redis://:***@h/");
     }
 }

@@ -29,11 +29,17 @@ fn push_char(out: &mut String, c: char) {
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\t' => out.push_str("\\t"),
-        c if c.is_control() || invisible(c) => {
+        c if needs_escape(c) => {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
         }
         c => out.push(c),
     }
+}
+
+/// Whether `c` is shown escaped (as `\u{..}` here, `\uXXXX` in JSON): a control character
+/// (C0, DEL, C1) or an invisible formatting one.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control() || invisible(c)
 }
 
 /// Formatting characters that change how the text around them shows: bidirectional

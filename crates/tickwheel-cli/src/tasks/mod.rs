@@ -2,13 +2,14 @@
 //!
 //! `stats`, `ls`, `show` and `upcoming` read through [`tickwheel_redis::Inspector`]
 //! (read-only scripts, each call bounded, so reading never makes a running worker late);
-//! `cancel` and `reschedule` go through the [`tickwheel_redis::Producer`]. None of them
+//! `cancel` and `reschedule` go through the [`tickwheel_redis::Producer`], and only with
+//! `--allow-writes` (besides whatever credentials the Redis URL carries). None of them
 //! creates a namespace: one that does not exist is an error. Every command prints a table for
 //! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]). Exit status: 0
 //! done, 1 failed (Redis unreachable, no such namespace or task, a task that could not be
 //! cancelled or rescheduled), 2 bad arguments.
 
-mod escape;
+pub(crate) mod escape;
 mod render;
 
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ pub struct TasksArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// Let `cancel` and `reschedule` write (without it they refuse, exit status 2).
+    #[arg(long, global = true)]
+    allow_writes: bool,
     #[command(subcommand)]
     command: TasksCommand,
 }
@@ -63,8 +67,8 @@ enum TasksCommand {
     Reschedule(RescheduleArgs),
     /// Pending tasks per time slot from now on (from the per-second counts: cheap).
     Upcoming {
-        /// The width of a slot (whole seconds).
-        #[arg(long, default_value = "1m", value_parser = time::parse_duration)]
+        /// The width of a slot (whole seconds, at least 1s).
+        #[arg(long, default_value = "1m", value_parser = parse_slot)]
         per: Duration,
         /// How far ahead.
         #[arg(long, default_value = "3h", value_parser = time::parse_duration)]
@@ -126,16 +130,39 @@ fn parse_id(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// A slot width for `upcoming`: whole seconds, at least one (the shards count per second).
+fn parse_slot(text: &str) -> Result<Duration, String> {
+    let d = time::parse_duration(text)?;
+    if d.is_zero() || d.subsec_nanos() != 0 {
+        return Err(format!(
+            "`{text}`: a slot is a whole number of seconds, at least 1s"
+        ));
+    }
+    Ok(d)
+}
+
 fn parse_rfc3339(text: &str) -> Result<u64, String> {
     use tickwheel::cron::jiff::Timestamp;
-    let ts: Timestamp = text.trim().parse().map_err(|_| {
-        format!("`{text}` is not an RFC 3339 instant (example: 2026-11-26T09:00:00Z)")
-    })?;
+    let ts: Timestamp = text
+        .trim()
+        .parse()
+        .map_err(|_| time::not_an_instant(text))?;
     u64::try_from(ts.as_millisecond()).map_err(|_| format!("`{text}` is before 1970"))
 }
 
 /// Runs `tickwheel tasks`; prints `error: …` and returns status 1 when it fails.
 pub fn run(args: TasksArgs) -> ExitCode {
+    let writes = matches!(
+        args.command,
+        TasksCommand::Cancel { .. } | TasksCommand::Reschedule(_)
+    );
+    if writes && !args.allow_writes {
+        eprintln!(
+            "error: `cancel` and `reschedule` change tasks: add --allow-writes to let them \
+             (nothing was sent)"
+        );
+        return ExitCode::from(2);
+    }
     match execute(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -146,8 +173,7 @@ pub fn run(args: TasksArgs) -> ExitCode {
 }
 
 fn execute(args: &TasksArgs) -> Result<(), String> {
-    let mut cfg = Config::new(&args.redis, &args.namespace);
-    cfg.connect_timeout = args.connect_timeout;
+    let cfg = crate::redis_url::config(&args.redis, &args.namespace, args.connect_timeout);
     let failed = |e: Error| describe(&e, args);
     let mut ins = Inspector::connect(&cfg).map_err(failed)?;
     let json = args.json;
@@ -260,28 +286,23 @@ fn list(ins: &mut Inspector, ls: &LsArgs, json: bool) -> Result<(), Error> {
 
 /// An error as the operator should read it: what failed, where, and what to check.
 fn describe(e: &Error, args: &TasksArgs) -> String {
-    let url = redact(&args.redis);
+    let url = crate::redis_url::shown(&args.redis);
+    // One line, whatever the error's text holds (a server that is not Redis answers with
+    // several).
+    let text = |e: &dyn std::fmt::Display| escape::escape(&e.to_string());
     match e {
-        Error::Redis(r) if r.is_io_error() || r.is_connection_refusal() || r.is_timeout() => {
-            format!("cannot reach Redis at {url}: {r}")
+        Error::Redis(r) if r.is_timeout() => {
+            format!("cannot reach Redis at {url}: timed out (no answer within --connect-timeout)")
         }
-        Error::InvalidUrl { reason, .. } => format!("invalid Redis URL {url:?}: {reason}"),
-        Error::NoSuchNamespace(_) => format!("{e} (at {url})"),
-        e => e.to_string(),
-    }
-}
-
-/// A URL without its password.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.split_once('@') {
-        Some((user, host)) if !host.is_empty() => {
-            let user = user.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}")
+        Error::Redis(r) if matches!(r.kind(), redis::ErrorKind::Parse) => {
+            format!("the server at {url} does not answer as Redis does (is the port right?)")
         }
-        _ => url.to_string(),
+        Error::Redis(r) if r.is_io_error() || r.is_connection_refusal() => {
+            format!("cannot reach Redis at {url}: {}", text(r))
+        }
+        Error::InvalidUrl { reason, .. } => format!("invalid Redis URL {url}: {}", text(reason)),
+        Error::Redis(r) => format!("Redis at {url}: {}", text(r)),
+        e => format!("{} (at {url})", text(e)),
     }
 }
 
@@ -291,8 +312,6 @@ mod tests {
 
     #[test]
     fn passwords_are_not_printed() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://h:1/"), "redis://h:1/");
         assert!(parse_id("").is_err() && parse_id(&"x".repeat(MAX_ID_LEN + 1)).is_err());
         assert!(parse_rfc3339("tomorrow").is_err());
     }

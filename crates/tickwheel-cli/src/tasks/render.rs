@@ -1,11 +1,14 @@
 //! What `tickwheel tasks` prints: aligned tables for people, JSON for scripts. Every id and
-//! payload goes through [`escape`](super::escape) in tables; JSON escapes by itself.
+//! payload goes through [`escape`](super::escape) in tables, and all JSON through
+//! [`json_text`], which escapes the same characters.
+
+use std::fmt::Write as _;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use tickwheel_redis::{Recurrence, Stats, TaskDetail, TaskInfo, TaskState, Upcoming};
 
-use super::escape::{escape, escape_bytes, hex, is_plain};
+use super::escape::{escape, escape_bytes, hex, is_plain, needs_escape};
 use crate::time::{relative, rfc3339, span};
 
 /// Payload bytes a table shows.
@@ -56,8 +59,36 @@ impl Table {
     }
 }
 
+/// `v` as JSON text (indented if `pretty`), for every JSON output of `tasks`: serde_json's,
+/// but with the characters that [`needs_escape`] and JSON does not escape itself (DEL, C1
+/// controls such as U+009B CSI, bidirectional and other invisible formatting characters)
+/// written as `\uXXXX`, so that `--json` on a terminal is as safe as the tables. The value
+/// read back is the same.
+fn json_text(v: &Value, pretty: bool) -> String {
+    let text = if pretty {
+        serde_json::to_string_pretty(v)
+    } else {
+        serde_json::to_string(v)
+    }
+    .unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        // serde_json writes C0 controls escaped, and all it writes outside strings (the
+        // pretty printer's newlines included) is ASCII below DEL: a character from DEL up
+        // is in a string, where `\uXXXX` stands for it.
+        if c >= '\u{7f}' && needs_escape(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn print_json(v: &Value) {
-    say!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    say!("{}", json_text(v, true));
 }
 
 fn opt_time(ms: Option<u64>) -> Value {
@@ -247,7 +278,7 @@ impl Listing {
         for t in page {
             if self.json {
                 let sep = if self.count == 0 { "\n  " } else { ",\n  " };
-                say_raw!("{sep}{}", task_json(t));
+                say_raw!("{sep}{}", json_text(&task_json(t), false));
             } else {
                 let rec = if t.recurring { " (recurring)" } else { "" };
                 say!(
@@ -441,4 +472,32 @@ pub fn upcoming(u: &Upcoming, json: bool) {
         ]);
     }
     t.print();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escapes_del_c1_and_bidi_controls_and_keeps_the_value() {
+        let id =
+            "a\u{1b}[31m\u{7f}\u{9b}2J\u{202e}\u{2066}\u{200f}\u{61c}\u{feff}é日本\u{1f600}\\\"";
+        let v = json!({ "id": id, "n": [1, 2] });
+        for pretty in [false, true] {
+            let text = json_text(&v, pretty);
+            assert!(
+                !text.chars().any(|c| needs_escape(c) && c != '\n'),
+                "{text:?}"
+            );
+            assert!(text.contains(r"\u007f\u009b2J\u202e\u2066\u200f\u061c\ufeffé日本😀"));
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
+        }
+        assert_eq!(
+            json_text(&v, true),
+            serde_json::to_string_pretty(&v).unwrap().replace(
+                "\u{7f}\u{9b}2J\u{202e}\u{2066}\u{200f}\u{61c}\u{feff}",
+                r"\u007f\u009b2J\u202e\u2066\u200f\u061c\ufeff"
+            )
+        );
+    }
 }

@@ -1,0 +1,91 @@
+//! A Redis URL as the CLI shows it: in error messages, the dashboard's log and the bench's
+//! recorded command line.
+
+use std::time::Duration;
+
+use tickwheel_redis::Config;
+
+use crate::tasks::escape::escape;
+
+/// The configuration of the CLI's connections to `url`: trying for `connect_timeout` in all,
+/// so no single attempt or reply waits longer either (the library's 5 s `io_timeout` would
+/// otherwise hold a silent server for 5 s an attempt).
+pub fn config(url: &str, namespace: &str, connect_timeout: Duration) -> Config {
+    let mut cfg = Config::new(url, namespace);
+    cfg.connect_timeout = connect_timeout;
+    if !connect_timeout.is_zero() {
+        cfg.io_timeout = cfg.io_timeout.min(connect_timeout);
+    }
+    cfg
+}
+
+/// `url` without its password and with control characters escaped, so that neither a secret
+/// nor a terminal escape sequence reaches the screen or a results file. The password is what
+/// lies between the user's `:` and the last `@` before the host (a password may contain `@`).
+pub fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return escape(url);
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            escape(&format!("{scheme}://{user}:***@{}", &rest[at + 1..]))
+        }
+        None => escape(url),
+    }
+}
+
+/// A command line as recorded by `tickwheel bench`: the value of `--redis` (`--redis URL` or
+/// `--redis=URL`) is [`shown`] without its password.
+pub fn command_line(args: &[String]) -> String {
+    let mut out = Vec::with_capacity(args.len());
+    let mut url_next = false;
+    for arg in args {
+        let shown_arg = if url_next {
+            shown(arg)
+        } else if let Some(url) = arg.strip_prefix("--redis=") {
+            format!("--redis={}", shown(url))
+        } else {
+            escape(arg)
+        };
+        url_next = arg == "--redis";
+        out.push(shown_arg);
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show_and_controls_are_escaped() {
+        assert_eq!(shown("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(shown("redis://u:hun@ter2@h:1/"), "redis://u:***@h:1/");
+        assert_eq!(shown("redis://:pw@h/"), "redis://:***@h/");
+        assert_eq!(shown("redis://h:1/"), "redis://h:1/");
+        assert_eq!(
+            shown("redis://h:1/a@b"),
+            "redis://h:1/a@b",
+            "an @ after the host"
+        );
+        assert_eq!(
+            shown("redis://u\u{1b}[31mX@h/"),
+            "redis://u\\u{1b}[31mX:***@h/"
+        );
+        assert_eq!(shown("no scheme\n"), "no scheme\\n");
+        let args = [
+            "tickwheel",
+            "bench",
+            "--redis",
+            "redis://:pw@h/",
+            "--redis=redis://:p@h/",
+        ];
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            command_line(&args),
+            "tickwheel bench --redis redis://:***@h/ --redis=redis://:***@h/"
+        );
+    }
+}
