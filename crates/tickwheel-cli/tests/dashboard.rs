@@ -717,7 +717,7 @@ fn bad_start_inputs_are_a_message_and_a_non_zero_exit() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel"));
         cmd.arg("dashboard")
             .args(args)
-            .args(["--listen", "127.0.0.1:0", "--connect-timeout", "0.3"])
+            .args(["--listen", "127.0.0.1:0", "--connect-timeout", "300ms"])
             .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
             .env("RUST_BACKTRACE", "0");
         if let Some(t) = token {

@@ -66,9 +66,10 @@ pub struct DashboardArgs {
     /// ignored).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
-    /// How long to keep trying at start while Redis cannot be reached (seconds).
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
-    connect_timeout: f64,
+    /// How long to keep trying at start while Redis cannot be reached (e.g. 2s, 500ms; at
+    /// most 1h), as `tickwheel tasks` takes it.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
+    connect_timeout: Duration,
 }
 
 /// What every request shares.
@@ -96,10 +97,6 @@ pub fn run(args: DashboardArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !(args.connect_timeout.is_finite() && (0.0..=3600.0).contains(&args.connect_timeout)) {
-        eprintln!("tickwheel dashboard: --connect-timeout must be 0 to 3600 seconds");
-        return ExitCode::from(2);
-    }
     let redis = crate::redis_url::shown(&args.redis);
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!(
@@ -108,11 +105,7 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         );
         ExitCode::FAILURE
     };
-    let cfg = crate::redis_url::config(
-        &args.redis,
-        &args.namespace,
-        Duration::from_secs_f64(args.connect_timeout),
-    );
+    let cfg = crate::redis_url::config(&args.redis, &args.namespace, args.connect_timeout);
     let inspector = match Inspector::connect(&cfg) {
         Ok(i) => i,
         Err(e) => return fail("cannot read", &explain(&e)),
@@ -181,6 +174,15 @@ fn read_token(args: &DashboardArgs) -> Result<Option<Vec<u8>>, String> {
         ));
     }
     Ok(Some(token))
+}
+
+/// `--connect-timeout`: a duration of at most an hour.
+fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    let d = crate::time::parse_duration(text)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("`{text}`: at most 1h"));
+    }
+    Ok(d)
 }
 
 /// An error with a hint for the usual causes at start.
