@@ -87,12 +87,19 @@ pub fn not_an_instant(text: &str) -> String {
     }
 }
 
-/// An instant: RFC 3339 (`2026-11-26T09:00:00Z`, `2026-11-26T10:00:00+01:00`), or a
-/// duration from now (`10m`; `-10m` for the past). ms since the Unix epoch.
+/// An RFC 3339 instant (`2026-11-26T09:00:00Z`, `2026-11-26T10:00:00+01:00`), ms since the
+/// Unix epoch.
+pub fn parse_rfc3339(text: &str) -> Result<u64, String> {
+    let ts: Timestamp = text.trim().parse().map_err(|_| not_an_instant(text))?;
+    u64::try_from(ts.as_millisecond()).map_err(|_| format!("`{text}` is before 1970"))
+}
+
+/// An instant: RFC 3339 ([`parse_rfc3339`]), or a duration from now (`10m`; `-10m` for the
+/// past). ms since the Unix epoch.
 pub fn parse_instant(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    if let Ok(ts) = t.parse::<Timestamp>() {
-        return u64::try_from(ts.as_millisecond()).map_err(|_| format!("`{text}` is before 1970"));
+    if t.parse::<Timestamp>().is_ok() {
+        return parse_rfc3339(t);
     }
     let (past, rest) = match t.strip_prefix('-') {
         Some(rest) => (true, rest),

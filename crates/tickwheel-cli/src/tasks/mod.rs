@@ -105,7 +105,7 @@ struct RescheduleArgs {
     #[arg(value_parser = parse_id)]
     id: String,
     /// The new run-at, RFC 3339 (`2026-11-26T09:00:00Z`).
-    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339,
+    #[arg(long, value_name = "RFC3339", value_parser = time::parse_rfc3339,
           required_unless_present = "in_", conflicts_with = "in_")]
     at: Option<u64>,
     /// The new run-at as a delay from now (by the Redis clock): 90s, 5m, 1h30m.
@@ -139,15 +139,6 @@ fn parse_slot(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
-}
-
-fn parse_rfc3339(text: &str) -> Result<u64, String> {
-    use tickwheel::cron::jiff::Timestamp;
-    let ts: Timestamp = text
-        .trim()
-        .parse()
-        .map_err(|_| time::not_an_instant(text))?;
-    u64::try_from(ts.as_millisecond()).map_err(|_| format!("`{text}` is before 1970"))
 }
 
 /// Runs `tickwheel tasks`; prints `error: …` and returns status 1 when it fails.
@@ -311,8 +302,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_not_printed() {
+    fn ids_and_instants_are_checked() {
         assert!(parse_id("").is_err() && parse_id(&"x".repeat(MAX_ID_LEN + 1)).is_err());
-        assert!(parse_rfc3339("tomorrow").is_err());
+        assert!(time::parse_rfc3339("tomorrow").is_err());
     }
 }
