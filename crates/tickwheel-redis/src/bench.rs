@@ -315,11 +315,8 @@ fn task_batches(cfg: &BenchConfig) -> impl Iterator<Item = Vec<(String, u64)>> {
 fn schedule_durable(producer: &mut Producer, cfg: &BenchConfig) -> Result<(), Error> {
     let payload = vec![b'p'; cfg.payload];
     for batch in task_batches(cfg) {
-        producer.schedule_many(batch.iter().map(|(id, delay)| Task {
-            id,
-            run_at: RunAt::After(Duration::from_millis(*delay)),
-            payload: &payload,
-            recurrence: None,
+        producer.schedule_many(batch.iter().map(|(id, delay)| {
+            Task::new(id, RunAt::After(Duration::from_millis(*delay)), &payload)
         }))?;
     }
     Ok(())

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::failure::{Retention, RetryPolicy};
 use crate::limits::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
 
 /// The URL scheme of a Redis Cluster: `redis+cluster://` and a comma-separated list of seed
@@ -111,6 +112,14 @@ pub struct Config {
     /// to 1 s). Zero: one attempt. Errors a retry cannot fix (a bad URL, a refused password,
     /// an incompatible namespace) return at once.
     pub connect_timeout: Duration,
+    /// How a task whose handler fails is retried (default [`RetryPolicy::DEFAULT`]: 25
+    /// attempts, exponential backoff from 1 s up to 1 h). A task may carry its own
+    /// ([`Task::retry`](crate::Task::retry)); the workers apply this one to the rest, so
+    /// every worker of a namespace should have the same.
+    pub retry: RetryPolicy,
+    /// How many failed tasks are kept, and for how long (default [`Retention::DEFAULT`]:
+    /// 10 000, 180 days).
+    pub failed_retention: Retention,
 }
 
 impl Config {
@@ -131,6 +140,8 @@ impl Config {
             window_limit: 10_000,
             io_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
+            retry: RetryPolicy::DEFAULT,
+            failed_retention: Retention::DEFAULT,
         }
     }
 
@@ -208,7 +219,8 @@ impl Config {
         if self.claim_ahead > self.window / 2 {
             return bad("claim_ahead must be at most half the window");
         }
-        Ok(())
+        self.retry.validate("retry")?;
+        self.failed_retention.validate()
     }
 
     /// The claim horizon, ms: [`Config::claim_ahead`] (at most half the window, see

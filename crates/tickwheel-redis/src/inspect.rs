@@ -12,9 +12,11 @@
 
 use std::time::{Duration, Instant};
 
+mod failed;
 mod open;
 mod scan;
 
+pub use failed::{FailedFilter, FailedTask};
 pub use scan::Scan;
 
 use open::{open_con, open_namespace};
@@ -22,6 +24,7 @@ use open::{open_con, open_namespace};
 use crate::config::{Config, TimeSource};
 use crate::connection::{Con, Endpoint};
 use crate::error::Error;
+use crate::failure::ErrorLog;
 use crate::namespace::{check_id, retryable, Namespace};
 use crate::protocol::scripts::BUCKET_MS;
 use crate::protocol::{self, InspectBuckets, InspectShard, InspectTask, InspectWorkers, TaskRow};
@@ -110,6 +113,16 @@ impl Stats {
         self.shards.iter().filter_map(|s| s.next_run_at_ms).min()
     }
 
+    /// Tasks in the failed set, all shards.
+    pub fn failed(&self) -> u64 {
+        self.shards.iter().map(|s| s.failed).sum()
+    }
+
+    /// Paused shards.
+    pub fn paused(&self) -> usize {
+        self.shards.iter().filter(|s| s.paused).count()
+    }
+
     /// Shards with no live lease (nobody delivers their tasks right now).
     pub fn unowned(&self) -> usize {
         self.shards
@@ -140,6 +153,14 @@ pub struct ShardStats {
     pub buckets: u64,
     /// The earliest run-at of a pending task (in the past: overdue), ms since the Unix epoch.
     pub next_run_at_ms: Option<u64>,
+    /// Tasks in the failed set.
+    pub failed: u64,
+    /// Whether the shard is paused ([`Producer::pause`](crate::Producer::pause)): nothing is
+    /// claimed from it.
+    pub paused: bool,
+    /// Failed tasks the retention bound removed, ever
+    /// ([`Config::failed_retention`](crate::Config::failed_retention)).
+    pub trimmed: u64,
     /// Whether [`ShardStats::next_run_at_ms`] is exact: `false` when its second holds more
     /// than [`MAX_STEP`] tasks, and it is only the earliest of the first [`MAX_STEP`] of
     /// them (the true one lies in the same second).
@@ -198,12 +219,13 @@ pub struct TaskInfo {
 }
 
 impl TaskInfo {
-    /// Its run-at (pending) or the run-at it was delivered for (in flight), ms since the
-    /// Unix epoch.
+    /// Its run-at (pending), the run-at it was delivered for (in flight) or when it failed
+    /// (failed), ms since the Unix epoch.
     pub fn due_ms(&self) -> u64 {
         match self.state {
             TaskState::Pending { run_at_ms, .. } => run_at_ms,
             TaskState::InFlight { due_ms, .. } => due_ms,
+            TaskState::Failed { failed_at_ms, .. } => failed_at_ms,
             TaskState::Unknown => 0,
         }
     }
@@ -211,7 +233,9 @@ impl TaskInfo {
     /// Its version.
     pub fn version(&self) -> u64 {
         match self.state {
-            TaskState::Pending { version, .. } | TaskState::InFlight { version, .. } => version,
+            TaskState::Pending { version, .. }
+            | TaskState::InFlight { version, .. }
+            | TaskState::Failed { version, .. } => version,
             TaskState::Unknown => 0,
         }
     }
@@ -221,6 +245,7 @@ impl TaskInfo {
         match self.state {
             TaskState::Pending { attempts, .. } => attempts,
             TaskState::InFlight { attempt, .. } => attempt,
+            TaskState::Failed { attempts, .. } => attempts,
             TaskState::Unknown => 0,
         }
     }
@@ -259,6 +284,9 @@ pub struct TaskDetail {
     /// The first [`PREVIEW_BYTES`] bytes of its payload (all of it when
     /// [`TaskInfo::payload_len`] is no larger). User data: escape it before showing it.
     pub payload_preview: Vec<u8>,
+    /// Its failed attempts and their errors (empty when none failed). User data: escape the
+    /// errors before showing them.
+    pub errors: ErrorLog,
 }
 
 /// Pending tasks by time slot: [`Inspector::upcoming`].
@@ -379,6 +407,9 @@ impl Inspector {
                     buckets: r.buckets,
                     next_run_at_ms: r.next_run_at_ms,
                     next_run_at_exact: r.exact,
+                    failed: r.failed,
+                    paused: r.paused,
+                    trimmed: r.trimmed,
                 })
                 .collect();
             Ok(Stats {
@@ -421,9 +452,12 @@ impl Inspector {
         Scan::new(self, filter)
     }
 
-    /// One task: its state, run-at, version, attempt, recurrence, payload size and the first
-    /// [`PREVIEW_BYTES`] of its payload. `None` for an id that is not stored (never
-    /// scheduled, cancelled, or acknowledged). [`Error::InvalidId`] for an id no task can
+    /// One task: its state, run-at, version, attempt, recurrence, payload size, the first
+    /// [`PREVIEW_BYTES`] of its payload and the errors of its failed attempts. A live task
+    /// (pending or in flight) is shown before a failed one of the same id (a recurring
+    /// series goes on after a failed run); [`failed`](Inspector::failed) lists the failed
+    /// ones. `None` for an id that is not stored (never scheduled, cancelled, acknowledged
+    /// or discarded). [`Error::InvalidId`] for an id no task can
     /// have.
     pub fn show(&mut self, id: &str) -> Result<Option<TaskDetail>, Error> {
         check_id(id)?;
@@ -442,10 +476,20 @@ impl Inspector {
             return Ok(None);
         };
         let recurrence = Recurrence::decode(&reply.row.recurrence)?;
+        let mut info = TaskInfo::from_row(reply.row, shard);
+        if let Some((failed_at_ms, reason)) = reply.failed {
+            info.state = TaskState::Failed {
+                failed_at_ms,
+                attempts: info.attempt(),
+                version: info.version(),
+                reason,
+            };
+        }
         Ok(Some(TaskDetail {
-            info: TaskInfo::from_row(reply.row, shard),
+            info,
             recurrence,
             payload_preview: reply.preview,
+            errors: reply.log,
         }))
     }
 

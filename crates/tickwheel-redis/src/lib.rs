@@ -202,6 +202,7 @@
 mod config;
 mod connection;
 mod error;
+mod failure;
 mod inspect;
 mod limits;
 #[cfg(feature = "metrics")]
@@ -220,12 +221,15 @@ pub mod bench;
 
 pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME};
 pub use error::Error;
+pub use failure::{
+    AttemptError, ErrorLog, FailReason, Retention, RetryPolicy, ERRORS_KEPT, MAX_ERROR_LEN,
+};
 pub use inspect::{
-    Inspector, ListFilter, LiveWorker, Scan, ShardStats, StateFilter, Stats, TaskDetail, TaskInfo,
-    Upcoming, MAX_SLOTS, MAX_STEP, PREVIEW_BYTES,
+    FailedFilter, FailedTask, Inspector, ListFilter, LiveWorker, Scan, ShardStats, StateFilter,
+    Stats, TaskDetail, TaskInfo, Upcoming, MAX_SLOTS, MAX_STEP, PREVIEW_BYTES,
 };
 pub use limits::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
-pub use producer::{Producer, Task};
+pub use producer::{Acted, BulkReport, Producer, Task};
 pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, TaskState};

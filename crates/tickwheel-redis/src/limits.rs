@@ -2,7 +2,7 @@
 
 /// The version of the key layout and value format this crate reads and writes. A namespace
 /// stores the version that created it; clients of another version refuse to use it.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The longest task id, in bytes.
 pub const MAX_ID_LEN: usize = 1024;

@@ -24,7 +24,7 @@ impl Namespace {
     /// Checks (creating when absent) the namespace's meta key.
     pub(crate) fn open(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
         let ns = &cfg.namespace;
-        let meta = format!("tw:{{{ns}}}:meta");
+        let meta = Namespace::meta_key(ns);
         let init = crate::protocol::Init {
             meta: &meta,
             schema: SCHEMA_VERSION,
@@ -52,21 +52,23 @@ impl Namespace {
             .and_then(|s| s.parse().ok())
             .filter(|&n| (1..=16384).contains(&n))
             .ok_or_else(|| incompatible(format!("shard count {shards:?}")))?;
-        Ok(Namespace {
-            shards: (0..n)
-                .map(|s| {
-                    let tag = format!("tw:{{{ns}:{s}}}");
-                    ShardKeys([
-                        format!("{tag}:due"),
-                        format!("{tag}:tasks"),
-                        format!("{tag}:inflight"),
-                        format!("{tag}:state"),
-                    ])
-                })
-                .collect(),
+        Ok(Namespace::layout(ns, n))
+    }
+
+    /// The keys of namespace `ns` with `shards` shards: the one place the layout is written
+    /// (a shard's own keys are [`ShardKeys::new`]). The namespace's own keys share the tag
+    /// `{ns}`.
+    pub(crate) fn layout(ns: &str, shards: u32) -> Namespace {
+        Namespace {
+            shards: (0..shards).map(|s| ShardKeys::new(ns, s)).collect(),
             channel: format!("tw:{{{ns}}}:wake"),
             workers_key: format!("tw:{{{ns}}}:workers"),
-        })
+        }
+    }
+
+    /// The namespace's meta key (schema version, shard count).
+    pub(crate) fn meta_key(ns: &str) -> String {
+        format!("tw:{{{ns}}}:meta")
     }
 
     /// The shard of a task id: FNV-1a (64 bit) of its bytes modulo the shard count. Part of

@@ -1,10 +1,14 @@
 //! The producer side: schedule, replace, cancel, reschedule, look up.
 
+use crate::failure::RetryPolicy;
 use crate::namespace::{
     check_id, connect, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt, TaskState,
 };
 use crate::protocol::{self, Cancel, Reschedule, Schedule, ScheduleTask, Scheduled, State, When};
+
+mod operate;
 use crate::recurrence::Recurrence;
+pub use operate::{Acted, BulkReport};
 
 /// One task of a bulk [`Producer::schedule_many`].
 #[derive(Clone, Copy, Debug)]
@@ -18,6 +22,9 @@ pub struct Task<'a> {
     /// `Some` for a recurring task, stored as [`Producer::schedule_recurring`] stores it
     /// (`run_at` is then its first run); `None` for a one-shot task.
     pub recurrence: Option<&'a Recurrence>,
+    /// `Some` for a task that fails by a policy of its own, stored with it; `None` follows
+    /// the namespace's ([`Config::retry`], as the worker that delivers it has it).
+    pub retry: Option<RetryPolicy>,
 }
 
 impl<'a> Task<'a> {
@@ -37,6 +44,7 @@ impl<'a> Task<'a> {
             run_at,
             payload,
             recurrence: None,
+            retry: None,
         }
     }
 
@@ -44,6 +52,22 @@ impl<'a> Task<'a> {
     pub fn recurring(self, recurrence: &'a Recurrence) -> Task<'a> {
         Task {
             recurrence: Some(recurrence),
+            ..self
+        }
+    }
+
+    /// The same task, retried by `policy` instead of the namespace's [`Config::retry`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tickwheel_redis::{RetryPolicy, RunAt, Task};
+    /// let charge = Task::new("charge-9", RunAt::After(Duration::ZERO), b"9")
+    ///     .retry(RetryPolicy::fixed(3, Duration::from_secs(10)));
+    /// assert_eq!(charge.retry.unwrap().max_attempts, 3);
+    /// ```
+    pub fn retry(self, policy: RetryPolicy) -> Task<'a> {
+        Task {
+            retry: Some(policy),
             ..self
         }
     }
@@ -170,15 +194,23 @@ impl Producer {
         })
     }
 
-    /// Checks a task's id, payload, run-at and recurrence, and encodes it.
+    /// Checks a task's id, payload, run-at, recurrence and policy, and encodes it.
     fn checked<'a>(&self, t: Task<'a>) -> Result<ScheduleTask<'a>, Error> {
         self.check(t.id, t.payload)?;
         let recurrence = t.recurrence.map(Recurrence::encode).transpose()?;
+        if let Some(p) = &t.retry {
+            p.validate("Task::retry")?;
+        }
         Ok(ScheduleTask {
             id: t.id,
             when: When::new(t.run_at)?,
             payload: t.payload,
             recurrence: recurrence.unwrap_or_default(),
+            policy: t
+                .retry
+                .as_ref()
+                .map(RetryPolicy::encode)
+                .unwrap_or_default(),
         })
     }
 
@@ -299,7 +331,7 @@ impl Producer {
         self.with_con(|con, ns| {
             let mut pipe = redis::pipe();
             for s in &ns.shards {
-                pipe.cmd("HLEN").arg(&s.0[1]);
+                pipe.cmd("HLEN").arg(s.tasks());
             }
             let lens: Vec<u64> = query_pipe(con, &pipe)?;
             Ok(lens.iter().sum())

@@ -3,6 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::Error;
+use crate::failure::FailReason;
 
 /// When a task runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,5 +71,22 @@ pub enum TaskState {
         version: u64,
         /// When it becomes deliverable again if not acknowledged, ms since the Unix epoch.
         visible_at_ms: u64,
+    },
+    /// In the failed set: its attempts failed ([`FailReason::Exhausted`]) or one failed
+    /// for good ([`FailReason::NonRetryable`]). Kept with its payload and errors until an
+    /// operator retries or discards it, or the retention bound removes it
+    /// ([`Config::failed_retention`](crate::Config::failed_retention)). Reported only when no
+    /// live task has the id (a recurring series goes on after a failed run, under the same
+    /// id): [`Inspector::show`](crate::Inspector::show) reads both.
+    Failed {
+        /// When it failed, ms since the Unix epoch.
+        failed_at_ms: u64,
+        /// Deliveries of the attempt that failed (see
+        /// [`Delivery::attempt`](crate::Delivery::attempt)).
+        attempts: u32,
+        /// The task's version.
+        version: u64,
+        /// Why it failed.
+        reason: FailReason,
     },
 }

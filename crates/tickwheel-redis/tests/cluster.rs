@@ -95,6 +95,7 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
         run_at: RunAt::AtMillis(T0 + 5_000 + (i as u64 % 50) * 10),
         payload: id.as_bytes(),
         recurrence: None,
+        retry: None,
     });
     assert!(p.schedule_many(tasks).unwrap().iter().all(|s| !s.replaced));
     assert_eq!(p.len().unwrap(), 601);

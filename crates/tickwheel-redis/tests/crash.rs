@@ -315,6 +315,7 @@ impl Run {
                 run_at: RunAt::AtMillis(self.plans[i].run_at),
                 payload: b"payload",
                 recurrence: None,
+                retry: None,
             })
             .collect();
         let mut tries = 0;

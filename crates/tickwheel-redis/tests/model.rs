@@ -590,6 +590,7 @@ fn a_batch_behaves_exactly_as_the_same_schedules_one_by_one() {
             run_at: *run_at,
             payload,
             recurrence: None,
+            retry: None,
         }))
         .unwrap();
     let replaced_many = replaced_many.iter().filter(|s| s.replaced).count();

@@ -79,6 +79,7 @@ fn bulk_schedule_stores_every_task() {
         run_at: RunAt::AtMillis(2_000_000 + i as u64),
         payload: id.as_bytes(),
         recurrence: None,
+        retry: None,
     });
     let first = p.schedule_many(tasks.clone()).unwrap();
     assert_eq!(first.len(), 1000, "one per task, in the order given");
@@ -175,6 +176,7 @@ fn task_new_and_recurring_store_what_the_struct_literal_stores() {
         run_at: RunAt::After(Duration::from_secs(1)),
         payload: b"y",
         recurrence: Some(&every),
+        retry: None,
     };
     assert_eq!(built[1].recurrence, literal.recurrence);
     assert_eq!(
@@ -224,6 +226,7 @@ fn a_large_bulk_call_spans_slices_and_buckets() {
                 run_at: at(i, shift),
                 payload: id.as_bytes(),
                 recurrence: None,
+                retry: None,
             })
             .collect();
         // t1 again, last: its first task is replaced in the same call.
@@ -232,6 +235,7 @@ fn a_large_bulk_call_spans_slices_and_buckets() {
             run_at: RunAt::AtMillis(9_000_000 + shift),
             payload: b"again",
             recurrence: None,
+            retry: None,
         });
         v
     };
@@ -317,6 +321,7 @@ fn bad_input_gets_clear_errors() {
         run_at: RunAt::AtMillis(1),
         payload: &big,
         recurrence: None,
+        retry: None,
     }];
     assert!(matches!(
         p.schedule_many(bulk),

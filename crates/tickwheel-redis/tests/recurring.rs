@@ -282,12 +282,14 @@ fn schedule_many_stores_recurring_tasks_as_schedule_recurring_does() {
             run_at: RunAt::AtMillis(T0 + 100),
             payload: b"o",
             recurrence: None,
+            retry: None,
         },
         tickwheel_redis::Task {
             id: "again",
             run_at: RunAt::AtMillis(T0 + 100),
             payload: b"a",
             recurrence: Some(&every),
+            retry: None,
         },
     ];
     assert!(p.schedule_many(tasks).unwrap().iter().all(|s| !s.replaced));
@@ -319,6 +321,7 @@ fn schedule_many_stores_recurring_tasks_as_schedule_recurring_does() {
         run_at: RunAt::AtMillis(T0),
         payload: b"",
         recurrence: Some(&bad),
+        retry: None,
     }]);
     assert!(matches!(r, Err(Error::InvalidRecurrence(_))), "{r:?}");
     assert_eq!(p.state("bad").unwrap(), TaskState::Unknown);

@@ -46,6 +46,7 @@ fn task<'a>(id: &'a str, ms: u64) -> Task<'a> {
         run_at: RunAt::AtMillis(T0 + ms),
         payload: b"",
         recurrence: None,
+        retry: None,
     }
 }
 

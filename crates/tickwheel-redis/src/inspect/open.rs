@@ -3,21 +3,19 @@
 use crate::config::Config;
 use crate::connection::{Con, Endpoint};
 use crate::error::Error;
-use crate::namespace::{Namespace, ShardKeys, SCHEMA_VERSION};
-use crate::protocol::{self, connect, inspect_scripts, InspectMeta, MetaReply};
+use crate::namespace::{Namespace, SCHEMA_VERSION};
+use crate::protocol::{self, connect, InspectMeta, MetaReply};
 
-/// A connection with the inspection scripts loaded.
+/// A connection with the scripts loaded.
 pub(super) fn open_con(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
-    let mut con = connect(cfg, client)?;
-    inspect_scripts().load_all(&mut con)?;
-    Ok(con)
+    connect(cfg, client)
 }
 
 /// Reads the namespace's meta key (never creating it) and names its shards' keys as
 /// `Namespace::open` does.
 pub(super) fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, Error> {
     let ns = &cfg.namespace;
-    let meta = format!("tw:{{{ns}}}:meta");
+    let meta = Namespace::meta_key(ns);
     let incompatible = |found: String| Error::IncompatibleNamespace {
         namespace: ns.clone(),
         found,
@@ -40,16 +38,7 @@ pub(super) fn open_namespace(cfg: &Config, con: &mut Con) -> Result<Namespace, E
         .ok()
         .filter(|&n| (1..=16384).contains(&n))
         .ok_or_else(|| incompatible(format!("shard count {shards:?}")))?;
-    Ok(Namespace {
-        shards: (0..n)
-            .map(|s| {
-                let tag = format!("tw:{{{ns}:{s}}}");
-                ShardKeys(["due", "tasks", "inflight", "state"].map(|k| format!("{tag}:{k}")))
-            })
-            .collect(),
-        channel: format!("tw:{{{ns}}}:wake"),
-        workers_key: format!("tw:{{{ns}}}:workers"),
-    })
+    Ok(Namespace::layout(ns, n))
 }
 
 #[cfg(test)]

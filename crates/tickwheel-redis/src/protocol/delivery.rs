@@ -187,7 +187,9 @@ pub(crate) struct DeliverReply {
     pub now_us: i64,
     /// The Cluster node id, empty on one server.
     pub node: String,
-    /// `None` when fenced (the shard is lost), else one entry per id, in order.
+    /// Whether the shard is paused: nothing was claimed, and `claims` is `None`.
+    pub paused: bool,
+    /// `None` when fenced (the shard is lost) or paused, else one entry per id, in order.
     pub claims: Option<Vec<Claim>>,
 }
 
@@ -209,7 +211,7 @@ impl Call for Deliver<'_> {
             .arg(self.ids);
     }
 
-    /// `{-1 | 1, now, now_us, node, entry...}`, entries `{1, id, version, attempt, due,
+    /// `{-1 (fenced) | -2 (paused) | 1, now, now_us, node, entry...}`, entries `{1, id, version, attempt, due,
     /// payload, recurrence, deadline}`, `{2, id, ms, version}`, `{0, id}`.
     fn decode(&self, reply: Value) -> Result<DeliverReply, Error> {
         let mut f = Fields::new("DELIVER", reply)?;
@@ -218,6 +220,7 @@ impl Call for Deliver<'_> {
             now_ms: f.u64()?,
             now_us: f.int()?,
             node: f.string()?,
+            paused: status == -2,
             claims: None,
         };
         if status < 0 {

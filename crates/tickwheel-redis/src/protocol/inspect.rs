@@ -1,71 +1,14 @@
-//! The inspection scripts (`lua/inspect_*.lua`): read-only, each call's work bounded by its
-//! own arguments, for [`crate::Inspector`].
-//!
-//! Each script is compiled here (not with the worker's, in `protocol::scripts`) as
-//! `#!lua flags=no-writes`, then the bucket width, `prelude.lua`, `inspect_prelude.lua` and
-//! its own body: Redis refuses any write from it, and runs it on a replica too.
+//! The inspection scripts (`lua/inspect_*.lua`): read-only (compiled as such, see
+//! [`scripts`](super::scripts)), each call's work bounded by its own arguments, for
+//! [`crate::Inspector`].
 
-use std::sync::OnceLock;
-
-use redis::{Cmd, ConnectionLike, Script, Value};
+use redis::{Cmd, Script, Value};
 
 use super::ShardKeys;
 use super::{now_arg, shard_keys, Call, Fields};
 use crate::error::Error;
-use crate::protocol::scripts::BUCKET_MS;
-
-const PRELUDE: &str = include_str!("lua/prelude.lua");
-const INSPECT_PRELUDE: &str = include_str!("lua/inspect_prelude.lua");
-
-/// The compiled inspection scripts.
-pub(crate) struct InspectScripts {
-    meta: Script,
-    shard: Script,
-    pending: Script,
-    in_flight: Script,
-    task: Script,
-    buckets: Script,
-    workers: Script,
-}
-
-impl InspectScripts {
-    /// Loads every inspection script into Redis's script cache (pipelines send `EVALSHA`).
-    pub(crate) fn load_all(&self, con: &mut dyn ConnectionLike) -> redis::RedisResult<()> {
-        for s in [
-            &self.meta,
-            &self.shard,
-            &self.pending,
-            &self.in_flight,
-            &self.task,
-            &self.buckets,
-            &self.workers,
-        ] {
-            s.prepare_invoke().load(con)?;
-        }
-        Ok(())
-    }
-}
-
-/// The process-wide inspection scripts.
-pub(crate) fn inspect_scripts() -> &'static InspectScripts {
-    static SCRIPTS: OnceLock<InspectScripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| {
-        let s = |body: &str| {
-            Script::new(&format!(
-                "#!lua flags=no-writes\nlocal BUCKET_MS = {BUCKET_MS}\n{PRELUDE}{INSPECT_PRELUDE}{body}"
-            ))
-        };
-        InspectScripts {
-            meta: s(include_str!("lua/inspect_meta.lua")),
-            shard: s(include_str!("lua/inspect_shard.lua")),
-            pending: s(include_str!("lua/inspect_pending.lua")),
-            in_flight: s(include_str!("lua/inspect_in_flight.lua")),
-            task: s(include_str!("lua/inspect_task.lua")),
-            buckets: s(include_str!("lua/inspect_buckets.lua")),
-            workers: s(include_str!("lua/inspect_workers.lua")),
-        }
-    })
-}
+use crate::failure::{ErrorLog, FailReason};
+use crate::protocol::scripts::scripts;
 
 /// A reply value that may be `-1` for "none".
 fn opt(n: i64) -> Option<u64> {
@@ -93,7 +36,7 @@ impl Call for InspectMeta<'_> {
     type Reply = MetaReply;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().meta
+        &scripts().inspect_meta
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -142,13 +85,18 @@ pub(crate) struct ShardReply {
     pub next_run_at_ms: Option<u64>,
     /// Whether [`ShardReply::next_run_at_ms`] is the minimum of the whole first bucket.
     pub exact: bool,
+    /// Tasks in the failed set.
+    pub failed: u64,
+    pub paused: bool,
+    /// Failed tasks the retention bound removed, ever.
+    pub trimmed: u64,
 }
 
 impl Call for InspectShard<'_> {
     type Reply = ShardReply;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().shard
+        &scripts().inspect_shard
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -172,6 +120,9 @@ impl Call for InspectShard<'_> {
             first_bucket: opt(f.int()?),
             next_run_at_ms: opt(f.int()?),
             exact: f.int()? == 1,
+            failed: f.u64()?,
+            paused: f.int()? == 1,
+            trimmed: f.u64()?,
         })
     }
 }
@@ -241,7 +192,7 @@ impl Call for InspectPending<'_> {
     type Reply = PendingPage;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().pending
+        &scripts().inspect_pending
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -304,7 +255,7 @@ impl Call for InspectInFlight<'_> {
     type Reply = InFlightPage;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().in_flight
+        &scripts().inspect_in_flight
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -342,13 +293,17 @@ pub(crate) struct TaskReply {
     pub row: TaskRow,
     /// The payload's first bytes.
     pub preview: Vec<u8>,
+    /// Its failed attempts (empty when none).
+    pub log: ErrorLog,
+    /// A failed task: when it failed and why (then `row.visible_at_ms` is `None`).
+    pub failed: Option<(u64, FailReason)>,
 }
 
 impl Call for InspectTask<'_> {
     type Reply = Option<TaskReply>;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().task
+        &scripts().inspect_task
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -356,15 +311,15 @@ impl Call for InspectTask<'_> {
         cmd.arg(self.id).arg(self.preview);
     }
 
-    /// `{0}`, or `{state, version, attempt, due, visible at or -1, recurrence, payload
-    /// length, preview}`.
+    /// `{0}`, or `{state, version, attempt, due, visible at or failed at or -1,
+    /// recurrence, payload length, preview, error log, reason or ''}`.
     fn decode(&self, reply: Value) -> Result<Option<TaskReply>, Error> {
         let mut f = Fields::new("INSPECT_TASK", reply)?;
         let state = f.int()?;
         if state == 0 {
             return Ok(None);
         }
-        if state != 1 && state != 2 {
+        if !(1..=3).contains(&state) {
             return Err(Error::Protocol(format!("INSPECT_TASK: state {state}")));
         }
         let version = f.u64()?;
@@ -380,9 +335,19 @@ impl Call for InspectTask<'_> {
             payload_len: f.u64()?,
             visible_at_ms: if state == 2 { visible } else { None },
         };
+        let preview = f.bytes()?;
+        let log = ErrorLog::decode(&f.bytes()?)?;
+        let reason = f.string()?;
+        let failed = match (state, visible) {
+            (3, Some(at)) => Some((at, FailReason::parse(&reason)?)),
+            (3, None) => return Err(Error::Protocol("INSPECT_TASK: failed, but when?".into())),
+            _ => None,
+        };
         Ok(Some(TaskReply {
             row,
-            preview: f.bytes()?,
+            preview,
+            log,
+            failed,
         }))
     }
 }
@@ -410,7 +375,7 @@ impl Call for InspectBuckets<'_> {
     type Reply = BucketsPage;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().buckets
+        &scripts().inspect_buckets
     }
 
     fn encode(&self, cmd: &mut Cmd) {
@@ -458,7 +423,7 @@ impl Call for InspectWorkers<'_> {
     type Reply = WorkersReply;
 
     fn script(&self) -> &'static Script {
-        &inspect_scripts().workers
+        &scripts().inspect_workers
     }
 
     fn encode(&self, cmd: &mut Cmd) {

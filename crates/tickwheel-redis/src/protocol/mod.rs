@@ -39,6 +39,7 @@
 //! ```
 
 mod delivery;
+mod failure;
 mod inspect;
 mod producer;
 pub(crate) mod scripts;
@@ -46,6 +47,7 @@ mod shard;
 
 pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
 pub(crate) use delivery::{Resume, Retry, RetryReply};
+pub(crate) use failure::*;
 pub(crate) use inspect::*;
 pub use producer::Scheduled;
 pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleTask, State, When};
@@ -58,9 +60,28 @@ use crate::config::{Config, TimeSource};
 use crate::connection::{self, query_pipe, Con, Endpoint};
 use crate::error::Error;
 
-/// The keys of one shard, in script order.
+/// The keys of one shard, in script order (see `prelude.lua`): the one place they are named.
 #[derive(Clone, Debug)]
-pub(crate) struct ShardKeys(pub [String; 4]);
+pub(crate) struct ShardKeys(pub [String; 7]);
+
+impl ShardKeys {
+    /// The keys of shard `shard` of namespace `ns`: all under the hash tag `{ns:shard}`, so a
+    /// Cluster keeps them on one node.
+    pub(crate) fn new(ns: &str, shard: u32) -> ShardKeys {
+        let tag = format!("tw:{{{ns}:{shard}}}");
+        ShardKeys(
+            [
+                "due", "tasks", "inflight", "state", "errors", "failed", "dead",
+            ]
+            .map(|k| format!("{tag}:{k}")),
+        )
+    }
+
+    /// The task hash (id -> value).
+    pub(crate) fn tasks(&self) -> &str {
+        &self.0[1]
+    }
+}
 
 /// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
 /// Cluster).
@@ -176,9 +197,9 @@ fn now_arg(cmd: &mut Cmd, now: Option<u64>) {
     };
 }
 
-/// Encodes a shard's keys (`numkeys` then the four keys in script order).
+/// Encodes a shard's keys (`numkeys` then the keys in script order).
 fn shard_keys(cmd: &mut Cmd, keys: &ShardKeys) {
-    cmd.arg(4).arg(keys.0.as_slice());
+    cmd.arg(keys.0.len()).arg(keys.0.as_slice());
 }
 
 /// Encodes a flag: `1`|`0`.

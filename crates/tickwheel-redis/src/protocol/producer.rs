@@ -5,6 +5,7 @@ use redis::{Cmd, Script, Value};
 use super::ShardKeys;
 use super::{flags, now_arg, shard_keys, Call, Fields};
 use crate::error::Error;
+use crate::failure::FailReason;
 use crate::protocol::scripts::scripts;
 use crate::task::{RunAt, TaskState};
 
@@ -68,15 +69,18 @@ pub(crate) struct ScheduleTask<'a> {
     pub payload: &'a [u8],
     /// The encoded recurrence, empty for a one-shot task.
     pub recurrence: String,
+    /// The encoded retry policy, empty for the namespace's.
+    pub policy: String,
 }
 
 impl ScheduleTask<'_> {
-    /// The stored value's tail `<recurrence length>:<recurrence><payload>` (see `parse` in
-    /// `prelude.lua`): the script only prepends the version, attempt and due.
+    /// The stored value's tail `<recurrence length>:<policy length>:<recurrence><policy>
+    /// <payload>` (see `parse` in `prelude.lua`): the script only prepends the version,
+    /// attempt and due.
     fn tail(&self) -> Vec<u8> {
-        let rec = &self.recurrence;
-        let mut tail = Vec::with_capacity(rec.len() + self.payload.len() + 8);
-        tail.extend_from_slice(format!("{}:{rec}", rec.len()).as_bytes());
+        let (rec, pol) = (&self.recurrence, &self.policy);
+        let mut tail = Vec::with_capacity(rec.len() + pol.len() + self.payload.len() + 16);
+        tail.extend_from_slice(format!("{}:{}:{rec}{pol}", rec.len(), pol.len()).as_bytes());
         tail.extend_from_slice(self.payload);
         tail
     }
@@ -213,7 +217,7 @@ impl Call for State<'_> {
     }
 
     /// `{0}` unknown, `{1, run_at, attempts, version}` pending, `{2, due, attempt, version,
-    /// visible_at}` in flight.
+    /// visible_at}` in flight, `{3, failed at, attempts, version, reason}` failed.
     fn decode(&self, reply: Value) -> Result<TaskState, Error> {
         let mut f = Fields::new("STATE", reply)?;
         Ok(match f.int()? {
@@ -228,6 +232,12 @@ impl Call for State<'_> {
                 attempt: f.u64()? as u32,
                 version: f.u64()?,
                 visible_at_ms: f.u64()?,
+            },
+            3 => TaskState::Failed {
+                failed_at_ms: f.u64()?,
+                attempts: f.u64()? as u32,
+                version: f.u64()?,
+                reason: FailReason::parse(&f.string()?)?,
             },
             s => return Err(Error::Protocol(format!("STATE: status {s}"))),
         })

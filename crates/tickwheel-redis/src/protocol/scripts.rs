@@ -1,7 +1,11 @@
-//! The Lua scripts, one file each under `protocol/lua/` (each file's header says its KEYS,
-//! ARGV and reply; `prelude.lua` describes the keys of a shard and the functions every script
-//! shares), compiled once per process. Their arguments are encoded and their replies decoded
-//! in [`crate::protocol`] only.
+//! The Lua scripts: one registry. Each script lives in its own file under `protocol/lua/`
+//! (its header says its KEYS, ARGV and reply; `prelude.lua` describes the keys of a shard and
+//! the functions every script shares), is named once in [`registry!`] below, and is compiled
+//! once per process. Their arguments are encoded and their replies decoded in
+//! [`crate::protocol`] only.
+//!
+//! Adding a script: its file, one line in the registry, and its typed call (a struct that
+//! implements [`super::Call`]) beside its neighbours.
 
 use redis::Script;
 use std::sync::OnceLock;
@@ -9,83 +13,91 @@ use std::sync::OnceLock;
 /// The width of a time bucket, ms (part of the schema).
 pub(crate) const BUCKET_MS: u64 = 1000;
 
+/// How many failures a task's error log keeps (the latest; part of the schema). Its count
+/// of failures goes on past it.
+pub(crate) const ERRORS_KEPT: usize = 10;
+
 const PRELUDE: &str = include_str!("lua/prelude.lua");
-const SCHEDULE: &str = include_str!("lua/schedule.lua");
-const CANCEL: &str = include_str!("lua/cancel.lua");
-const RESCHEDULE: &str = include_str!("lua/reschedule.lua");
-const STATE: &str = include_str!("lua/state.lua");
-const ACQUIRE: &str = include_str!("lua/acquire.lua");
-const RELEASE: &str = include_str!("lua/release.lua");
-const LOAD: &str = include_str!("lua/load.lua");
-const DELIVER: &str = include_str!("lua/deliver.lua");
-const ACK: &str = include_str!("lua/ack.lua");
-const RETRY: &str = include_str!("lua/retry.lua");
-const HEARTBEAT: &str = include_str!("lua/heartbeat.lua");
-const INIT: &str = include_str!("lua/init.lua");
+const INSPECT_PRELUDE: &str = include_str!("lua/inspect_prelude.lua");
 
 /// No keys, no prelude: sent by `EVAL` to each primary of a Cluster in turn, for the workers'
 /// clock estimates (see `probe.lua`).
 pub(crate) const PROBE: &str = include_str!("lua/probe.lua");
 
-/// The compiled scripts (each a SHA1 and its source; loaded into Redis on first use).
-pub(crate) struct Scripts {
-    pub schedule: Script,
-    pub cancel: Script,
-    pub reschedule: Script,
-    pub state: Script,
-    pub acquire: Script,
-    pub release: Script,
-    pub load: Script,
-    pub deliver: Script,
-    pub ack: Script,
-    pub retry: Script,
-    pub heartbeat: Script,
-    pub init: Script,
+/// What a script may do.
+enum Kind {
+    /// Reads and writes: the constants, then `prelude.lua`, then the body.
+    Write,
+    /// Reads only (the inspectors): compiled as `#!lua flags=no-writes`, so Redis refuses
+    /// any write from it, never waits for an fsync on its account and runs it on a replica
+    /// too; `inspect_prelude.lua` follows `prelude.lua`.
+    Read,
 }
 
-impl Scripts {
-    /// Loads every script into Redis's script cache (after connecting: pipelines send
-    /// `EVALSHA` and cannot load a missing script in the middle).
-    pub fn load_all(&self, con: &mut dyn redis::ConnectionLike) -> redis::RedisResult<()> {
-        for s in [
-            &self.schedule,
-            &self.cancel,
-            &self.reschedule,
-            &self.state,
-            &self.acquire,
-            &self.release,
-            &self.load,
-            &self.deliver,
-            &self.ack,
-            &self.retry,
-            &self.heartbeat,
-            &self.init,
-        ] {
-            s.prepare_invoke().load(con)?;
+fn compile(kind: Kind, body: &str) -> Script {
+    let constants = format!("local BUCKET_MS = {BUCKET_MS}\nlocal ERRORS_KEPT = {ERRORS_KEPT}\n");
+    Script::new(&match kind {
+        Kind::Write => format!("{constants}{PRELUDE}{body}"),
+        Kind::Read => format!("#!lua flags=no-writes\n{constants}{PRELUDE}{INSPECT_PRELUDE}{body}"),
+    })
+}
+
+/// The registry: `name: Kind "file under lua/"`, one line a script.
+macro_rules! registry {
+    ($($name:ident: $kind:ident $file:literal,)*) => {
+        /// The compiled scripts (each a SHA1 and its source; loaded into Redis on connect).
+        pub(crate) struct Scripts {
+            $(pub(crate) $name: Script,)*
         }
-        Ok(())
-    }
+
+        impl Scripts {
+            fn compile() -> Scripts {
+                Scripts {
+                    $($name: compile(Kind::$kind, include_str!(concat!("lua/", $file))),)*
+                }
+            }
+
+            /// Loads every script into Redis's script cache (after connecting: pipelines
+            /// send `EVALSHA` and cannot load a missing script in the middle).
+            pub(crate) fn load_all(
+                &self,
+                con: &mut dyn redis::ConnectionLike,
+            ) -> redis::RedisResult<()> {
+                $(self.$name.prepare_invoke().load(con)?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+registry! {
+    schedule: Write "schedule.lua",
+    cancel: Write "cancel.lua",
+    reschedule: Write "reschedule.lua",
+    state: Write "state.lua",
+    acquire: Write "acquire.lua",
+    release: Write "release.lua",
+    load: Write "load.lua",
+    deliver: Write "deliver.lua",
+    ack: Write "ack.lua",
+    retry: Write "retry.lua",
+    fail: Write "fail.lua",
+    failed_act: Write "failed_act.lua",
+    pause: Write "pause.lua",
+    heartbeat: Write "heartbeat.lua",
+    init: Write "init.lua",
+    inspect_meta: Read "inspect_meta.lua",
+    inspect_shard: Read "inspect_shard.lua",
+    inspect_pending: Read "inspect_pending.lua",
+    inspect_in_flight: Read "inspect_in_flight.lua",
+    inspect_task: Read "inspect_task.lua",
+    inspect_failed: Read "inspect_failed.lua",
+    inspect_buckets: Read "inspect_buckets.lua",
+    inspect_workers: Read "inspect_workers.lua",
 }
 
 /// The process-wide scripts.
 pub(crate) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| {
-        let s =
-            |body: &str| Script::new(&format!("local BUCKET_MS = {BUCKET_MS}\n{PRELUDE}{body}"));
-        Scripts {
-            schedule: s(SCHEDULE),
-            cancel: s(CANCEL),
-            reschedule: s(RESCHEDULE),
-            state: s(STATE),
-            acquire: s(ACQUIRE),
-            release: s(RELEASE),
-            load: s(LOAD),
-            deliver: s(DELIVER),
-            ack: s(ACK),
-            retry: s(RETRY),
-            heartbeat: s(HEARTBEAT),
-            init: s(INIT),
-        }
-    })
+    SCRIPTS.get_or_init(Scripts::compile)
 }

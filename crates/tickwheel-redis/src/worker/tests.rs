@@ -376,12 +376,13 @@ fn a_claim_whose_reply_was_lost_is_delivered_at_its_run_at() {
     assert_eq!(tick(&mut w, &mut got).unwrap(), 0);
     time.set_ms(t0 + 500);
     assert_eq!(tick(&mut w, &mut got).unwrap(), 1);
-    assert_eq!(got, vec![("lost".to_string(), 3, t0 + 500)]);
+    // Attempt 1: the claims sent again after lost replies were the same claim, never
+    // handed to a handler (an attempt counts handler calls), so no redelivery either.
+    assert_eq!(got, vec![("lost".to_string(), 1, t0 + 500)]);
     let by = w.stats().redelivered_by;
     assert_eq!(
         (by.lost_claim_reply, by.visibility_timeout, by.requeued),
-        (1, 0, 0),
-        "attempt 3, the claims before it lost: one redelivery, of that cause"
+        (0, 0, 0)
     );
     assert!(lost_again, "the second step sent the claim again");
     assert_eq!(

@@ -5,7 +5,8 @@
 -- Acknowledges each delivery that is still the current one (same epoch, version and
 -- attempt): a one-shot task, or a recurring one with next 0 (its series ended), is removed;
 -- a recurring task with a next run is re-armed in the same step, at that run with a new
--- version and attempt 0 (published when at or before the horizon). A crash can therefore
+-- version and attempt 0 (published when at or before the horizon). Either way the task's
+-- error log goes: a re-armed run starts with no failures. A crash can therefore
 -- fall only before the acknowledgement (the run is delivered again) or after the re-arm.
 -- Returns {-1} when fenced, else {1, acked...} with 1 where the delivery was acknowledged.
 if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
@@ -17,19 +18,20 @@ for i = 4, #ARGV, 4 do
   local ok = 0
   local h = redis.call('HGET', KEYS[2], id)
   if h then
-    local v, a, _, payload, rec = parse(h)
+    local v, a, _, payload, rec, pol = parse(h)
     if v == tonumber(ARGV[i + 1]) and a == tonumber(ARGV[i + 2])
         and redis.call('ZREM', KEYS[3], id) == 1 then
       local nxt = tonumber(ARGV[i + 3])
       if rec ~= '' and nxt > 0 then
         local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec) .. payload)
+        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec, pol) .. payload)
         push(bucket(nxt), {id}, 1)
         horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
         if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end
       else
         redis.call('HDEL', KEYS[2], id)
       end
+      redis.call('HDEL', KEYS[5], id)
       ok = 1
     end
   end

@@ -10,8 +10,8 @@
 -- A task's value without copying its payload: version, attempt, due, recurrence, payload
 -- length, payload offset (see `colons` and `parse` in prelude.lua).
 local function meta(h)
-  local a, b, c, d, n = colons(h)
+  local a, b, c, d, e, n, m = colons(h)
   return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
-         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1, d + n),
-         #h - d - n, d + n + 1
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, e + 1, e + n),
+         #h - e - n - m, e + n + m + 1
 end

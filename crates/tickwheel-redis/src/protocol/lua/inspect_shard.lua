@@ -3,14 +3,15 @@
 --
 -- ARGV: now, scan (most entries of the first bucket's list read for the next run-at).
 -- Returns {now, owner or '', epoch, lease expiry ms, horizon, tasks, in flight, in flight
--- past their visibility deadline, buckets, first bucket or -1, next run-at or -1, exact}:
+-- past their visibility deadline, buckets, first bucket or -1, next run-at or -1, exact,
+-- failed, paused (1|0), trimmed (failed tasks removed by the retention bound, ever)}:
 -- tasks counts pending and in-flight tasks (pending = tasks - in flight); the next run-at
 -- is the earliest among the first `scan` entries of the earliest bucket, exact (1) when
 -- that was the whole bucket, else (0) only known to lie in that bucket's second.
 -- Work: a handful of O(1) and O(log n) reads, and at most `scan` list entries.
 local now = clock(ARGV[1])
 local scan = tonumber(ARGV[2])
-local st = redis.call('HMGET', KEYS[4], 'owner', 'epoch', 'expires', 'horizon')
+local st = redis.call('HMGET', KEYS[4], 'owner', 'epoch', 'expires', 'horizon', 'paused', 'trimmed')
 local tasks = redis.call('HLEN', KEYS[2])
 local infl = redis.call('ZCARD', KEYS[3])
 local expired = redis.call('ZCOUNT', KEYS[3], '-inf', now)
@@ -32,4 +33,5 @@ if #b > 0 then
   if redis.call('LLEN', list) > scan + 1 then exact = 0 end
 end
 return {now, st[1] or '', tonumber(st[2] or '0'), tonumber(st[3] or '0'),
-        tonumber(st[4] or '0'), tasks, infl, expired, nb, first, next_at, exact}
+        tonumber(st[4] or '0'), tasks, infl, expired, nb, first, next_at, exact,
+        redis.call('ZCARD', KEYS[6]), st[5] == '1' and 1 or 0, tonumber(st[6] or '0')}

@@ -4,13 +4,20 @@
 -- Every change that touches more than one key runs as one script, so it is atomic, and every
 -- shard script touches the keys of one shard only (one hash slot in a Redis Cluster).
 --
--- Shard keys, in the order every shard script takes them:
+-- Shard keys, in the order every shard script takes them (named in one place, `ShardKeys`
+-- in src/protocol/keys.rs):
 -- KEYS[1] the bucket index (sorted set of bucket numbers, each scored by itself), whose
--- name followed by `:<bucket>` names a bucket list; KEYS[2] the task hash (id ->
--- `version:attempt:due:recurrence length:recurrence payload`, see `parse`); KEYS[3] the
--- in-flight set (sorted set id -> visibility deadline ms); KEYS[4] the shard state hash
--- (`owner`, `epoch`, `expires`, `horizon`, `seq`, `gen`, and `b:<bucket>` -> pending tasks
--- in that bucket).
+-- name followed by `:<bucket>` names a bucket list; KEYS[2] the task hash (id -> the task's
+-- value, see `parse`); KEYS[3] the in-flight set (sorted set id -> visibility deadline ms);
+-- KEYS[4] the shard state hash (`owner`, `epoch`, `expires`, `horizon`, `seq`, `gen`,
+-- `paused` (`1` while the shard is paused: nothing is claimed), `trimmed` (failed tasks
+-- removed by the retention bound), and `b:<bucket>` -> pending tasks in that bucket);
+-- KEYS[5] the error logs of live tasks (id -> log, see `log_add`), for tasks with failed
+-- attempts; KEYS[6] the failed set (sorted set id -> failed at ms); KEYS[7] the failed
+-- tasks' records (id -> record, see `fail.lua`).
+--
+-- A failed task has left the task hash: to every other script it is unknown, and a new task
+-- may take its id. Only the failed-set scripts (FAIL, FAILED_ACT, the inspectors) read it.
 --
 -- A task is in flight when the in-flight set holds its id, pending otherwise; a pending
 -- task's `due` is its run-at. Pending tasks are indexed by time in buckets of BUCKET_MS:
@@ -40,24 +47,52 @@ local function node_id(flag)
   if flag == '1' then return redis.call('CLUSTER', 'MYID') end
   return ''
 end
--- A task's value: `version:attempt:due:recurrence length:` then the recurrence (empty for
--- a one-shot task) then the payload. `colons` gives the positions of the four colons and
--- the recurrence's length; `parse` gives version, attempt, due, payload, recurrence.
+-- A task's value: `version:attempt:due:recurrence length:policy length:` then the
+-- recurrence (empty for a one-shot task), the retry policy (empty: the namespace's, see
+-- `policy`) and the payload. `colons` gives the positions of the five colons and the two
+-- lengths; `parse` gives version, attempt, due, payload, recurrence, policy.
 local function colons(h)
   local a = string.find(h, ':', 1, true)
   local b = string.find(h, ':', a + 1, true)
   local c = string.find(h, ':', b + 1, true)
   local d = string.find(h, ':', c + 1, true)
-  return a, b, c, d, tonumber(string.sub(h, c + 1, d - 1))
+  local e = string.find(h, ':', d + 1, true)
+  return a, b, c, d, e, tonumber(string.sub(h, c + 1, d - 1)), tonumber(string.sub(h, d + 1, e - 1))
 end
 local function parse(h)
-  local a, b, c, d, n = colons(h)
+  local a, b, c, d, e, n, m = colons(h)
   return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
-         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, d + 1 + n),
-         string.sub(h, d + 1, d + n)
+         tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, e + 1 + n + m),
+         string.sub(h, e + 1, e + n), string.sub(h, e + 1 + n, e + n + m)
 end
-local function header(v, a, d, rec)
-  return string.format('%d:%d:%d:%d:', v, a, d, #rec) .. rec
+local function header(v, a, d, rec, pol)
+  return string.format('%d:%d:%d:%d:%d:', v, a, d, #rec, #pol) .. rec .. pol
+end
+-- An error log (KEYS[5], and inside a failed task's record): `failures:first failure ms:`
+-- then the last ERRORS_KEPT failures, oldest first, each `attempt:at ms:length:` and its
+-- error text. `log_read` gives failures, first failure ms and the entries (strings);
+-- `log_add` a log with one more failure, and the new failure count.
+local function log_read(log)
+  local a = string.find(log, ':', 1, true)
+  local b = string.find(log, ':', a + 1, true)
+  local entries, p = {}, b + 1
+  while p <= #log do
+    local x = string.find(log, ':', p, true)
+    local y = string.find(log, ':', x + 1, true)
+    local z = string.find(log, ':', y + 1, true)
+    local len = tonumber(string.sub(log, y + 1, z - 1))
+    entries[#entries + 1] = string.sub(log, p, z + len)
+    p = z + len + 1
+  end
+  return tonumber(string.sub(log, 1, a - 1)), tonumber(string.sub(log, a + 1, b - 1)), entries
+end
+local function log_add(log, attempt, now, text)
+  local failures, first, entries = 0, now, {}
+  if log then failures, first, entries = log_read(log) end
+  entries[#entries + 1] = string.format('%d:%d:%d:', attempt, now, #text) .. text
+  local from = math.max(1, #entries - ERRORS_KEPT + 1)
+  return string.format('%d:%d:', failures + 1, first) .. table.concat(entries, '', from),
+         failures + 1
 end
 -- A notification names a shard and one or more tasks: `shard:` then, per task,
 -- `version:run_at:id length:id`. One PUBLISH per script call, however many tasks it stored.
@@ -102,4 +137,16 @@ local function unpush(run_at)
 end
 local function in_flight(id)
   return redis.call('ZSCORE', KEYS[3], id)
+end
+-- A failed task's record (KEYS[7]): `reason:log length:` then its error log (see
+-- `log_add`) and its value as it was when it failed (see `parse`). `record_read` gives the
+-- reason, the log and the value.
+local function record(reason, log, value)
+  return reason .. ':' .. #log .. ':' .. log .. value
+end
+local function record_read(r)
+  local a = string.find(r, ':', 1, true)
+  local b = string.find(r, ':', a + 1, true)
+  local n = tonumber(string.sub(r, a + 1, b - 1))
+  return string.sub(r, 1, a - 1), string.sub(r, b + 1, b + n), string.sub(r, b + n + 1)
 end

@@ -3,7 +3,7 @@
 --
 -- ARGV: now, channel, shard, then per task: id, run-at (`<ms>` an instant, `-<ms>` a delay
 -- from now). Moves each task that is pending to its new run-at with a new version, keeping
--- its payload and attempt count, in order (an id given twice moves twice). One notification
+-- its payload, attempt count and error log, in order (an id given twice moves twice). One notification
 -- names every moved task at or before the horizon (see `notify`).
 -- Returns, per task in order, 1 when the pending task moved, 0 otherwise.
 local out, note = {}, {}
@@ -13,7 +13,7 @@ for i = 4, #ARGV, 2 do
   local r = 0
   local h = redis.call('HGET', KEYS[2], id)
   if h and not in_flight(id) then
-    local _, a, d, payload, rec = parse(h)
+    local _, a, d, payload, rec, pol = parse(h)
     local run_at = tonumber(when)
     if string.byte(when, 1) == 45 then -- '-': a delay
       now = now or clock(ARGV[1])
@@ -21,7 +21,7 @@ for i = 4, #ARGV, 2 do
     end
     local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
     unpush(d)
-    redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
+    redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec, pol) .. payload)
     push(bucket(run_at), {id}, 1)
     horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
     if run_at <= horizon then note[#note + 1] = entry(v, run_at, id) end

@@ -10,7 +10,7 @@ if not epoch_is(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[3]
 local h = redis.call('HGET', KEYS[2], id)
 if not h then return {0} end
-local v, a, d, payload, rec = parse(h)
+local v, a, d, payload, rec, pol = parse(h)
 if v ~= tonumber(ARGV[4]) or a ~= tonumber(ARGV[5]) or redis.call('ZREM', KEYS[3], id) == 0 then
   return {0}
 end
@@ -19,6 +19,6 @@ if ARGV[7] == '1' then
   run_at = d
   a = a - 1
 end
-redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec) .. payload)
+redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec, pol) .. payload)
 push(bucket(run_at), {id}, 1)
 return {1, run_at}

@@ -2,8 +2,9 @@
 -- KEYS: the shard's keys (see prelude.lua).
 --
 -- ARGV: now, channel, shard, then per task: id, run-at (`<ms>` an instant, `-<ms>` a delay
--- from now), and the value's tail `<recurrence length>:<recurrence><payload>` (see `parse`;
--- the recurrence is empty for a one-shot task).
+-- from now), and the value's tail `<recurrence length>:<policy length>:<recurrence><policy>
+-- <payload>` (see `parse`; the recurrence is empty for a one-shot task, the policy for a task
+-- that follows the namespace's).
 -- Returns {first version, now (or -1 when no delay needed the clock), {replaced...}}: task
 -- `k` (from 1, in ARGV order) took version `first + k - 1`, its run-at is the instant given
 -- or now + its delay, and `replaced` lists (in no particular order) the `k` of every task
@@ -14,7 +15,8 @@
 -- one `HSET` of all the values, per bucket touched one `RPUSH` of its ids, one `HMGET` and
 -- one `HSET` of those buckets' counts, one `ZADD` of those buckets, and one notification
 -- naming every task at or before the horizon (see `notify`); replacing a stored task adds
--- a `ZREM`, and one `HINCRBY` per bucket it leaves. Variadic commands go in slices of
+-- a `ZREM`, one `HINCRBY` per bucket it leaves, and one `HDEL` of the replaced tasks' error
+-- logs (a new version starts with no failures). Variadic commands go in slices of
 -- `CHUNK` elements (Lua's C stack bounds `unpack`).
 local CHUNK = 2000
 local function call_chunked(cmd, key, args, step)
@@ -77,7 +79,7 @@ if dup then
   first = {}
   for k = n, 1, -1 do first[ids[k]] = k end
 end
-local left = {}
+local left, gone = {}, {}
 local i = 1
 while i <= #uniq do
   local j = math.min(#uniq, i + CHUNK - 1)
@@ -87,6 +89,7 @@ while i <= #uniq do
       local k = i + m - 1
       if dup then k = first[uniq[k]] end
       rep[#rep + 1] = k
+      gone[#gone + 1] = uniq[i + m - 1]
       if redis.call('ZREM', KEYS[3], uniq[i + m - 1]) == 0 then
         local _, _, d = parse(old[m])
         local b = bucket(d)
@@ -104,6 +107,7 @@ for b, c in pairs(left) do
     redis.call('ZREM', KEYS[1], b)
   end
 end
+call_chunked('HDEL', KEYS[5], gone, 1)
 call_chunked('HSET', KEYS[2], h, 2)
 -- The buckets' counts: read together (an empty bucket's list is opened, see `open_list`),
 -- written together.
