@@ -20,6 +20,9 @@ pub(crate) struct Owned {
     pub(crate) valid_until_us: u64,
     /// What of the shard's pending tasks the schedule holds.
     pub(crate) window: ShardWindow,
+    /// Being given up (released, or on shutdown): no more deliveries under its lease, and
+    /// the claims held under it are put back.
+    pub(crate) revoked: bool,
 }
 
 /// The shards this worker holds, their windows, and the pace of the work on them: when the
@@ -81,10 +84,14 @@ impl Shards {
         self.owned.get(&shard).is_some_and(|o| o.epoch == epoch)
     }
 
-    /// The leases held now, as the delivery side checks them.
+    /// The leases held now, as the delivery side checks them: a shard being given up is left
+    /// out, so the claims held under it lapse at once and are put back (RETRY undoing the
+    /// claim) before the release, not left in flight for the next owner to take as a
+    /// redelivery.
     pub(crate) fn leases(&self) -> HashMap<u32, Lease> {
         self.owned
             .iter()
+            .filter(|(_, o)| !o.revoked)
             .map(|(&s, o)| {
                 (
                     s,
@@ -113,10 +120,12 @@ impl Shards {
         }
     }
 
-    /// No more deliveries under `shard`'s lease (it is being given up).
+    /// No more deliveries under `shard`'s lease (it is being given up): see
+    /// [`Shards::leases`].
     pub(crate) fn revoke(&mut self, shard: u32) {
         if let Some(o) = self.owned.get_mut(&shard) {
             o.valid_until_us = 0;
+            o.revoked = true;
         }
     }
 
@@ -294,6 +303,7 @@ impl Worker {
                 epoch,
                 valid_until_us,
                 window: ShardWindow::Unloaded,
+                revoked: false,
             },
         );
         Ok(true)

@@ -400,8 +400,11 @@ impl Worker {
     }
 
     /// Releases every shard and leaves the worker set (best effort: errors are ignored, the
-    /// leases then expire on their own). Claimed tasks not yet delivered stay in flight in
-    /// Redis: the shards' next owners deliver them at once.
+    /// leases then expire on their own). Claimed tasks not yet handed to the handler are put
+    /// back first as they were before the claim (pending at their run-at, the attempt
+    /// undone), so the shards' next owners deliver them as first deliveries; should Redis
+    /// not answer, they stay in flight and are delivered again after the visibility
+    /// timeout.
     pub fn shutdown(&mut self) {
         let held = self.shards.ids();
         for &s in &held {

@@ -32,8 +32,10 @@ pub struct WorkerStats {
     /// again after the visibility timeout, never dropped.
     pub bad_recurrences: u64,
     /// Claimed tasks not handed to the handler because the worker could no longer be sure of
-    /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
-    /// they stay in flight in Redis and the shard's next owner delivers them.
+    /// its lease on their shard when they fell due (it stalled or lost the shard), or gave the
+    /// shard up (rebalancing, shutdown): each is put back as it was before the claim (the
+    /// attempt undone) while the lease's epoch still holds, else it stays in flight and is
+    /// delivered again after the visibility timeout.
     pub lapsed: u64,
     /// Tasks claimed from Redis (each is delivered, or lapses).
     pub claimed: u64,
