@@ -1,5 +1,6 @@
 //! The worker binary as an operator runs it: it waits for a Redis that is not up yet, serves
-//! its metrics on loopback, and refuses a bad `--metrics` address with a message.
+//! its metrics on loopback, refuses a bad `--metrics` address with a message, and on SIGTERM
+//! puts back what it claimed and never delivered.
 
 mod common;
 
@@ -75,4 +76,71 @@ fn a_bad_metrics_address_is_refused_with_a_message() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--metrics \"nonsense\""), "{err}");
+}
+
+/// Runs the worker binary on namespace `ns` of `url`, logging to `log`, with `extra` flags.
+fn worker(url: &str, ns: &str, log: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tickwheel-redis-worker"))
+        .args(["--url", url, "--namespace", ns, "--log"])
+        .arg(log)
+        .args(extra)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Tasks claimed ahead of their run-at (claim ahead 5 s, run-at 4 s away) are in the
+/// delivery thread's hands, never given to the handler, when SIGTERM comes. The worker
+/// puts them back as they were before the claim (pending, attempts 0, at their run-at)
+/// before it releases its shards, so the next worker delivers them as first deliveries
+/// (attempt 1), not as redeliveries. Before the fix they stayed in flight under the
+/// released lease and the next worker delivered them with attempt 2, counted as
+/// `redeliveries{cause="requeued"}`.
+#[test]
+fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
+    use tickwheel_redis::{Config, Producer, RunAt, TaskState};
+    let s = common::server();
+    let cfg = Config::new(s.url(), "term");
+    let mut p = Producer::connect(&cfg).unwrap();
+    let due = std::time::SystemTime::now() + Duration::from_secs(4);
+    let ids: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+    for id in &ids {
+        p.schedule(id, RunAt::At(due), b"x").unwrap();
+    }
+    let first_log = s.dir().join("first.log");
+    let mut first = worker(&s.url(), "term", &first_log, &["--claim-ahead-ms", "5000"]);
+    let claimed = common::eventually(Duration::from_secs(3), || {
+        ids.iter()
+            .all(|id| matches!(p.state(id).unwrap(), TaskState::InFlight { attempt: 1, .. }))
+    });
+    assert!(claimed, "the first worker claimed every task ahead");
+    let kill = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert!(first.wait().unwrap().success(), "a clean exit on SIGTERM");
+    let delivered = std::fs::read_to_string(&first_log).unwrap_or_default();
+    assert_eq!(delivered, "", "nothing was due before SIGTERM");
+    for id in &ids {
+        let state = p.state(id).unwrap();
+        assert!(
+            matches!(state, TaskState::Pending { attempts: 0, .. }),
+            "{id}: put back as it was before the claim, found {state:?}"
+        );
+    }
+    let second_log = s.dir().join("second.log");
+    let mut second = worker(&s.url(), "term", &second_log, &[]);
+    let all = common::eventually(Duration::from_secs(15), || {
+        let log = std::fs::read_to_string(&second_log).unwrap_or_default();
+        log.lines().count() >= ids.len()
+    });
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(all, "the second worker delivered every task");
+    let log = std::fs::read_to_string(&second_log).unwrap();
+    for line in log.lines() {
+        let attempt = line.split(' ').nth(2).unwrap();
+        assert_eq!(attempt, "1", "a first delivery: {line}");
+    }
 }

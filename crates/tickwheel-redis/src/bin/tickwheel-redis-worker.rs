@@ -21,8 +21,9 @@
 //! written as it is.
 //!
 //! SIGTERM or SIGINT stops the worker cleanly: it finishes the delivery in hand, sends its
-//! acknowledgements, releases its shards (so other workers take them at once, not after the
-//! lease) and exits with status 0.
+//! acknowledgements, puts back the tasks it claimed ahead and never delivered (pending again
+//! at their run-at, the attempt undone), releases its shards (so other workers take them at
+//! once, not after the lease) and exits with status 0.
 
 use std::fs::OpenOptions;
 use std::io::Write;

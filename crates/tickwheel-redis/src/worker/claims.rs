@@ -1,7 +1,12 @@
-//! Claims: what the wheel says is due within the claim horizon, claimed in one pipeline.
+//! Claims: what the schedule says is due within the claim horizon, claimed in one pipeline.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+
+use super::delivery::{Delivery, Held};
+use super::{Redelivery, ShardLoss, Worker};
+use crate::namespace::Error;
+use crate::protocol;
+use crate::recurrence::Recurrence;
 
 impl Worker {
     /// Claims everything due within the claim horizon in one pipeline (one script call per
@@ -16,7 +21,7 @@ impl Worker {
         let mut batches: Vec<(u32, u64, bool, Vec<String>)> = Vec::new();
         for (set, force) in [(due, false), (unsure, true)] {
             for (shard, ids) in set {
-                let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) else {
+                let Some(epoch) = self.shards.epoch(shard) else {
                     continue;
                 };
                 for chunk in ids.chunks(self.cfg.batch) {
@@ -31,17 +36,19 @@ impl Worker {
             .iter()
             .map(|b| protocol::command(&self.deliver_call(b)))
             .collect();
-        let acks = std::mem::take(&mut self.pending_acks);
+        let acks = self.outbox.take_acks();
         let (answered, mut replies) = match self.send_with_acks(&acks, delivers) {
             Ok(r) => r,
             Err(e) => {
                 // Without replies these claims may or may not have been applied: sent again,
                 // forced; the acknowledgements they carried are held for the next try.
-                self.unsure = batches
-                    .into_iter()
-                    .flat_map(|(s, e, _, ids)| ids.into_iter().map(move |id| (s, e, id)))
-                    .collect();
-                self.hold_again(acks);
+                self.outbox.set_unsure(
+                    batches
+                        .into_iter()
+                        .flat_map(|(s, e, _, ids)| ids.into_iter().map(move |id| (s, e, id)))
+                        .collect(),
+                );
+                self.outbox.hold_again(acks);
                 return Err(e);
             }
         };
@@ -72,7 +79,7 @@ impl Worker {
             epoch: b.1,
             visibility_ms: self.cfg.visibility_timeout.as_millis() as u64,
             ahead_ms: self.cfg.ahead_ms(),
-            cluster: self.on_cluster(),
+            cluster: self.redis.on_cluster(),
             force: b.2,
             ids: &b.3,
         }
@@ -107,21 +114,17 @@ impl Worker {
         }
     }
 
-    /// What to claim now: the wheel's tasks due by `until` (the claim horizon), and the
+    /// What to claim now: the schedule's tasks due by `until` (the claim horizon), and the
     /// claims whose reply was lost, still under the epoch they were sent with; by shard.
     #[allow(clippy::type_complexity)]
     fn claims_wanted(
         &mut self,
         until: u64,
     ) -> (BTreeMap<u32, Vec<String>>, BTreeMap<u32, Vec<String>>) {
-        let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        while let Some((_, k)) = self.wheel.poll_expired(until) {
-            self.index.remove(&k);
-            due.entry(k.0).or_default().push(k.1);
-        }
+        let due = self.schedule.drain_due(until);
         let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for (shard, epoch, id) in std::mem::take(&mut self.unsure) {
-            if self.owned.get(&shard).is_some_and(|o| o.epoch == epoch) {
+        for (shard, epoch, id) in self.outbox.take_unsure() {
+            if self.shards.holds(shard, epoch) {
                 unsure.entry(shard).or_default().push(id);
             }
         }
@@ -148,9 +151,10 @@ impl Worker {
                     (true, false, _) => Some(Redelivery::Requeued),
                 };
                 // Claimed again if still unacknowledged at its visibility deadline.
-                self.arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
+                self.schedule
+                    .arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
                 let (recurrence, next_run) = self.next_run(&c.recurrence, c.due_ms, server_now);
-                self.deliverer.push(Claimed {
+                self.handoff.local.push(Held {
                     delivery: Delivery {
                         id: c.id,
                         payload: c.payload,
@@ -170,7 +174,7 @@ impl Worker {
             protocol::Claim::NotYet { id, at_ms, version } => {
                 // Not before the next millisecond, should the estimate be ahead.
                 let at = at_ms.max(self.now_ms() + self.cfg.ahead_ms() + 1);
-                self.arm(shard, id, at, version);
+                self.schedule.arm(shard, id, at, version);
             }
             protocol::Claim::Gone { .. } => {}
         }

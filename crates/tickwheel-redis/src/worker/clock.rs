@@ -1,7 +1,15 @@
 //! The server clock as each worker estimates it (per node on a Cluster), never ahead of it.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::Value;
+
+use super::delivery::Local;
+use super::local_us;
+use crate::namespace::{string, Endpoint, TimeSource};
 
 /// One node's clock as estimated: its clock minus the local clock, µs, a lower bound (see
 /// [`Clock::observe`]), and the local µs of the last sample.

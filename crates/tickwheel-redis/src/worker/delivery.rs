@@ -1,7 +1,15 @@
 //! Delivery: claimed tasks wait for their run-at and go to the handler while the lease holds.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+#[cfg(test)]
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::clock::Clock;
+use super::notices::Notice;
+use super::{Redelivery, Worker};
+use crate::recurrence::Recurrence;
 
 /// One delivery of a task to a handler: everything it needs to do the work and to
 /// de-duplicate (a task is delivered at least once).
@@ -53,11 +61,12 @@ pub enum Outcome {
     Leave,
 }
 
-/// A claimed task waiting for its run-at, and what acknowledging it re-arms: `None` for a
+/// A claimed task held for its run-at (not `protocol::Claimed`, which is one entry of a
+/// DELIVER reply), and what acknowledging it re-arms: `None` for a
 /// one-shot task, `Some(None)` when this worker cannot evaluate its recurrence, else
 /// `Some(Some(next run ms, 0 when none))`.
 #[derive(Debug)]
-pub(crate) struct Claimed {
+pub(crate) struct Held {
     pub(crate) delivery: Delivery,
     pub(crate) next: Option<Option<u64>>,
     /// The node whose clock judged the claim (an index of [`Clock::node`]): the one its
@@ -108,7 +117,7 @@ pub(crate) enum Local {
 #[derive(Debug)]
 pub(crate) struct Deliverer {
     /// By node (index of [`Clock::node`]), in run-at order.
-    pub(crate) ready: Vec<BTreeMap<(u64, u64), Claimed>>,
+    pub(crate) ready: Vec<BTreeMap<(u64, u64), Held>>,
     pub(crate) seq: u64,
     pub(crate) leases: HashMap<u32, Lease>,
     pub(crate) clock: Clock,
@@ -124,7 +133,7 @@ impl Deliverer {
         }
     }
 
-    pub(crate) fn push(&mut self, c: Claimed) {
+    pub(crate) fn push(&mut self, c: Held) {
         self.seq += 1;
         let node = c.node as usize;
         if self.ready.len() <= node {
@@ -134,7 +143,7 @@ impl Deliverer {
     }
 
     /// Takes every claimed task out (to hand them to another thread).
-    pub(crate) fn take_all(&mut self) -> Vec<Claimed> {
+    pub(crate) fn take_all(&mut self) -> Vec<Held> {
         self.ready
             .iter_mut()
             .flat_map(|q| std::mem::take(q).into_values())
@@ -230,7 +239,7 @@ impl Deliverer {
     }
 }
 
-pub(crate) fn finish(c: Claimed, outcome: Option<Outcome>) -> Done {
+pub(crate) fn finish(c: Held, outcome: Option<Outcome>) -> Done {
     let d = c.delivery;
     Done {
         shard: d.shard,
@@ -247,7 +256,7 @@ pub(crate) fn finish(c: Claimed, outcome: Option<Outcome>) -> Done {
 
 /// What `run`'s I/O thread tells its delivery thread.
 pub(crate) enum ToDeliverer {
-    Claims(Vec<Claimed>),
+    Claims(Vec<Held>),
     /// The leases held now; the sender, when given, is answered once they are in force (no
     /// handler call under a dropped lease after that).
     Leases(HashMap<u32, Lease>, Option<Sender<()>>),
@@ -298,32 +307,38 @@ pub(crate) fn deliver_loop(
     }
 }
 
+/// Claimed tasks on their way to the handler: held here (`tick`, or claims not yet handed
+/// on), and in `run` the channel to the delivery thread that holds them, with the leases it
+/// was last told.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    pub(crate) local: Deliverer,
+    pub(crate) thread: Option<(Sender<ToDeliverer>, HashMap<u32, Lease>)>,
+}
+
+impl Handoff {
+    pub(crate) fn new(clock: Clock) -> Handoff {
+        Handoff {
+            local: Deliverer::new(clock),
+            thread: None,
+        }
+    }
+}
+
 impl Worker {
     /// In `run`: hands the claimed tasks to the delivery thread and tells it of lease changes.
     /// With `confirm`, waits until the delivery thread has the new leases in force (it
     /// finishes the handler call in hand first), so no delivery under a dropped lease can
     /// follow, then takes in the outcomes it reported.
     pub(crate) fn forward(&mut self, confirm: bool) {
-        let Some((to, told)) = self.link.as_mut() else {
+        let Some((to, told)) = self.handoff.thread.as_mut() else {
             return;
         };
-        let ready = self.deliverer.take_all();
+        let ready = self.handoff.local.take_all();
         if !ready.is_empty() && to.send(ToDeliverer::Claims(ready)).is_err() {
             return;
         }
-        let leases: HashMap<u32, Lease> = self
-            .owned
-            .iter()
-            .map(|(&s, o)| {
-                (
-                    s,
-                    Lease {
-                        epoch: o.epoch,
-                        valid_until_us: o.valid_until_us,
-                    },
-                )
-            })
-            .collect();
+        let leases = self.shards.leases();
         if !confirm && leases == *told {
             return;
         }
@@ -335,19 +350,19 @@ impl Worker {
         }
         // A lapsed lease makes the delivery thread refuse on its own: no need to wait longer.
         let _ = crx.recv_timeout(self.cfg.lease);
-        while let Ok(n) = self.notices.try_recv() {
+        while let Ok(n) = self.link.notices.try_recv() {
             self.handle_notice(n);
         }
     }
 
     /// Applies the current leases to the claims held in this thread (`tick`, or claims not
     /// yet forwarded), and takes in what that drops.
-    pub(crate) fn settle_local(&mut self) {
-        let leases = self.leases();
+    pub(crate) fn apply_leases_locally(&mut self) {
+        let leases = self.shards.leases();
         let mut done = Vec::new();
-        self.deliverer.set_leases(leases, &mut |d| done.push(d));
+        self.handoff.local.set_leases(leases, &mut |d| done.push(d));
         for d in done {
-            self.settle(d);
+            self.take_outcome(d);
         }
     }
 }

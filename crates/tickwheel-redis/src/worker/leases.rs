@@ -1,13 +1,97 @@
 //! Leases: the heartbeat, renewals, fair-share rebalancing and giving shards up.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
 
-impl Worker {
-    /// The leases held now, as the delivery side checks them.
+use redis::Value;
+
+use super::delivery::Lease;
+use super::window::ShardWindow;
+use super::{ShardLoss, Worker, WorkerEvent};
+use crate::namespace::{query_pipe, Error};
+use crate::protocol;
+
+/// A shard this worker holds.
+#[derive(Clone, Debug)]
+pub(crate) struct Owned {
+    pub(crate) epoch: u64,
+    /// Local instant (µs, [`Clock::lease_us`](super::clock::Clock::lease_us)) until which the
+    /// lease surely holds.
+    pub(crate) valid_until_us: u64,
+    /// What of the shard's pending tasks the schedule holds.
+    pub(crate) window: ShardWindow,
+    /// Being given up (released, or on shutdown): no more deliveries under its lease, and
+    /// the claims held under it are put back.
+    pub(crate) revoked: bool,
+}
+
+/// The shards this worker holds, their windows, and the pace of the work on them: when the
+/// leases are renewed next, whether a window read stopped at its limit, and when the worker
+/// may take shards again after an outage.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    owned: BTreeMap<u32, Owned>,
+    /// Local instant (µs, [`Clock::lease_us`](super::clock::Clock::lease_us)) before which
+    /// the worker takes no shard it does not hold: after an outage, the shards' owners get a
+    /// lease's time to renew first (see `rebalance`).
+    pub(crate) acquire_after_us: u64,
+    /// Live workers as the last heartbeat counted them (at least 1): the fair share is
+    /// `ceil(shards / live)`.
+    pub(crate) live: u64,
+    /// When maintenance (heartbeat, renewals, rebalancing) is due, namespace-clock ms.
+    pub(crate) next_maintenance_ms: u64,
+    /// A window is partly read: the next step reads on.
+    pub(crate) reading_on: bool,
+}
+
+impl Default for Shards {
+    fn default() -> Shards {
+        Shards {
+            owned: BTreeMap::new(),
+            acquire_after_us: 0,
+            live: 1,
+            next_maintenance_ms: 0,
+            reading_on: false,
+        }
+    }
+}
+
+impl Shards {
+    /// The shards held, in order.
+    pub(crate) fn ids(&self) -> Vec<u32> {
+        self.owned.keys().copied().collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.owned.len()
+    }
+
+    pub(crate) fn get(&self, shard: u32) -> Option<&Owned> {
+        self.owned.get(&shard)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &Owned)> {
+        self.owned.iter().map(|(&s, o)| (s, o))
+    }
+
+    /// The epoch of the lease held on `shard`.
+    pub(crate) fn epoch(&self, shard: u32) -> Option<u64> {
+        self.owned.get(&shard).map(|o| o.epoch)
+    }
+
+    /// Whether `shard` is held under `epoch`.
+    pub(crate) fn holds(&self, shard: u32, epoch: u64) -> bool {
+        self.owned.get(&shard).is_some_and(|o| o.epoch == epoch)
+    }
+
+    /// The leases held now, as the delivery side checks them: a shard being given up is left
+    /// out, so the claims held under it lapse at once and are put back (RETRY undoing the
+    /// claim) before the release, not left in flight for the next owner to take as a
+    /// redelivery.
     pub(crate) fn leases(&self) -> HashMap<u32, Lease> {
         self.owned
             .iter()
+            .filter(|(_, o)| !o.revoked)
             .map(|(&s, o)| {
                 (
                     s,
@@ -20,9 +104,43 @@ impl Worker {
             .collect()
     }
 
-    /// Forgets a shard (lost or released): its tasks leave the wheel.
+    /// Marks every window to be read again, and maintenance due now (notices may have been
+    /// missed, leases may want renewing).
+    pub(crate) fn unload_all(&mut self) {
+        for o in self.owned.values_mut() {
+            o.window = ShardWindow::Unloaded;
+        }
+        self.next_maintenance_ms = 0;
+    }
+
+    /// Records what of `shard`'s tasks the schedule now holds.
+    pub(crate) fn set_window(&mut self, shard: u32, window: ShardWindow) {
+        if let Some(o) = self.owned.get_mut(&shard) {
+            o.window = window;
+        }
+    }
+
+    /// No more deliveries under `shard`'s lease (it is being given up): see
+    /// [`Shards::leases`].
+    pub(crate) fn revoke(&mut self, shard: u32) {
+        if let Some(o) = self.owned.get_mut(&shard) {
+            o.valid_until_us = 0;
+            o.revoked = true;
+        }
+    }
+
+    /// Extends the lease on `shard` (renewed) to `until_us`.
+    fn renewed(&mut self, shard: u32, until_us: u64) {
+        if let Some(o) = self.owned.get_mut(&shard) {
+            o.valid_until_us = until_us;
+        }
+    }
+}
+
+impl Worker {
+    /// Forgets a shard (lost or released): its tasks leave the schedule.
     pub(crate) fn drop_shard(&mut self, shard: u32, cause: ShardLoss) {
-        let Some(o) = self.owned.remove(&shard) else {
+        let Some(o) = self.shards.owned.remove(&shard) else {
             return;
         };
         self.stats.dropped += 1;
@@ -31,40 +149,30 @@ impl Worker {
             epoch: o.epoch,
             cause,
         });
-        let keys: Vec<(u32, String)> = self
-            .index
-            .keys()
-            .filter(|(s, _)| *s == shard)
-            .cloned()
-            .collect();
-        for k in keys {
-            if let Some((key, _)) = self.index.remove(&k) {
-                self.wheel.remove(key);
-            }
-        }
+        self.schedule.drop_shard(shard);
     }
 
     /// Gives a shard up: first no more deliveries under its lease, then its acknowledgements
     /// (under its epoch), then the release in Redis.
     pub(crate) fn release(&mut self, shard: u32) {
-        let Some(o) = self.owned.get_mut(&shard) else {
+        if self.shards.get(shard).is_none() {
             return;
-        };
-        o.valid_until_us = 0;
+        }
+        self.shards.revoke(shard);
         self.forward(true);
-        self.settle_local();
+        self.apply_leases_locally();
         let _ = self.send_outcomes(true);
         self.release_now(shard);
     }
 
     pub(crate) fn release_now(&mut self, shard: u32) {
-        if let Some(epoch) = self.owned.get(&shard).map(|o| o.epoch) {
+        if let Some(epoch) = self.shards.epoch(shard) {
             let call = protocol::Release {
                 keys: &self.ns.shards[shard as usize],
                 worker: &self.id,
                 epoch,
             };
-            if let Ok(con) = open_con(&mut self.con, &self.cfg, &self.client) {
+            if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
                 let _ = protocol::invoke(con, &call);
             }
             self.drop_shard(shard, ShardLoss::Released);
@@ -96,13 +204,13 @@ impl Worker {
     fn renew(&mut self) -> Result<(), Error> {
         let lease_ms = self.cfg.lease.as_millis() as u64;
         let now = protocol::now(&self.cfg);
-        let held: Vec<(u32, u64)> = self.owned.iter().map(|(&s, o)| (s, o.epoch)).collect();
+        let held: Vec<(u32, u64)> = self.shards.iter().map(|(s, o)| (s, o.epoch)).collect();
         let beat = protocol::Heartbeat {
             workers_key: &self.ns.workers_key,
             now,
             worker: &self.id,
             ttl_ms: lease_ms,
-            cluster: self.on_cluster(),
+            cluster: self.redis.on_cluster(),
         };
         let renewals: Vec<protocol::Acquire> = held
             .iter()
@@ -118,7 +226,7 @@ impl Worker {
         protocol::push(&mut pipe, &beat);
         renewals.iter().for_each(|r| protocol::push(&mut pipe, r));
         let sent = self.clock.lease_us();
-        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
         let mut replies = query_pipe::<Vec<Value>>(con, &pipe)?.into_iter();
         let after = self.clock.local_us();
         let beat = protocol::next_reply(&beat, &mut replies)?;
@@ -127,15 +235,15 @@ impl Worker {
             .map(|r| Ok(protocol::next_reply(r, &mut replies)?.epoch.is_some()))
             .collect::<Result<Vec<bool>, Error>>()?;
         drop(renewals);
-        self.live = beat.live.max(1);
+        self.shards.live = beat.live.max(1);
         self.clock.observe(&beat.node, beat.now_us, after);
         let until = sent + self.lease_us_reckoned();
         for ((s, _), renewed) in held.into_iter().zip(renewed) {
             if !renewed {
                 self.stats.fenced += 1;
                 self.drop_shard(s, ShardLoss::NotRenewed);
-            } else if let Some(o) = self.owned.get_mut(&s) {
-                o.valid_until_us = until;
+            } else {
+                self.shards.renewed(s, until);
             }
         }
         Ok(())
@@ -151,19 +259,19 @@ impl Worker {
     /// shard whose owner is gone is taken a lease later.
     fn rebalance(&mut self) -> Result<(), Error> {
         let total = self.ns.shards.len() as u64;
-        let fair = total.div_ceil(self.live) as usize;
-        while self.owned.len() > fair {
-            let s = *self.owned.keys().next_back().expect("non-empty");
+        let fair = total.div_ceil(self.shards.live) as usize;
+        while self.shards.len() > fair {
+            let s = *self.shards.owned.keys().next_back().expect("non-empty");
             self.release(s);
         }
-        if self.owned.len() < fair && self.clock.lease_us() >= self.acquire_after_us {
+        if self.shards.len() < fair && self.clock.lease_us() >= self.shards.acquire_after_us {
             let start = RandomState::new().hash_one(&self.id) % total;
             for i in 0..total {
                 let s = ((start + i) % total) as u32;
-                if self.owned.contains_key(&s) {
+                if self.shards.owned.contains_key(&s) {
                     continue;
                 }
-                if self.acquire(s)? && self.owned.len() >= fair {
+                if self.acquire(s)? && self.shards.len() >= fair {
                     break;
                 }
             }
@@ -182,19 +290,20 @@ impl Worker {
             held_epoch: 0,
         };
         let sent = self.clock.lease_us();
-        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
         let Some(epoch) = protocol::invoke(con, &call)?.epoch else {
             return Ok(false);
         };
         self.stats.acquired += 1;
         self.emit(WorkerEvent::ShardAcquired { shard: s, epoch });
         let valid_until_us = sent + self.lease_us_reckoned();
-        self.owned.insert(
+        self.shards.owned.insert(
             s,
             Owned {
                 epoch,
                 valid_until_us,
-                window: Window::Unloaded,
+                window: ShardWindow::Unloaded,
+                revoked: false,
             },
         );
         Ok(true)

@@ -1,18 +1,13 @@
 //! The worker side: leases, the window in a wheel, claims and acknowledgements.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::Value;
-use tickwheel::{TimerKey, TimerQueue, Wheel};
-
-use crate::namespace::{
-    connect, query_pipe, string, Con, Config, Endpoint, Error, Namespace, TimeSource,
-};
+use crate::namespace::{connect, Con, Config, Endpoint, Error, Namespace, TimeSource};
 use crate::protocol;
 use crate::recurrence::{Recurrence, Rule};
 
@@ -22,21 +17,23 @@ mod delivery;
 mod leases;
 mod notices;
 mod outcomes;
+mod schedule;
 mod status;
 #[cfg(test)]
 mod tests;
 mod window;
 
-use clock::*;
-use delivery::*;
+use clock::{clock_loop, Clock};
+use delivery::{deliver_loop, Handoff};
 pub use delivery::{Delivery, Outcome};
-use notices::*;
-use outcomes::*;
+use leases::Shards;
+use notices::{subscribe_loop, Link, Notice};
+use outcomes::Outbox;
+use schedule::Schedule;
 pub use status::{
     Lateness, Redelivery, RedeliveryCounts, ShardLoss, ShardStatus, WorkerEvent, WorkerSnapshot,
     WorkerStats, WorkerStatus,
 };
-use window::*;
 
 /// Stops a running [`Worker::run`] from any thread.
 #[derive(Clone, Debug)]
@@ -58,67 +55,63 @@ impl StopHandle {
 /// once Redis answers again, a worker is back within this, not seconds later.
 const RECONNECT_MAX: Duration = Duration::from_millis(100);
 
-#[derive(Clone, Debug)]
-struct Owned {
-    epoch: u64,
-    /// Local instant (µs, [`Clock::lease_us`]) until which the lease surely holds.
-    valid_until_us: u64,
-    /// What of the shard's pending tasks the wheel holds.
-    window: Window,
+/// The connection to Redis: the endpoint, and the connection opened on it unless the last
+/// one broke.
+pub(crate) struct Redis {
+    pub(crate) client: Endpoint,
+    pub(crate) con: Option<Con>,
 }
+
+impl Redis {
+    /// The connection, opened again if the last one broke.
+    pub(crate) fn con_or_reconnect(&mut self, cfg: &Config) -> Result<&mut Con, Error> {
+        if self.con.is_none() {
+            self.con = Some(connect(cfg, &self.client)?);
+        }
+        Ok(self.con.as_mut().expect("opened above"))
+    }
+
+    /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
+    pub(crate) fn on_cluster(&self) -> bool {
+        matches!(self.client, Endpoint::Cluster(..))
+    }
+}
+
+/// Stored recurrences seen, evaluable or not (cleared when it grows past 1024).
+type Rules = HashMap<String, Option<(Recurrence, Rule)>>;
 
 /// A worker: holds leases on a fair share of the namespace's shards, keeps their next window
 /// in a wheel and delivers each task at its run-at instant.
+///
+/// Each piece of its state has one owner: [`Shards`] the leases and windows, [`Schedule`]
+/// the wheel of tasks to claim and its index, [`Outbox`] the outcomes not yet answered by
+/// Redis, [`Handoff`] the claimed tasks waiting for their run-at, [`Link`] the helper
+/// threads and their notices.
 pub struct Worker {
     cfg: Config,
-    client: Endpoint,
-    con: Option<Con>,
+    redis: Redis,
     ns: Namespace,
     id: String,
-    owned: BTreeMap<u32, Owned>,
-    wheel: Wheel<(u32, String)>,
-    index: HashMap<(u32, String), (TimerKey, u64)>,
-    notices: Receiver<Notice>,
-    tx: Sender<Notice>,
-    subscribed: bool,
-    stop: Arc<AtomicBool>,
-    sub_stop: Arc<AtomicBool>,
+    /// The leases held, their windows, and when to renew and read next.
+    shards: Shards,
+    /// The tasks to claim, each at its instant.
+    schedule: Schedule,
+    /// Outcomes held until Redis answers for them.
+    outbox: Outbox,
+    /// The notices, and the stop flags of the helper threads and of `run`.
+    link: Link,
     /// The namespace's clock estimate (shared with `run`'s delivery thread).
     clock: Clock,
-    next_maintenance: u64,
-    /// Local instant (µs, [`Clock::lease_us`]) before which the worker takes no shard it
-    /// does not hold: after an outage, the shards' owners get a lease's time to renew first
-    /// (see `rebalance`).
-    acquire_after_us: u64,
-    /// A window is partly read: the next tick reads on.
-    refill_pending: bool,
-    /// Acknowledgements not sent yet: they ride with the next claim, or go once the oldest
-    /// has waited [`ACK_DELAY_MS`] (see `send_outcomes`).
-    pending_acks: Vec<PendingAck>,
-    /// When the held acknowledgements go out at the latest, namespace-clock ms.
-    acks_due_ms: u64,
-    /// Retries the handler asked for (`Some(delay)`), and claims that lapsed undelivered
-    /// (`None`: put back as they were, so they are claimed again at once should the worker
-    /// still hold their shard, instead of after the visibility timeout), not sent yet.
-    pending_retries: Vec<(Done, Option<Duration>)>,
-    /// Claims sent whose reply never came (shard, epoch, id): Redis may have applied them.
-    /// The next claim sends them again with `force`, which takes a task in flight too, so a
-    /// claim that was applied is delivered at its run-at instead of after the visibility
-    /// timeout (see `claim_due`).
-    unsure: Vec<(u32, u64, String)>,
-    /// Tests: the next claim pipeline's replies are dropped as if the connection died.
-    #[cfg(test)]
-    lose_replies: bool,
-    /// Claimed tasks waiting for their run-at (in `run`, moved to the delivery thread).
-    deliverer: Deliverer,
-    /// In `run`: the channel to the delivery thread, and the leases it was last told.
-    link: Option<(Sender<ToDeliverer>, HashMap<u32, Lease>)>,
-    /// Stored recurrences seen, evaluable or not (cleared when it grows past 1024).
-    rules: HashMap<String, Option<(Recurrence, Rule)>>,
-    live: u64,
+    /// Claimed tasks waiting for their run-at, or in `run` the channel to the thread that
+    /// holds them.
+    handoff: Handoff,
+    rules: Rules,
     stats: WorkerStats,
     /// What `status()` handles read, and the event subscribers.
     status: WorkerStatus,
+    /// Tests: the next claim pipeline's replies are dropped as if the connection died.
+    #[cfg(test)]
+    lose_replies: bool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -126,23 +119,10 @@ impl std::fmt::Debug for Worker {
         f.debug_struct("Worker")
             .field("id", &self.id)
             .field("namespace", &self.cfg.namespace)
-            .field("owned", &self.owned.keys().collect::<Vec<_>>())
-            .field("pending_in_wheel", &self.wheel.len())
+            .field("owned", &self.shards.ids())
+            .field("pending_in_wheel", &self.schedule.len())
             .field("stats", &self.stats)
             .finish()
-    }
-}
-
-/// The connection, opened again if the last one broke. A function of the fields (not of the
-/// worker) so that a call may borrow the namespace's keys meanwhile.
-fn open_con<'a>(
-    con: &'a mut Option<Con>,
-    cfg: &Config,
-    client: &Endpoint,
-) -> Result<&'a mut Con, Error> {
-    match con {
-        Some(c) => Ok(c),
-        None => Ok(con.insert(connect(cfg, client)?)),
     }
 }
 
@@ -191,44 +171,32 @@ impl Worker {
         let (client, con, ns) = crate::namespace::open(cfg)?;
         let random = RandomState::new().hash_one(local_us());
         let id = format!("{}-{:016x}", std::process::id(), random);
-        let (tx, notices) = mpsc::channel();
-        let sub_stop = Arc::new(AtomicBool::new(false));
+        let link = Link::new();
         let clock = Clock::new(cfg.time.clone());
-        spawn_helpers(cfg, &client, &ns, &tx, &clock, &sub_stop)?;
+        spawn_helpers(cfg, &client, &ns, &link.tx, &clock, &link.sub_stop)?;
         let mut w = Worker {
             cfg: cfg.clone(),
-            client,
-            con: Some(con),
+            redis: Redis {
+                client,
+                con: Some(con),
+            },
             ns,
             id,
-            owned: BTreeMap::new(),
-            wheel: Wheel::new(),
-            index: HashMap::new(),
-            notices,
-            tx,
-            subscribed: false,
-            stop: Arc::new(AtomicBool::new(false)),
-            sub_stop,
+            shards: Shards::default(),
+            schedule: Schedule::new(0),
+            outbox: Outbox::default(),
+            link,
             clock: clock.clone(),
-            next_maintenance: 0,
-            acquire_after_us: 0,
-            refill_pending: false,
-            pending_acks: Vec::new(),
-            acks_due_ms: 0,
-            pending_retries: Vec::new(),
-            unsure: Vec::new(),
-            #[cfg(test)]
-            lose_replies: false,
-            deliverer: Deliverer::new(clock),
-            link: None,
+            handoff: Handoff::new(clock),
             rules: HashMap::new(),
-            live: 1,
             stats: WorkerStats::default(),
             status: WorkerStatus::default(),
+            #[cfg(test)]
+            lose_replies: false,
         };
         // Wait for the subscription: windows are loaded only while notifications flow.
-        match w.notices.recv_timeout(cfg.io_timeout) {
-            Ok(Notice::Up) => w.subscribed = true,
+        match w.link.notices.recv_timeout(cfg.io_timeout) {
+            Ok(Notice::Up) => w.link.subscribed = true,
             Ok(other) => w.handle_notice(other),
             Err(_) => {
                 return Err(Error::NoSubscription {
@@ -236,7 +204,7 @@ impl Worker {
                 })
             }
         }
-        w.wheel = Wheel::with_start(w.now_ms());
+        w.schedule = Schedule::new(w.now_ms());
         Ok(w)
     }
 
@@ -247,7 +215,7 @@ impl Worker {
 
     /// The shards this worker holds now.
     pub fn owned_shards(&self) -> Vec<u32> {
-        self.owned.keys().copied().collect()
+        self.shards.ids()
     }
 
     /// The worker's counters.
@@ -257,25 +225,20 @@ impl Worker {
 
     /// Tasks in the worker's wheel (its loaded windows and in-flight deliveries).
     pub fn in_wheel(&self) -> usize {
-        self.wheel.len()
+        self.schedule.len()
     }
 
     /// A handle that stops [`run`](Worker::run) from another thread.
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle {
-            flag: self.stop.clone(),
-            tx: self.tx.clone(),
+            flag: self.link.stop.clone(),
+            tx: self.link.tx.clone(),
         }
     }
 
     /// Now by the namespace's clock, ms since the Unix epoch.
     fn now_ms(&self) -> u64 {
         self.clock.now_ms()
-    }
-
-    /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
-    fn on_cluster(&self) -> bool {
-        matches!(self.client, Endpoint::Cluster(..))
     }
 
     /// One step without blocking: takes in notifications, renews leases, rebalances and
@@ -291,12 +254,12 @@ impl Worker {
         let step = self.io_step(false);
         self.publish_status(step.is_ok());
         step?;
-        let leases = self.leases();
+        let leases = self.shards.leases();
         let mut done = Vec::new();
-        self.deliverer.set_leases(leases, &mut |d| done.push(d));
-        let n = self.deliverer.deliver(handler, &mut |d| done.push(d));
+        self.handoff.local.set_leases(leases, &mut |d| done.push(d));
+        let n = self.handoff.local.deliver(handler, &mut |d| done.push(d));
         for d in done {
-            self.settle(d);
+            self.take_outcome(d);
         }
         let sent = self.send_outcomes(true);
         self.publish_status(sent.is_ok());
@@ -308,20 +271,20 @@ impl Worker {
     /// the acknowledgements held so far; in `run` claims go first, in `tick` the windows are
     /// read first so a step after a reload still claims), retries and acknowledgements.
     fn io_step(&mut self, claims_first: bool) -> Result<(), Error> {
-        while let Ok(n) = self.notices.try_recv() {
+        while let Ok(n) = self.link.notices.try_recv() {
             self.handle_notice(n);
         }
-        if self.now_ms() >= self.next_maintenance {
+        if self.now_ms() >= self.shards.next_maintenance_ms {
             self.maintain()?;
             let every = self.cfg.maintenance_interval;
-            self.next_maintenance = self.now_ms() + every.as_millis() as u64;
+            self.shards.next_maintenance_ms = self.now_ms() + every.as_millis() as u64;
         }
         if claims_first {
             // A window read can take a while, and what is due soon should not wait for it.
             self.claim_due()?;
-            self.refill_pending = self.refill()?;
+            self.shards.reading_on = self.refill()?;
         } else {
-            self.refill_pending = self.refill()?;
+            self.shards.reading_on = self.refill()?;
             self.claim_due()?;
         }
         self.send_outcomes(false)
@@ -346,8 +309,8 @@ impl Worker {
     /// lost.
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
         let (to, from_io) = mpsc::channel();
-        self.link = Some((to, HashMap::new()));
-        let done_tx = self.tx.clone();
+        self.handoff.thread = Some((to, HashMap::new()));
+        let done_tx = self.link.tx.clone();
         let clock = self.clock.clone();
         let stop = self.stop_handle();
         let r = std::thread::scope(|scope| {
@@ -371,7 +334,7 @@ impl Worker {
             io.join()
                 .unwrap_or_else(|_| Err(Error::Protocol("the I/O thread panicked".into())))
         });
-        self.link = None;
+        self.handoff.thread = None;
         r
     }
 
@@ -380,7 +343,7 @@ impl Worker {
         let mut backoff = Duration::from_millis(50);
         let mut disconnected = false;
         let r = loop {
-            if self.stop.load(Ordering::SeqCst) {
+            if self.link.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
             match self.io_step(true) {
@@ -398,7 +361,7 @@ impl Worker {
                     // Leases may run out while Redis is away, their owners alive: once it is
                     // back, they renew first (see `rebalance`).
                     let lease = self.cfg.lease.as_micros() as u64;
-                    self.acquire_after_us = self.clock.lease_us() + lease;
+                    self.shards.acquire_after_us = self.clock.lease_us() + lease;
                     if !std::mem::replace(&mut disconnected, true) {
                         self.emit(WorkerEvent::Disconnected {
                             error: e.to_string(),
@@ -408,7 +371,9 @@ impl Worker {
                     self.publish_status(false);
                     self.forward(false);
                     let until = std::time::Instant::now() + backoff;
-                    while std::time::Instant::now() < until && !self.stop.load(Ordering::SeqCst) {
+                    while std::time::Instant::now() < until
+                        && !self.link.stop.load(Ordering::SeqCst)
+                    {
                         std::thread::sleep(Duration::from_millis(10));
                     }
                     backoff = (backoff * 2).min(RECONNECT_MAX);
@@ -418,7 +383,7 @@ impl Worker {
         };
         self.shutdown();
         // Hanging up ends the delivery thread.
-        self.link = None;
+        self.handoff.thread = None;
         r
     }
 
@@ -430,25 +395,23 @@ impl Worker {
     /// outcome not yet answered by Redis - acknowledgements, retries, lapsed claims - sent
     /// once Redis answers again, each fenced by the epoch it was delivered under.
     fn reset(&mut self) {
-        self.con = None;
-        for o in self.owned.values_mut() {
-            o.window = Window::Unloaded;
-        }
-        self.next_maintenance = 0;
+        self.redis.con = None;
+        self.shards.unload_all();
     }
 
     /// Releases every shard and leaves the worker set (best effort: errors are ignored, the
-    /// leases then expire on their own). Claimed tasks not yet delivered stay in flight in
-    /// Redis: the shards' next owners deliver them at once.
+    /// leases then expire on their own). Claimed tasks not yet handed to the handler are put
+    /// back first as they were before the claim (pending at their run-at, the attempt
+    /// undone), so the shards' next owners deliver them as first deliveries; should Redis
+    /// not answer, they stay in flight and are delivered again after the visibility
+    /// timeout.
     pub fn shutdown(&mut self) {
-        let held: Vec<u32> = self.owned.keys().copied().collect();
+        let held = self.shards.ids();
         for &s in &held {
-            if let Some(o) = self.owned.get_mut(&s) {
-                o.valid_until_us = 0;
-            }
+            self.shards.revoke(s);
         }
         self.forward(true);
-        self.settle_local();
+        self.apply_leases_locally();
         let _ = self.send_outcomes(true);
         for s in held {
             self.release_now(s);
@@ -458,27 +421,27 @@ impl Worker {
             now: protocol::now(&self.cfg),
             worker: &self.id,
             ttl_ms: 0,
-            cluster: self.on_cluster(),
+            cluster: self.redis.on_cluster(),
         };
-        if let Ok(con) = open_con(&mut self.con, &self.cfg, &self.client) {
+        if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
             let _ = protocol::invoke(con, &leave);
         }
     }
 
     fn wait(&mut self) {
         let now_us = self.clock.now_us();
-        let mut deadline = self.next_maintenance;
-        if self.refill_pending || !self.pending_retries.is_empty() || !self.unsure.is_empty() {
+        let mut deadline = self.shards.next_maintenance_ms;
+        if self.shards.reading_on || self.outbox.wants_io_now() {
             deadline = 0;
         }
-        if !self.pending_acks.is_empty() {
-            deadline = deadline.min(self.acks_due_ms);
+        if let Some(due) = self.outbox.acks_due_ms() {
+            deadline = deadline.min(due);
         }
-        if let Some(t) = self.wheel.next_expiration() {
+        if let Some(t) = self.schedule.next_expiration() {
             deadline = deadline.min(t.saturating_sub(self.cfg.ahead_ms()));
         }
         let timeout = Duration::from_micros((deadline * 1000).saturating_sub(now_us));
-        match self.notices.recv_timeout(timeout) {
+        match self.link.notices.recv_timeout(timeout) {
             Ok(n) => self.handle_notice(n),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(timeout),
@@ -488,6 +451,6 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.sub_stop.store(true, Ordering::SeqCst);
+        self.link.sub_stop.store(true, Ordering::SeqCst);
     }
 }

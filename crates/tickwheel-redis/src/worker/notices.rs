@@ -1,7 +1,41 @@
 //! Notices: the pub/sub messages that name tasks stored inside a loaded window.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::delivery::Done;
+use super::{Worker, RECONNECT_MAX};
+use crate::namespace::Endpoint;
+
+/// The worker's side of its helper threads: the notices they (and `run`'s delivery thread,
+/// and [`StopHandle`](super::StopHandle)s) send, whether the subscription is up, and the
+/// flags that stop `run` and the helpers.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) notices: Receiver<Notice>,
+    pub(crate) tx: Sender<Notice>,
+    /// Notifications flow: windows may be read (see `Notice::Up`).
+    pub(crate) subscribed: bool,
+    /// Set by a [`StopHandle`](super::StopHandle): `run` returns.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Set when the worker is dropped: the subscriber and the clock prober end.
+    pub(crate) sub_stop: Arc<AtomicBool>,
+}
+
+impl Link {
+    pub(crate) fn new() -> Link {
+        let (tx, notices) = mpsc::channel();
+        Link {
+            notices,
+            tx,
+            subscribed: false,
+            stop: Arc::new(AtomicBool::new(false)),
+            sub_stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) enum Notice {
@@ -105,24 +139,21 @@ impl Worker {
                 run_at,
                 id,
             } => {
-                let Some(o) = self.owned.get(&shard) else {
+                let Some(o) = self.shards.get(shard) else {
                     return;
                 };
                 if o.window.covers(run_at) {
-                    self.arm(shard, id, run_at, version);
+                    self.schedule.arm(shard, id, run_at, version);
                 }
             }
             Notice::Up => {
                 // Notifications may have been missed while down: load every window again.
-                self.subscribed = true;
-                for o in self.owned.values_mut() {
-                    o.window = Window::Unloaded;
-                }
-                self.next_maintenance = 0;
+                self.link.subscribed = true;
+                self.shards.unload_all();
             }
-            Notice::Down => self.subscribed = false,
+            Notice::Down => self.link.subscribed = false,
             Notice::Stop => {}
-            Notice::Done(v) => v.into_iter().for_each(|d| self.settle(d)),
+            Notice::Done(v) => v.into_iter().for_each(|d| self.take_outcome(d)),
         }
     }
 }

@@ -1,7 +1,14 @@
 //! Outcomes: the handler's acknowledgements and retries, held until Redis answers for them.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::delivery::Done;
+use super::{Outcome, ShardLoss, Worker};
+use crate::namespace::{query_pipe, Error};
+use crate::protocol;
 
 /// An acknowledgement waiting to be sent.
 #[derive(Clone, Debug)]
@@ -23,12 +30,80 @@ pub(crate) const ACK_DELAY_MS: u64 = 20;
 /// Held acknowledgements that go out at once.
 pub(crate) const ACK_MAX: usize = 4096;
 
+/// Outcomes not yet answered by Redis: every one is sent, or sent again after an error,
+/// until Redis answers for it (each fenced by the epoch it was delivered under).
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    /// Acknowledgements not sent yet: they ride with the next claim, or go once the oldest
+    /// has waited [`ACK_DELAY_MS`] (see `send_outcomes`).
+    acks: Vec<PendingAck>,
+    /// When the held acknowledgements go out at the latest, namespace-clock ms.
+    acks_due_ms: u64,
+    /// Retries the handler asked for (`Some(delay)`), and claims that lapsed undelivered
+    /// (`None`: put back as they were, so they are claimed again at once should the worker
+    /// still hold their shard, instead of after the visibility timeout), not sent yet.
+    retries: Vec<(Done, Option<Duration>)>,
+    /// Claims sent whose reply never came (shard, epoch, id): Redis may have applied them.
+    /// The next claim sends them again with `force`, which takes a task in flight too, so a
+    /// claim that was applied is delivered at its run-at instead of after the visibility
+    /// timeout (see `claim_due`).
+    unsure: Vec<(u32, u64, String)>,
+}
+
+impl Outbox {
+    /// Holds an acknowledgement; the first one held sets when they go at the latest.
+    fn hold_ack(&mut self, ack: PendingAck, now_ms: u64) {
+        if self.acks.is_empty() {
+            self.acks_due_ms = now_ms + ACK_DELAY_MS;
+        }
+        self.acks.push(ack);
+    }
+
+    /// Takes the held acknowledgements out, to send.
+    pub(crate) fn take_acks(&mut self) -> Vec<PendingAck> {
+        std::mem::take(&mut self.acks)
+    }
+
+    /// Puts acknowledgements that got no answer back among the held ones, ahead of any
+    /// settled since.
+    pub(crate) fn hold_again(&mut self, acks: Vec<PendingAck>) {
+        let later = std::mem::replace(&mut self.acks, acks);
+        self.acks.extend(later);
+    }
+
+    /// When the held acknowledgements are due, if any are held.
+    pub(crate) fn acks_due_ms(&self) -> Option<u64> {
+        (!self.acks.is_empty()).then_some(self.acks_due_ms)
+    }
+
+    /// Whether retries or unsure claims wait to be sent: the next step should come at once.
+    pub(crate) fn wants_io_now(&self) -> bool {
+        !self.retries.is_empty() || !self.unsure.is_empty()
+    }
+
+    /// Outcomes (acknowledgements, retries, lapsed claims) held.
+    pub(crate) fn held(&self) -> usize {
+        self.acks.len() + self.retries.len()
+    }
+
+    /// Records claims whose reply never came, to send again forced.
+    pub(crate) fn set_unsure(&mut self, unsure: Vec<(u32, u64, String)>) {
+        self.unsure = unsure;
+    }
+
+    /// Takes out the claims whose reply never came.
+    pub(crate) fn take_unsure(&mut self) -> Vec<(u32, u64, String)> {
+        std::mem::take(&mut self.unsure)
+    }
+}
+
 impl Worker {
-    /// Takes in what became of a claimed task.
-    pub(crate) fn settle(&mut self, d: Done) {
+    /// Takes in what became of a claimed task (delivered, with the handler's outcome, or
+    /// lapsed), into the counters and the outbox.
+    pub(crate) fn take_outcome(&mut self, d: Done) {
         let Some(outcome) = d.outcome else {
             self.stats.lapsed += 1;
-            self.pending_retries.push((d, None));
+            self.outbox.retries.push((d, None));
             return;
         };
         self.stats.delivered += 1;
@@ -43,20 +118,19 @@ impl Worker {
             Outcome::Ack => match d.next {
                 Some(None) => self.stats.bad_recurrences += 1,
                 next => {
-                    if self.pending_acks.is_empty() {
-                        self.acks_due_ms = self.now_ms() + ACK_DELAY_MS;
-                    }
-                    self.pending_acks.push(PendingAck {
+                    let now = self.now_ms();
+                    let ack = PendingAck {
                         shard: d.shard,
                         epoch: d.epoch,
                         id: d.id,
                         version: d.version,
                         attempt: d.attempt,
                         next: next.flatten().unwrap_or(0),
-                    })
+                    };
+                    self.outbox.hold_ack(ack, now);
                 }
             },
-            Outcome::RetryAfter(after) => self.pending_retries.push((d, Some(after))),
+            Outcome::RetryAfter(after) => self.outbox.retries.push((d, Some(after))),
             Outcome::Leave => {}
         }
     }
@@ -66,7 +140,8 @@ impl Worker {
     /// every claim and go before every renewal).
     pub(crate) fn send_outcomes(&mut self, force: bool) -> Result<(), Error> {
         self.send_retries()?;
-        if force || self.pending_acks.len() >= ACK_MAX || self.now_ms() >= self.acks_due_ms {
+        let many = self.outbox.acks.len() >= ACK_MAX;
+        if force || many || self.now_ms() >= self.outbox.acks_due_ms {
             self.flush_acks()?;
         }
         Ok(())
@@ -76,27 +151,20 @@ impl Worker {
     /// error (an outage, a lost reply) keeps them for the next try, fenced by their epoch as
     /// ever, so a task delivered during an outage is not delivered again after it.
     pub(crate) fn flush_acks(&mut self) -> Result<(), Error> {
-        if self.pending_acks.is_empty() {
+        if self.outbox.acks.is_empty() {
             return Ok(());
         }
-        let acks = std::mem::take(&mut self.pending_acks);
+        let acks = self.outbox.take_acks();
         match self.send_with_acks(&acks, Vec::new()) {
             Ok((answered, _)) => {
                 self.apply_acks(&acks, answered);
                 Ok(())
             }
             Err(e) => {
-                self.hold_again(acks);
+                self.outbox.hold_again(acks);
                 Err(e)
             }
         }
-    }
-
-    /// Puts acknowledgements that got no answer back among the held ones, ahead of any
-    /// settled since.
-    pub(crate) fn hold_again(&mut self, acks: Vec<PendingAck>) {
-        let later = std::mem::replace(&mut self.pending_acks, acks);
-        self.pending_acks.extend(later);
     }
 
     /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`] a call) and then
@@ -150,7 +218,7 @@ impl Worker {
         if pipe.is_empty() {
             return Ok((Vec::new(), Vec::new().into_iter()));
         }
-        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
         let replies: Vec<Value> = query_pipe(con, &pipe)?;
         #[cfg(test)]
         if std::mem::take(&mut self.lose_replies) {
@@ -181,7 +249,7 @@ impl Worker {
             for (i, ok) in idx.into_iter().zip(oks) {
                 if ok {
                     self.stats.acked += 1;
-                    self.disarm(shard, acks[i].id.clone());
+                    self.schedule.disarm(shard, acks[i].id.clone());
                 } else {
                     self.stats.stale_acks += 1;
                 }
@@ -191,12 +259,13 @@ impl Worker {
 
     /// Sends retries and put-backs of lapsed claims in one pipeline.
     pub(crate) fn send_retries(&mut self) -> Result<(), Error> {
-        if self.pending_retries.is_empty() {
+        if self.outbox.retries.is_empty() {
             return Ok(());
         }
         let now = protocol::now(&self.cfg);
         let calls: Vec<protocol::Retry> = self
-            .pending_retries
+            .outbox
+            .retries
             .iter()
             .map(|(d, after)| protocol::Retry {
                 keys: &self.ns.shards[d.shard as usize],
@@ -208,10 +277,10 @@ impl Worker {
                 after_ms: after.map(retry_ms),
             })
             .collect();
-        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
         let replies = protocol::invoke_all(con, &calls)?;
         drop(calls);
-        for ((d, after), r) in std::mem::take(&mut self.pending_retries)
+        for ((d, after), r) in std::mem::take(&mut self.outbox.retries)
             .into_iter()
             .zip(replies)
         {
@@ -220,8 +289,8 @@ impl Worker {
                     if after.is_some() {
                         self.stats.retried += 1;
                     }
-                    if self.owned.get(&d.shard).is_some_and(|o| o.epoch == d.epoch) {
-                        self.arm(d.shard, d.id, run_at_ms, d.version);
+                    if self.shards.holds(d.shard, d.epoch) {
+                        self.schedule.arm(d.shard, d.id, run_at_ms, d.version);
                     }
                 }
                 protocol::RetryReply::Fenced => {

@@ -1,8 +1,12 @@
 //! What a running worker shows: counters, shards and leases, readable from any thread, and
 //! events as they happen (a shard taken or lost, a renewal that failed, Redis back).
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::window::ShardWindow;
+use super::Worker;
 
 /// Counters of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,8 +32,10 @@ pub struct WorkerStats {
     /// again after the visibility timeout, never dropped.
     pub bad_recurrences: u64,
     /// Claimed tasks not handed to the handler because the worker could no longer be sure of
-    /// its lease on their shard when they fell due (it stalled, lost or gave up the shard):
-    /// they stay in flight in Redis and the shard's next owner delivers them.
+    /// its lease on their shard when they fell due (it stalled or lost the shard), or gave the
+    /// shard up (rebalancing, shutdown): each is put back as it was before the claim (the
+    /// attempt undone) while the lease's epoch still holds, else it stays in flight and is
+    /// delivered again after the visibility timeout.
     pub lapsed: u64,
     /// Tasks claimed from Redis (each is delivered, or lapses).
     pub claimed: u64,
@@ -295,15 +301,15 @@ impl Worker {
     pub(crate) fn publish_status(&self, connected: bool) {
         let now_us = self.clock.lease_us();
         let shards = self
-            .owned
+            .shards
             .iter()
-            .map(|(&shard, o)| ShardStatus {
+            .map(|(shard, o)| ShardStatus {
                 shard,
                 epoch: o.epoch,
                 lease_left: Duration::from_micros(o.valid_until_us.saturating_sub(now_us)),
                 loaded_until_ms: match &o.window {
-                    Window::Loaded { horizon, .. } => Some(*horizon),
-                    Window::Unloaded => None,
+                    ShardWindow::Loaded { horizon, .. } => Some(*horizon),
+                    ShardWindow::Unloaded => None,
                 },
             })
             .collect();
@@ -311,8 +317,8 @@ impl Worker {
             id: self.id.clone(),
             stats: self.stats,
             shards,
-            in_wheel: self.wheel.len(),
-            held_outcomes: self.pending_acks.len() + self.pending_retries.len(),
+            in_wheel: self.schedule.len(),
+            held_outcomes: self.outbox.held(),
             connected,
         });
     }

@@ -2,6 +2,11 @@ use super::*;
 
 use std::sync::atomic::AtomicU64;
 
+use super::clock::Clock;
+use super::delivery::{Deliverer, Held, Lease, Local};
+use super::notices::parse_notice;
+use super::window::{Resume, ShardWindow};
+
 /// A server-clock estimate over a virtual local clock (µs).
 fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
     let local = Arc::new(AtomicU64::new(local_us));
@@ -12,8 +17,8 @@ fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
     (clock, local)
 }
 
-fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Claimed {
-    Claimed {
+fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Held {
+    Held {
         delivery: Delivery {
             id: id.into(),
             payload: Vec::new(),
@@ -239,7 +244,7 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
         .map(|(id, &i)| (i, id.clone()))
         .collect();
     let mut filed = 0;
-    for (i, q) in w.deliverer.ready.iter().enumerate() {
+    for (i, q) in w.handoff.local.ready.iter().enumerate() {
         for c in q.values() {
             assert_eq!(c.node, i as u32);
             let holder = &nodes[shard_node[c.delivery.shard as usize]].0;
@@ -408,7 +413,7 @@ fn an_acquisition_whose_reply_was_lost_is_repeated_at_once() {
         lease_ms: cfg.lease.as_millis() as u64,
         held_epoch: 0,
     };
-    let mut con = crate::namespace::connect(&cfg, &w.client).unwrap();
+    let mut con = crate::namespace::connect(&cfg, &w.redis.client).unwrap();
     let r = crate::protocol::invoke(&mut con, &call).unwrap();
     assert!(r.epoch.is_some(), "acquired in Redis");
     let mut got = Vec::new();
@@ -445,14 +450,14 @@ fn a_reset_keeps_the_wheel_and_marks_the_windows_unread() {
     };
     tick(&mut w);
     let shard = w.ns.shard_of("kept");
-    let held = |w: &Worker| w.index.contains_key(&(shard, "kept".to_string()));
+    let held = |w: &Worker| w.schedule.contains(shard, "kept");
     assert!(held(&w), "the window was read into the wheel");
     w.reset();
     assert!(held(&w), "the reset kept the wheel");
     assert!(
-        w.owned
-            .values()
-            .all(|o| matches!(o.window, Window::Unloaded)),
+        w.shards
+            .iter()
+            .all(|(_, o)| matches!(o.window, ShardWindow::Unloaded)),
         "every window is to be read again"
     );
     time.set_ms(t0 + 5_000);
@@ -473,7 +478,7 @@ fn window_table() {
         generation: generation.to_string(),
         offset,
     };
-    let loaded = |horizon: u64, r: Resume, more: bool| Window::Loaded {
+    let loaded = |horizon: u64, r: Resume, more: bool| ShardWindow::Loaded {
         horizon,
         resume: r,
         more,
@@ -481,7 +486,7 @@ fn window_table() {
     let w = 10_000;
     // (window, now, expected next read)
     let reads = [
-        (Window::Unloaded, 0, Some(None)),
+        (ShardWindow::Unloaded, 0, Some(None)),
         (loaded(19_999, resume(20, "", 0), false), 10_000, None),
         (
             loaded(19_999, resume(20, "", 0), false),
@@ -501,7 +506,7 @@ fn window_table() {
     let full = loaded(19_999, resume(20, "", 0), false);
     assert!(full.covers(19_999) && !full.covers(20_000));
     assert!(
-        !Window::Unloaded.covers(0),
+        !ShardWindow::Unloaded.covers(0),
         "an unloaded window takes no notice"
     );
     for broken in [

@@ -1,13 +1,14 @@
 //! The window: each shard's next stretch of pending tasks, read from Redis into the wheel.
 
-#[allow(unused_imports)]
-use super::*;
-
+use super::{Schedule, ShardLoss, Worker};
+use crate::namespace::Error;
+use crate::protocol;
 pub(crate) use crate::protocol::Resume;
 
-/// A shard's window in this worker: what of the shard's pending tasks the wheel holds.
+/// A shard's window in this worker: what of the shard's pending tasks the schedule holds.
+/// (Not `protocol::Window`, which is one LOAD's reply.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Window {
+pub(crate) enum ShardWindow {
     /// Nothing read yet (a new lease, a reconnect): the next refill reads from the start,
     /// in-flight tasks included.
     #[default]
@@ -22,11 +23,11 @@ pub(crate) enum Window {
     },
 }
 
-impl Window {
+impl ShardWindow {
     /// Whether a notice for a task due at `run_at` belongs in the wheel: inside the horizon.
     /// (A later task is in a bucket the window has not read yet, and is read with it.)
     pub(crate) fn covers(&self, run_at: u64) -> bool {
-        matches!(self, Window::Loaded { horizon, .. } if run_at <= *horizon)
+        matches!(self, ShardWindow::Loaded { horizon, .. } if run_at <= *horizon)
     }
 
     /// Where the next read starts, if one is due at `now`: an unloaded window from its start,
@@ -34,8 +35,8 @@ impl Window {
     /// three quarters of `window` lie ahead of `now`.
     pub(crate) fn next_read(&self, now: u64, window: u64) -> Option<Option<Resume>> {
         match self {
-            Window::Unloaded => Some(None),
-            Window::Loaded {
+            ShardWindow::Unloaded => Some(None),
+            ShardWindow::Loaded {
                 horizon,
                 resume,
                 more,
@@ -47,7 +48,7 @@ impl Window {
     /// resumed bucket starts; an offset belongs to a generation; a read that did not stop at
     /// its limit resumes at the start of a bucket never read.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        let Window::Loaded {
+        let ShardWindow::Loaded {
             horizon,
             resume,
             more,
@@ -81,34 +82,8 @@ impl Worker {
     /// Redis. Callers need it only to make a step deterministic (tests on a manual clock, where a notification may still be on its
     /// way when the clock moves).
     pub fn reload_windows(&mut self) {
-        self.wheel = Wheel::with_start(self.now_ms());
-        self.index.clear();
-        for o in self.owned.values_mut() {
-            o.window = Window::Unloaded;
-        }
-        self.next_maintenance = 0;
-    }
-
-    /// Puts (or moves) a shard's task in the wheel, unless the wheel holds a newer version.
-    pub(crate) fn arm(&mut self, shard: u32, id: String, at: u64, version: u64) {
-        let k = (shard, id);
-        if let Some((key, v)) = self.index.get_mut(&k) {
-            if version < *v {
-                return;
-            }
-            *v = version;
-            if self.wheel.reset(*key, at) {
-                return;
-            }
-        }
-        let key = self.wheel.insert(at, k.clone());
-        self.index.insert(k, (key, version));
-    }
-
-    pub(crate) fn disarm(&mut self, shard: u32, id: String) {
-        if let Some((key, _)) = self.index.remove(&(shard, id)) {
-            self.wheel.remove(key);
-        }
+        self.schedule = Schedule::new(self.now_ms());
+        self.shards.unload_all();
     }
 
     /// Tops windows up, reading at most [`Config::window_limit`] tasks per call so that a
@@ -117,15 +92,15 @@ impl Worker {
     /// Returns whether more remains to read. Only while notifications flow (see
     /// `Notice::Up`).
     pub(crate) fn refill(&mut self) -> Result<bool, Error> {
-        if !self.subscribed {
+        if !self.link.subscribed {
             return Ok(false);
         }
         let now = self.now_ms();
         let window = self.cfg.window.as_millis() as u64;
         let wanted: Vec<(u32, u64, Option<Resume>)> = self
-            .owned
+            .shards
             .iter()
-            .filter_map(|(&s, o)| Some((s, o.epoch, o.window.next_read(now, window)?)))
+            .filter_map(|(s, o)| Some((s, o.epoch, o.window.next_read(now, window)?)))
             .collect();
         if wanted.is_empty() {
             return Ok(false);
@@ -144,7 +119,7 @@ impl Worker {
                 ahead_ms: self.cfg.ahead_ms(),
             })
             .collect();
-        let con = open_con(&mut self.con, &self.cfg, &self.client)?;
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
         let replies = protocol::invoke_all(con, &calls)?;
         drop(calls);
         let mut more = false;
@@ -163,7 +138,7 @@ impl Worker {
             self.drop_shard(shard, ShardLoss::Fenced);
             return Ok(false);
         };
-        let window = Window::Loaded {
+        let window = ShardWindow::Loaded {
             horizon: read.horizon_ms,
             resume: read.next,
             more: read.more,
@@ -174,12 +149,10 @@ impl Worker {
         // Pending tasks are armed at their run-at, in-flight ones at their visibility
         // deadline plus the claim horizon (the wheel is polled that far ahead).
         for a in read.pending.into_iter().chain(read.in_flight) {
-            self.arm(shard, a.id, a.at_ms, a.version);
+            self.schedule.arm(shard, a.id, a.at_ms, a.version);
         }
         let more = read.more;
-        if let Some(o) = self.owned.get_mut(&shard) {
-            o.window = window;
-        }
+        self.shards.set_window(shard, window);
         Ok(more)
     }
 }

@@ -1,0 +1,148 @@
+//! The schedule: the tasks of the held shards that the worker means to claim, each at the
+//! instant it is to be claimed, in a wheel, with an index by (shard, id).
+
+use std::collections::{BTreeMap, HashMap};
+
+use tickwheel::{TimerKey, TimerQueue, Wheel};
+
+/// The wheel of tasks to claim and its index, which always agree: every index entry names a
+/// timer live in the wheel whose value is the entry's own (shard, id), and the wheel holds
+/// nothing else (see [`Schedule::check`]). Only this type changes either.
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    wheel: Wheel<(u32, String)>,
+    /// (shard, id) → the task's timer and the version it was armed for.
+    index: HashMap<(u32, String), (TimerKey, u64)>,
+}
+
+impl Schedule {
+    /// An empty schedule whose wheel starts at `start_ms`.
+    pub(crate) fn new(start_ms: u64) -> Schedule {
+        Schedule {
+            wheel: Wheel::with_start(start_ms),
+            index: HashMap::new(),
+        }
+    }
+
+    /// Tasks scheduled.
+    pub(crate) fn len(&self) -> usize {
+        self.wheel.len()
+    }
+
+    /// No later than the earliest instant a task is to be claimed, ms.
+    pub(crate) fn next_expiration(&self) -> Option<u64> {
+        self.wheel.next_expiration()
+    }
+
+    /// Whether the task `id` of `shard` is scheduled.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, shard: u32, id: &str) -> bool {
+        self.index.contains_key(&(shard, id.to_string()))
+    }
+
+    /// Puts (or moves) a shard's task at `at`, unless a newer version is scheduled.
+    pub(crate) fn arm(&mut self, shard: u32, id: String, at: u64, version: u64) {
+        let k = (shard, id);
+        if let Some((key, v)) = self.index.get_mut(&k) {
+            if version < *v {
+                return;
+            }
+            *v = version;
+            if self.wheel.reset(*key, at) {
+                self.check();
+                return;
+            }
+        }
+        let key = self.wheel.insert(at, k.clone());
+        self.index.insert(k, (key, version));
+        self.check();
+    }
+
+    /// Takes a shard's task out, if scheduled.
+    pub(crate) fn disarm(&mut self, shard: u32, id: String) {
+        if let Some((key, _)) = self.index.remove(&(shard, id)) {
+            self.wheel.remove(key);
+        }
+        self.check();
+    }
+
+    /// Takes out every task to be claimed by `until`, ms, by shard.
+    pub(crate) fn drain_due(&mut self, until: u64) -> BTreeMap<u32, Vec<String>> {
+        let mut due: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        while let Some((_, k)) = self.wheel.poll_expired(until) {
+            self.index.remove(&k);
+            due.entry(k.0).or_default().push(k.1);
+        }
+        self.check();
+        due
+    }
+
+    /// Takes out every task of `shard` (lost or released).
+    pub(crate) fn drop_shard(&mut self, shard: u32) {
+        self.index.retain(|(s, _), (key, _)| {
+            if *s == shard {
+                self.wheel.remove(*key);
+            }
+            *s != shard
+        });
+        self.check();
+    }
+
+    /// Asserts (in debug builds) that the wheel and the index agree: as many timers as
+    /// entries, and, while the schedule is small enough to look at whole (up to 4096 tasks,
+    /// so that tests with large windows stay fast), each entry's timer live with the entry's
+    /// own (shard, id).
+    fn check(&mut self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        assert_eq!(
+            self.wheel.len(),
+            self.index.len(),
+            "the schedule's wheel and index disagree on their length"
+        );
+        if self.index.len() > 4096 {
+            return;
+        }
+        for (k, (key, _)) in &self.index {
+            let v = self.wheel.get_mut(*key);
+            assert!(
+                v.as_deref() == Some(k),
+                "the index names {k:?} at {key:?}, the wheel holds {v:?} there"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Schedule;
+
+    /// Arming, re-arming (an older version never moves a newer one), disarming, draining and
+    /// dropping a shard keep the wheel and the index in step (each call checks them), and
+    /// each drains what it should.
+    #[test]
+    fn the_wheel_and_the_index_move_together() {
+        let mut s = Schedule::new(0);
+        s.arm(0, "a".into(), 10, 2);
+        s.arm(0, "a".into(), 50, 1); // older: ignored
+        s.arm(1, "b".into(), 20, 1);
+        s.arm(1, "c".into(), 30, 1);
+        s.arm(0, "d".into(), 40, 1);
+        s.arm(1, "c".into(), 35, 2); // newer: moved
+        assert_eq!(s.len(), 4);
+        s.disarm(0, "d".into());
+        s.disarm(0, "nothing".into());
+        assert!(!s.contains(0, "d"));
+        let due = s.drain_due(20);
+        assert_eq!(due.get(&0).map(Vec::as_slice), Some(&["a".to_string()][..]));
+        assert_eq!(due.get(&1).map(Vec::as_slice), Some(&["b".to_string()][..]));
+        assert_eq!(s.len(), 1);
+        s.arm(0, "e".into(), 100, 1);
+        s.drop_shard(1);
+        assert!(!s.contains(1, "c") && s.contains(0, "e"));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.drain_due(1_000).len(), 1);
+        assert_eq!(s.len(), 0);
+    }
+}
