@@ -222,6 +222,33 @@ impl FailReason {
     }
 }
 
+/// Tasks moved to the failed set, counted by [`FailReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailedCounts {
+    /// [`FailReason::Exhausted`].
+    pub exhausted: u64,
+    /// [`FailReason::NonRetryable`].
+    pub non_retryable: u64,
+}
+
+impl FailedCounts {
+    /// Counts one.
+    pub fn record(&mut self, reason: FailReason) {
+        match reason {
+            FailReason::Exhausted => self.exhausted += 1,
+            FailReason::NonRetryable => self.non_retryable += 1,
+        }
+    }
+
+    /// Each reason with its count.
+    pub fn by_reason(&self) -> [(FailReason, u64); 2] {
+        [
+            (FailReason::Exhausted, self.exhausted),
+            (FailReason::NonRetryable, self.non_retryable),
+        ]
+    }
+}
+
 /// One failed attempt as kept: which, when, and the error the handler gave (or the panic's
 /// message), at most [`MAX_ERROR_LEN`] bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]

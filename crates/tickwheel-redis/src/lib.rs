@@ -222,7 +222,8 @@ pub mod bench;
 pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME};
 pub use error::Error;
 pub use failure::{
-    AttemptError, ErrorLog, FailReason, Retention, RetryPolicy, ERRORS_KEPT, MAX_ERROR_LEN,
+    AttemptError, ErrorLog, FailReason, FailedCounts, Retention, RetryPolicy, ERRORS_KEPT,
+    MAX_ERROR_LEN,
 };
 pub use inspect::{
     FailedFilter, FailedTask, Inspector, ListFilter, LiveWorker, Scan, ShardStats, StateFilter,

@@ -21,7 +21,7 @@ fn tick(w: &mut Worker, outcome: Outcome) -> Vec<(String, u32, u64)> {
     let mut got = Vec::new();
     w.tick(&mut |d: &Delivery| {
         got.push((d.id.clone(), d.attempt, d.due_ms));
-        outcome
+        outcome.clone()
     })
     .unwrap();
     got

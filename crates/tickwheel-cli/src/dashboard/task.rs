@@ -129,6 +129,17 @@ fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
             rows.push(("version", "Version", version.to_string()));
             rows.push(("visible-at", "Delivered again at", at(visible_at_ms)));
         }
+        TaskState::Failed {
+            failed_at_ms,
+            attempts,
+            version,
+            reason,
+        } => {
+            rows.push(("state", "State", format!("failed ({})", reason.as_str())));
+            rows.push(("failed-at", "Failed at", at(failed_at_ms)));
+            rows.push(("attempt", "Attempts", attempts.to_string()));
+            rows.push(("version", "Version", version.to_string()));
+        }
         TaskState::Unknown => rows.push(("state", "State", "unknown".into())),
     }
     rows.push(("shard", "Shard", t.shard.to_string()));
@@ -140,6 +151,29 @@ fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
         }
     };
     rows.push(("recurrence", "Recurrence", recurrence));
+    if d.errors.failures > 0 || !d.errors.errors.is_empty() {
+        rows.push((
+            "failures",
+            "Failed attempts",
+            format!(
+                "{} since {}",
+                d.errors.failures,
+                at(d.errors.first_failed_ms)
+            ),
+        ));
+        for e in &d.errors.errors {
+            rows.push((
+                "error",
+                "Error",
+                format!(
+                    "attempt {}, {}: <code>{}</code>",
+                    e.attempt,
+                    at(e.at_ms),
+                    text(&e.error)
+                ),
+            ));
+        }
+    }
     rows.push((
         "payload-size",
         "Payload",

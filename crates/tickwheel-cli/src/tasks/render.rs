@@ -224,6 +224,7 @@ fn state_name(t: &TaskInfo) -> &'static str {
     match t.state {
         TaskState::Pending { .. } => "pending",
         TaskState::InFlight { .. } => "in-flight",
+        TaskState::Failed { .. } => "failed",
         TaskState::Unknown => "unknown",
     }
 }

@@ -8,6 +8,10 @@ use crate::namespace::Error;
 use crate::protocol;
 use crate::recurrence::Recurrence;
 
+/// How often a worker asks again for the tasks of a paused shard that fell due, should it
+/// miss the resume notice, ms.
+const PAUSED_RECHECK_MS: u64 = 1000;
+
 impl Worker {
     /// Claims everything due within the claim horizon in one pipeline (one script call per
     /// shard and batch, carrying the acknowledgements held so far) and puts the claims in the
@@ -59,6 +63,23 @@ impl Worker {
             // The claims below wait for this node's clock, whatever node holds the shard
             // later on.
             let node = self.clock.observe(&reply.node, reply.now_us, after);
+            if reply.paused {
+                // Nothing was claimed: the tasks wait, looked at again every
+                // PAUSED_RECHECK_MS should the resume notice be missed.
+                if self.shards.set_paused(b.0, true) {
+                    self.forward(false);
+                }
+                let at = self.now_ms() + self.cfg.ahead_ms() + PAUSED_RECHECK_MS;
+                for id in &b.3 {
+                    let version = 0; // the version is the claim's to check, not the arm's
+                    self.schedule.arm(b.0, id.clone(), at, version);
+                }
+                continue;
+            }
+            // Claims answered: the shard is not paused (should the resume notice be missed).
+            if reply.claims.is_some() && self.shards.set_paused(b.0, false) {
+                self.forward(false);
+            }
             let Some(claims) = reply.claims else {
                 self.stats.fenced += 1;
                 self.drop_shard(b.0, ShardLoss::Fenced);

@@ -48,17 +48,79 @@ impl Delivery {
 }
 
 /// What a handler asks the worker to do with a delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// ```
+/// # use std::time::Duration;
+/// # use tickwheel_redis::{Delivery, Outcome};
+/// fn handle(task: &Delivery) -> Outcome {
+///     match std::str::from_utf8(&task.payload) {
+///         Err(e) => Outcome::non_retryable(format!("not UTF-8: {e}")), // to the failed set now
+///         Ok("busy") => Outcome::fail("the downstream is busy"),     // retried by the policy
+///         Ok(_) => Outcome::Ack,
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Done: remove the task (a recurring one is re-armed at its next run instead).
     Ack,
-    /// Deliver it again after this delay (its attempt count is kept and grows), rounded up
-    /// to whole milliseconds. A delay of [`RunAt::MAX_MS`](crate::RunAt::MAX_MS) ms or more
-    /// (over 142 000 years) is that many ms less one: the task waits, pending, cancellable
-    /// and shown by the inspector, practically for ever.
+    /// The attempt failed, with this error (kept with the task, at most
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes). The task is retried after the
+    /// retry policy's delay ([`Config::retry`](crate::Config::retry), or its own), or after
+    /// `retry_in` when given; once the policy's `max_attempts` attempts have failed it moves
+    /// to the failed set instead. A panic in the handler is a failed attempt too, its
+    /// message the error.
+    Failed {
+        /// What went wrong.
+        error: String,
+        /// The delay before the retry (rounded up to whole ms, as [`Outcome::RetryAfter`]);
+        /// `None`: the policy's backoff.
+        retry_in: Option<Duration>,
+    },
+    /// The attempt failed and no retry can succeed: the task moves to the failed set now,
+    /// with this error. A recurring series goes on at its next run, unless its policy says
+    /// [`stop_series_on_failure`](crate::RetryPolicy::stop_series_on_failure).
+    NonRetryable {
+        /// What went wrong.
+        error: String,
+    },
+    /// Not a failure: deliver it again after this delay (a "snooze"; nothing is recorded,
+    /// and it does not count against the retry policy, though [`Delivery::attempt`] grows),
+    /// rounded up to whole milliseconds. A delay of [`RunAt::MAX_MS`](crate::RunAt::MAX_MS)
+    /// ms or more (over 142 000 years) is that many ms less one: the task waits, pending,
+    /// cancellable and shown by the inspector, practically for ever.
     RetryAfter(Duration),
     /// Do nothing now: the task is delivered again after the visibility timeout.
     Leave,
+}
+
+impl Outcome {
+    /// [`Outcome::Failed`] with `error`, retried by the policy's backoff.
+    pub fn fail(error: impl std::fmt::Display) -> Outcome {
+        Outcome::Failed {
+            error: error.to_string(),
+            retry_in: None,
+        }
+    }
+
+    /// [`Outcome::NonRetryable`] with `error`.
+    pub fn non_retryable(error: impl std::fmt::Display) -> Outcome {
+        Outcome::NonRetryable {
+            error: error.to_string(),
+        }
+    }
+
+    /// The failed attempt a panic is: its message (a `&str` or `String` payload; else
+    /// "a panic without a message") as the error.
+    pub(crate) fn panicked(p: &(dyn std::any::Any + Send)) -> Outcome {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Outcome::fail(format!("panicked: {msg}"))
+    }
 }
 
 /// A claimed task held for its run-at (not `protocol::Claimed`, which is one entry of a
@@ -227,7 +289,11 @@ impl Deliverer {
                     .node_now_us(node as u32)
                     .map_or(k.0, |us| us / 1000);
                 let late_ms = now_ms.saturating_sub(c.delivery.due_ms);
-                let outcome = handler(&c.delivery);
+                // A panic is a failed attempt, recorded with its message; the handler's own
+                // state is the caller's to keep sound (it is called again after).
+                let call =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&c.delivery)));
+                let outcome = call.unwrap_or_else(|p| Outcome::panicked(&*p));
                 let mut d = finish(c, Some(outcome));
                 d.late_ms = Some(late_ms);
                 done(d);

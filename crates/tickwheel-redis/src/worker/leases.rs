@@ -23,6 +23,9 @@ pub(crate) struct Owned {
     /// Being given up (released, or on shutdown): no more deliveries under its lease, and
     /// the claims held under it are put back.
     pub(crate) revoked: bool,
+    /// Paused in Redis ([`Producer::pause`](crate::Producer::pause)): claims are refused, and
+    /// what was claimed ahead and not delivered is put back (see [`Shards::leases`]).
+    pub(crate) paused: bool,
 }
 
 /// The shards this worker holds, their windows, and the pace of the work on them: when the
@@ -87,11 +90,12 @@ impl Shards {
     /// The leases held now, as the delivery side checks them: a shard being given up is left
     /// out, so the claims held under it lapse at once and are put back (RETRY undoing the
     /// claim) before the release, not left in flight for the next owner to take as a
-    /// redelivery.
+    /// redelivery. A paused shard is left out likewise: nothing is handed to a handler
+    /// while it is paused.
     pub(crate) fn leases(&self) -> HashMap<u32, Lease> {
         self.owned
             .iter()
-            .filter(|(_, o)| !o.revoked)
+            .filter(|(_, o)| !o.revoked && !o.paused)
             .map(|(&s, o)| {
                 (
                     s,
@@ -127,6 +131,24 @@ impl Shards {
             o.valid_until_us = 0;
             o.revoked = true;
         }
+    }
+
+    /// Records that `shard` is paused (or not); `true` when that changed. On resume its
+    /// window is read again, so what fell due meanwhile is armed at its run-at and claimed
+    /// at once, in run-at order.
+    pub(crate) fn set_paused(&mut self, shard: u32, paused: bool) -> bool {
+        let Some(o) = self.owned.get_mut(&shard) else {
+            return false;
+        };
+        if o.paused == paused {
+            return false;
+        }
+        o.paused = paused;
+        if !paused {
+            o.window = ShardWindow::Unloaded;
+            self.next_maintenance_ms = 0;
+        }
+        true
     }
 
     /// Extends the lease on `shard` (renewed) to `until_us`.
@@ -304,6 +326,7 @@ impl Worker {
                 valid_until_us,
                 window: ShardWindow::Unloaded,
                 revoked: false,
+                paused: false,
             },
         );
         Ok(true)

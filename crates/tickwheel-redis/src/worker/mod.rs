@@ -247,9 +247,10 @@ impl Worker {
     /// the acknowledgements. Returns how many deliveries it made. Tests on a manual clock
     /// call it directly; [`run`](Worker::run) does the same work on two threads.
     ///
-    /// A panic in `handler` passes on to the caller. The task it was handling stays in
-    /// flight and is delivered again after the visibility timeout (by this worker or
-    /// another), as after a crash; nothing is lost.
+    /// A panic in `handler` is caught: the attempt failed, its message is the error kept
+    /// with the task, and the retry policy decides what comes next, as for
+    /// [`Outcome::Failed`]. The handler is called again for the next task, so whatever state
+    /// it shares must stay sound across a panic.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
         self.publish_status(step.is_ok());
@@ -303,10 +304,8 @@ impl Worker {
     /// errors a retry cannot fix.
     /// On stop it releases its shards so other workers take them at once.
     ///
-    /// A panic in `handler` stops the I/O thread too (the shards are released) and passes
-    /// on to the caller. The task it was handling stays in flight and is delivered again
-    /// after the visibility timeout, by another worker or this one run again; nothing is
-    /// lost.
+    /// A panic in `handler` is caught, as in [`tick`](Worker::tick): a failed attempt with
+    /// the panic's message as its error.
     pub fn run(&mut self, mut handler: impl FnMut(&Delivery) -> Outcome) -> Result<(), Error> {
         let (to, from_io) = mpsc::channel();
         self.handoff.thread = Some((to, HashMap::new()));
@@ -321,7 +320,8 @@ impl Worker {
                     thread: "I/O",
                     source,
                 })?;
-            // Should the handler panic, the I/O thread stops too (and releases the shards).
+            // Should the delivery loop itself panic, the I/O thread stops too (and releases
+            // the shards).
             struct StopOnDrop(StopHandle);
             impl Drop for StopOnDrop {
                 fn drop(&mut self) {

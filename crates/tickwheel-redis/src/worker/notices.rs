@@ -45,6 +45,11 @@ pub(crate) enum Notice {
         run_at: u64,
         id: String,
     },
+    /// A shard was paused (`true`) or resumed (see `pause.lua`).
+    Paused {
+        shard: u32,
+        paused: bool,
+    },
     Up,
     Down,
     Stop,
@@ -53,7 +58,8 @@ pub(crate) enum Notice {
 }
 
 /// A notification: `shard:` then, per task, `version:run_at:id length:id` (one message per
-/// script call however many tasks it stored). `None` when malformed.
+/// script call however many tasks it stored), or `shard:!pause` / `shard:!resume`. `None`
+/// when malformed.
 pub(crate) fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
     pub(crate) fn field<'a>(b: &mut &'a [u8]) -> Option<&'a str> {
         let i = b.iter().position(|&c| c == b':')?;
@@ -63,6 +69,13 @@ pub(crate) fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
     }
     let mut b = b;
     let shard: u32 = field(&mut b)?.parse().ok()?;
+    match b {
+        b"!pause" | b"!resume" => {
+            let paused = b == b"!pause";
+            return Some(vec![Notice::Paused { shard, paused }]);
+        }
+        _ => {}
+    }
     let mut out = Vec::new();
     while !b.is_empty() {
         let version = field(&mut b)?.parse().ok()?;
@@ -144,6 +157,13 @@ impl Worker {
                 };
                 if o.window.covers(run_at) {
                     self.schedule.arm(shard, id, run_at, version);
+                }
+            }
+            Notice::Paused { shard, paused } => {
+                if self.shards.set_paused(shard, paused) {
+                    // The delivery side hears of it at once: what it holds of the shard
+                    // lapses and is put back (see `Shards::leases`).
+                    self.forward(false);
                 }
             }
             Notice::Up => {

@@ -48,6 +48,16 @@ pub(crate) struct Outbox {
     /// claim that was applied is delivered at its run-at instead of after the visibility
     /// timeout (see `claim_due`).
     unsure: Vec<(u32, u64, String)>,
+    /// Failed attempts not sent yet (FAIL: retried by the policy, or to the failed set).
+    fails: Vec<(Done, FailAsk)>,
+}
+
+/// A failed attempt as the handler reported it.
+#[derive(Debug)]
+pub(crate) struct FailAsk {
+    /// Bounded to [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN).
+    error: String,
+    retry: protocol::RetryAsk,
 }
 
 impl Outbox {
@@ -78,12 +88,12 @@ impl Outbox {
 
     /// Whether retries or unsure claims wait to be sent: the next step should come at once.
     pub(crate) fn wants_io_now(&self) -> bool {
-        !self.retries.is_empty() || !self.unsure.is_empty()
+        !self.retries.is_empty() || !self.unsure.is_empty() || !self.fails.is_empty()
     }
 
     /// Outcomes (acknowledgements, retries, lapsed claims) held.
     pub(crate) fn held(&self) -> usize {
-        self.acks.len() + self.retries.len()
+        self.acks.len() + self.retries.len() + self.fails.len()
     }
 
     /// Records claims whose reply never came, to send again forced.
@@ -100,8 +110,8 @@ impl Outbox {
 impl Worker {
     /// Takes in what became of a claimed task (delivered, with the handler's outcome, or
     /// lapsed), into the counters and the outbox.
-    pub(crate) fn take_outcome(&mut self, d: Done) {
-        let Some(outcome) = d.outcome else {
+    pub(crate) fn take_outcome(&mut self, mut d: Done) {
+        let Some(outcome) = d.outcome.take() else {
             self.stats.lapsed += 1;
             self.outbox.retries.push((d, None));
             return;
@@ -131,6 +141,19 @@ impl Worker {
                 }
             },
             Outcome::RetryAfter(after) => self.outbox.retries.push((d, Some(after))),
+            Outcome::Failed { error, retry_in } => {
+                let retry = match retry_in {
+                    None => protocol::RetryAsk::Policy,
+                    Some(after) => protocol::RetryAsk::AfterMs(retry_ms(after)),
+                };
+                let error = crate::failure::bounded(&error);
+                self.outbox.fails.push((d, FailAsk { error, retry }));
+            }
+            Outcome::NonRetryable { error } => {
+                let error = crate::failure::bounded(&error);
+                let retry = protocol::RetryAsk::Never;
+                self.outbox.fails.push((d, FailAsk { error, retry }));
+            }
             Outcome::Leave => {}
         }
     }
@@ -140,6 +163,7 @@ impl Worker {
     /// every claim and go before every renewal).
     pub(crate) fn send_outcomes(&mut self, force: bool) -> Result<(), Error> {
         self.send_retries()?;
+        self.send_fails()?;
         let many = self.outbox.acks.len() >= ACK_MAX;
         if force || many || self.now_ms() >= self.outbox.acks_due_ms {
             self.flush_acks()?;
@@ -302,6 +326,85 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+impl Worker {
+    /// Sends the failed attempts in one pipeline (FAIL). Each stays held until Redis
+    /// answers for it, fenced by the epoch it was delivered under, as acknowledgements are.
+    pub(crate) fn send_fails(&mut self) -> Result<(), Error> {
+        if self.outbox.fails.is_empty() {
+            return Ok(());
+        }
+        let now = protocol::now(&self.cfg);
+        let policy = self.cfg.retry.encode();
+        let keep = self.cfg.failed_retention.per_shard(self.ns.shards.len());
+        let keep_ms = self.cfg.failed_retention.max_age.as_millis() as u64;
+        let draws: Vec<u32> = (0..self.outbox.fails.len())
+            .map(|_| jitter_draw())
+            .collect();
+        let calls: Vec<protocol::Fail> = self
+            .outbox
+            .fails
+            .iter()
+            .zip(&draws)
+            .map(|((d, ask), &draw)| protocol::Fail {
+                keys: &self.ns.shards[d.shard as usize],
+                now,
+                epoch: d.epoch,
+                channel: &self.ns.channel,
+                shard: d.shard,
+                id: &d.id,
+                version: d.version,
+                attempt: d.attempt,
+                error: &ask.error,
+                retry: ask.retry,
+                policy: &policy,
+                draw,
+                keep,
+                keep_ms,
+                next_run_ms: d.next.flatten().unwrap_or(0),
+            })
+            .collect();
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
+        let replies = protocol::invoke_all(con, &calls)?;
+        drop(calls);
+        for ((d, _), r) in std::mem::take(&mut self.outbox.fails)
+            .into_iter()
+            .zip(replies)
+        {
+            match r {
+                protocol::FailReply::Retrying { run_at_ms, .. } => {
+                    self.stats.failed_attempts += 1;
+                    self.stats.retried += 1;
+                    if self.shards.holds(d.shard, d.epoch) {
+                        self.schedule.arm(d.shard, d.id, run_at_ms, d.version);
+                    }
+                }
+                protocol::FailReply::Failed { reason, .. } => {
+                    self.stats.failed_attempts += 1;
+                    self.stats.failed.record(reason);
+                    // A series going on was published at its next run, if in the window.
+                    self.schedule.disarm(d.shard, d.id);
+                }
+                protocol::FailReply::Fenced => {
+                    self.stats.fenced += 1;
+                    self.drop_shard(d.shard, ShardLoss::Fenced);
+                }
+                protocol::FailReply::Stale => self.stats.stale_acks += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A jitter draw, 0 ..= 999 999: a fresh hash of the time, enough to spread retries (no
+/// cryptographic quality needed).
+fn jitter_draw() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (RandomState::new().hash_one(t) % 1_000_000) as u32
 }
 
 impl PendingAck {

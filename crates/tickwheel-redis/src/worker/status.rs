@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::window::ShardWindow;
 use super::Worker;
+use crate::failure::FailedCounts;
 
 /// Counters of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -17,8 +18,14 @@ pub struct WorkerStats {
     pub acked: u64,
     /// Acknowledgements of deliveries that were no longer current (the task was replaced).
     pub stale_acks: u64,
-    /// Retries accepted.
+    /// Retries accepted (of [`Outcome::RetryAfter`](crate::Outcome::RetryAfter) and of failed
+    /// attempts with attempts left).
     pub retried: u64,
+    /// Failed attempts Redis recorded ([`Outcome::Failed`](crate::Outcome::Failed),
+    /// [`Outcome::NonRetryable`](crate::Outcome::NonRetryable), handler panics).
+    pub failed_attempts: u64,
+    /// Tasks this worker moved to the failed set, by reason.
+    pub failed: FailedCounts,
     /// Claims, acknowledgements, retries or loads refused because the shard's epoch moved on.
     pub fenced: u64,
     /// Shards this worker took.
@@ -166,6 +173,9 @@ pub struct ShardStatus {
     /// The end of the window loaded into the wheel, ms since the Unix epoch (`None`: being
     /// read).
     pub loaded_until_ms: Option<u64>,
+    /// Whether the shard is paused ([`Producer::pause`](crate::Producer::pause)): the worker
+    /// keeps the lease and claims nothing.
+    pub paused: bool,
 }
 
 /// A worker's state at one moment, as [`WorkerStatus::snapshot`] returns it.
@@ -311,6 +321,7 @@ impl Worker {
                     ShardWindow::Loaded { horizon, .. } => Some(*horizon),
                     ShardWindow::Unloaded => None,
                 },
+                paused: o.paused,
             })
             .collect();
         self.status.set(WorkerSnapshot {
