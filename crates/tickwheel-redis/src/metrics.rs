@@ -22,7 +22,7 @@
 //! | `tickwheel_redis_bad_recurrences_total` | counter | runs whose recurrence cannot be evaluated here |
 //! | `tickwheel_redis_delivery_lateness_seconds` | histogram | how late deliveries reached the handler |
 //! | `tickwheel_redis_claims_in_hand` | gauge | tasks claimed, not yet delivered nor given up |
-//! | `tickwheel_redis_shards_held` | gauge | shards the worker holds |
+//! | `tickwheel_redis_shards_held` | gauge | shards whose lease the worker can still be sure of ([`WorkerSnapshot::shards_held`]): 0 once every lease ran out during an outage |
 //! | `tickwheel_redis_shard_lease_remaining_seconds{shard}` | gauge | each lease's time left |
 //! | `tickwheel_redis_wheel_tasks` | gauge | tasks in the worker's wheel |
 //! | `tickwheel_redis_held_outcomes` | gauge | outcomes waiting for Redis |
@@ -130,8 +130,8 @@ fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
         ),
         (
             "shards_held",
-            "Shards this worker holds",
-            s.shards.len() as i64,
+            "Shards whose lease this worker can still be sure of",
+            s.shards_held() as i64,
         ),
         (
             "wheel_tasks",

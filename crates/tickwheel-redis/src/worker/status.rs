@@ -175,7 +175,8 @@ pub struct WorkerSnapshot {
     pub id: String,
     /// Its counters.
     pub stats: WorkerStats,
-    /// The shards it holds, in shard order.
+    /// The shards it holds, in shard order, leases in doubt included (see
+    /// [`shards_held`](Self::shards_held)).
     pub shards: Vec<ShardStatus>,
     /// Tasks in its wheel (its loaded windows and in-flight deliveries).
     pub in_wheel: usize,
@@ -183,6 +184,19 @@ pub struct WorkerSnapshot {
     pub held_outcomes: usize,
     /// Whether the last step reached Redis.
     pub connected: bool,
+}
+
+impl WorkerSnapshot {
+    /// The shards whose lease the worker can still be sure of by its own conservative
+    /// reckoning (`lease_left` above zero): the ones it may deliver from. While Redis is
+    /// away every lease runs out and this falls to 0, though [`shards`](Self::shards) still
+    /// names them (the worker renews them, under the same epochs, once Redis answers).
+    pub fn shards_held(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| !s.lease_left.is_zero())
+            .count()
+    }
 }
 
 /// Why a worker no longer holds a shard.
