@@ -77,17 +77,24 @@ fn the_endpoint_serves_what_the_worker_did() {
         let name = format!("tickwheel_redis_redeliveries_total{{cause=\"{cause}\"}}");
         assert_eq!(sample(&body, &name), Some(0.0), "{cause}");
     }
+    let lateness = |series: &str| {
+        let name = format!("tickwheel_redis_delivery_lateness_seconds_{series}");
+        sample(&body, &name)
+    };
+    assert_eq!(lateness("count{delivery=\"first\"}"), Some(25.0), "{body}");
     assert_eq!(
-        sample(&body, "tickwheel_redis_delivery_lateness_seconds_count"),
-        Some(25.0)
+        lateness("bucket{le=\"+Inf\",delivery=\"first\"}"),
+        Some(25.0),
+        "{body}"
     );
+    // The buckets reach an hour: 30 s and 1 h late are told apart.
     assert_eq!(
-        sample(
-            &body,
-            "tickwheel_redis_delivery_lateness_seconds_bucket{le=\"+Inf\"}"
-        ),
-        Some(25.0)
+        lateness("bucket{le=\"3600.0\",delivery=\"first\"}"),
+        Some(25.0),
+        "{body}"
     );
+    assert!(lateness("bucket{le=\"30.0\",delivery=\"first\"}").is_some());
+    assert_eq!(lateness("count{delivery=\"redelivery\"}"), Some(0.0));
     assert_eq!(sample(&body, "tickwheel_redis_shards_held"), Some(4.0));
     assert_eq!(sample(&body, "tickwheel_redis_claims_in_hand"), Some(0.0));
     assert_eq!(sample(&body, "tickwheel_redis_connected"), Some(1.0));

@@ -74,6 +74,9 @@ pub(crate) struct Held {
     pub(crate) node: u32,
     /// Why it is delivered again, when its attempt is not the first.
     pub(crate) redelivery: Option<Redelivery>,
+    /// The instant its lateness is timed from, ms (see `Worker::take_claim`): its run-at,
+    /// or later when it could not have been delivered by then.
+    pub(crate) timed_from_ms: u64,
 }
 
 /// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
@@ -86,8 +89,8 @@ pub(crate) struct Done {
     pub(crate) attempt: u32,
     pub(crate) next: Option<Option<u64>>,
     pub(crate) outcome: Option<Outcome>,
-    /// How late the handler got it, ms past its due time by the clock of the node that
-    /// claimed it (`None`: not delivered).
+    /// How late the handler got it, ms past [`Held::timed_from_ms`] by the clock of the node
+    /// that claimed it (`None`: not delivered).
     pub(crate) late_ms: Option<u64>,
     /// Why it was delivered again, when its attempt was not the first.
     pub(crate) redelivery: Option<Redelivery>,
@@ -226,7 +229,7 @@ impl Deliverer {
                     .clock
                     .node_now_us(node as u32)
                     .map_or(k.0, |us| us / 1000);
-                let late_ms = now_ms.saturating_sub(c.delivery.due_ms);
+                let late_ms = now_ms.saturating_sub(c.timed_from_ms);
                 let outcome = handler(&c.delivery);
                 let mut d = finish(c, Some(outcome));
                 d.late_ms = Some(late_ms);

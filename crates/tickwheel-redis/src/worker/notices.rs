@@ -143,7 +143,10 @@ impl Worker {
                     return;
                 };
                 if o.window.covers(run_at) {
-                    self.schedule.arm(shard, id, run_at, version);
+                    // Stored after its run-at: its first delivery is timed from now.
+                    let now = self.now_ms();
+                    let late = (run_at < now).then_some(now);
+                    self.schedule.arm_noticed(shard, id, run_at, version, late);
                 }
             }
             Notice::Up => {

@@ -112,7 +112,10 @@ impl Worker {
             self.stats.redelivered_by.record(cause);
         }
         if let Some(ms) = d.late_ms {
-            self.stats.lateness.record(ms);
+            match d.redelivery {
+                None => self.stats.lateness.record(ms),
+                Some(_) => self.stats.redelivery_lateness.record(ms),
+            }
         }
         match outcome {
             Outcome::Ack => match d.next {
