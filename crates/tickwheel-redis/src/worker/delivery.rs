@@ -2,8 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-#[cfg(test)]
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
@@ -102,15 +100,6 @@ pub(crate) struct Done {
 pub(crate) struct Lease {
     pub(crate) epoch: u64,
     pub(crate) valid_until_us: u64,
-}
-
-/// The local clock the estimates are reckoned against: the system clock, or (in unit tests)
-/// a virtual one.
-#[derive(Clone, Debug)]
-pub(crate) enum Local {
-    System,
-    #[cfg(test)]
-    Manual(Arc<std::sync::atomic::AtomicU64>),
 }
 
 /// Claimed tasks waiting for their run-at, delivered by `tick` or by `run`'s delivery
