@@ -89,7 +89,7 @@ fn worker(url: &str, ns: &str, log: &std::path::Path, extra: &[&str]) -> std::pr
         .unwrap()
 }
 
-/// Tasks claimed ahead of their run-at (claim ahead 5 s, run-at 4 s away) are in the
+/// Tasks claimed ahead of their run-at (claim ahead 10 s, run-at 8 s away) are in the
 /// delivery thread's hands, never given to the handler, when SIGTERM comes. The worker
 /// puts them back as they were before the claim (pending, attempts 0, at their run-at)
 /// before it releases its shards, so the next worker delivers them as first deliveries
@@ -102,14 +102,16 @@ fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
     let s = common::server();
     let cfg = Config::new(s.url(), "term");
     let mut p = Producer::connect(&cfg).unwrap();
-    let due = std::time::SystemTime::now() + Duration::from_secs(4);
+    // Far enough ahead that a slow start still claims them all before their run-at.
+    let due = std::time::SystemTime::now() + Duration::from_secs(8);
     let ids: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
     for id in &ids {
         p.schedule(id, RunAt::At(due), b"x").unwrap();
     }
     let first_log = s.dir().join("first.log");
-    let mut first = worker(&s.url(), "term", &first_log, &["--claim-ahead-ms", "5000"]);
-    let claimed = common::eventually(Duration::from_secs(3), || {
+    let ahead = ["--window-ms", "20000", "--claim-ahead-ms", "10000"];
+    let mut first = worker(&s.url(), "term", &first_log, &ahead);
+    let claimed = common::eventually(Duration::from_secs(6), || {
         ids.iter()
             .all(|id| matches!(p.state(id).unwrap(), TaskState::InFlight { attempt: 1, .. }))
     });
@@ -131,7 +133,7 @@ fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
     }
     let second_log = s.dir().join("second.log");
     let mut second = worker(&s.url(), "term", &second_log, &[]);
-    let all = common::eventually(Duration::from_secs(15), || {
+    let all = common::eventually(Duration::from_secs(20), || {
         let log = std::fs::read_to_string(&second_log).unwrap_or_default();
         log.lines().count() >= ids.len()
     });
