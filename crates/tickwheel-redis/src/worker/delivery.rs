@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
 use super::notices::Notice;
+use super::outcomes::Done;
 use super::{Redelivery, Worker};
 use crate::recurrence::Recurrence;
 
@@ -75,23 +76,6 @@ pub(crate) struct Held {
     /// The instant its lateness is timed from, ms (see `Worker::take_claim`): its run-at,
     /// or later when it could not have been delivered by then.
     pub(crate) timed_from_ms: u64,
-}
-
-/// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
-#[derive(Debug)]
-pub(crate) struct Done {
-    pub(crate) shard: u32,
-    pub(crate) epoch: u64,
-    pub(crate) id: String,
-    pub(crate) version: u64,
-    pub(crate) attempt: u32,
-    pub(crate) next: Option<Option<u64>>,
-    pub(crate) outcome: Option<Outcome>,
-    /// How late the handler got it, ms past [`Held::timed_from_ms`] by the clock of the node
-    /// that claimed it (`None`: not delivered).
-    pub(crate) late_ms: Option<u64>,
-    /// Why it was delivered again, when its attempt was not the first.
-    pub(crate) redelivery: Option<Redelivery>,
 }
 
 /// A lease as the worker reckons it: the epoch, and the local instant (µs, see

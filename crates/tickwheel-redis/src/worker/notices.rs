@@ -5,7 +5,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::delivery::Done;
+use super::outcomes::Done;
 use super::{Worker, RECONNECT_MAX};
 use crate::namespace::Endpoint;
 
