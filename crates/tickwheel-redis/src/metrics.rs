@@ -20,9 +20,9 @@
 //! | `tickwheel_redis_shard_losses_total` | counter | shards lost or given up |
 //! | `tickwheel_redis_redis_errors_total` | counter | Redis errors recovered from |
 //! | `tickwheel_redis_bad_recurrences_total` | counter | runs whose recurrence cannot be evaluated here |
-//! | `tickwheel_redis_delivery_lateness_seconds` | histogram | how late deliveries reached the handler |
+//! | `tickwheel_redis_delivery_lateness_seconds{delivery}` | histogram | how late deliveries reached the handler: `delivery="first"` past the run-at (or past the notice of a task stored after its run-at), `delivery="redelivery"` past the run-at or the claim that redelivered it ([`WorkerStats::lateness`](crate::WorkerStats::lateness)); buckets up to an hour |
 //! | `tickwheel_redis_claims_in_hand` | gauge | tasks claimed, not yet delivered nor given up |
-//! | `tickwheel_redis_shards_held` | gauge | shards the worker holds |
+//! | `tickwheel_redis_shards_held` | gauge | shards whose lease the worker can still be sure of ([`WorkerSnapshot::shards_held`]): 0 once every lease ran out during an outage |
 //! | `tickwheel_redis_shard_lease_remaining_seconds{shard}` | gauge | each lease's time left |
 //! | `tickwheel_redis_wheel_tasks` | gauge | tasks in the worker's wheel |
 //! | `tickwheel_redis_held_outcomes` | gauge | outcomes waiting for Redis |
@@ -112,9 +112,14 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     );
     r.register_with_unit(
         "delivery_lateness",
-        "How late deliveries reached the handler, by the Redis node's clock",
+        "How late deliveries reached the handler, by the Redis node's clock: first ones past \
+         their run-at (or their notice, if stored after it), redeliveries past their run-at or \
+         their new claim",
         Unit::Seconds,
-        LatenessMetric(st.lateness),
+        LatenessMetric([
+            ("first", st.lateness),
+            ("redelivery", st.redelivery_lateness),
+        ]),
     );
 }
 
@@ -130,8 +135,8 @@ fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
         ),
         (
             "shards_held",
-            "Shards this worker holds",
-            s.shards.len() as i64,
+            "Shards whose lease this worker can still be sure of",
+            s.shards_held() as i64,
         ),
         (
             "wheel_tasks",
@@ -164,21 +169,30 @@ fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
     );
 }
 
-/// The lateness histogram, its buckets in seconds.
+/// The lateness histograms, their buckets in seconds, one series per kind of delivery
+/// (label `delivery`).
 #[derive(Debug)]
-struct LatenessMetric(Lateness);
+struct LatenessMetric([(&'static str, Lateness); 2]);
 
 impl EncodeMetric for LatenessMetric {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let h = &self.0;
-        let buckets: Vec<(f64, u64)> = Lateness::BOUNDS_MS
-            .iter()
-            .map(|&ms| ms as f64 / 1000.0)
-            .chain([f64::INFINITY])
-            .zip(h.counts)
-            .collect();
-        let none: Option<&HashMap<usize, Exemplar<NoLabelSet, f64>>> = None;
-        encoder.encode_histogram(h.sum_ms as f64 / 1000.0, h.count(), &buckets, none)
+        for (kind, h) in &self.0 {
+            let buckets: Vec<(f64, u64)> = Lateness::BOUNDS_MS
+                .iter()
+                .map(|&ms| ms as f64 / 1000.0)
+                .chain([f64::INFINITY])
+                .zip(h.counts)
+                .collect();
+            let none: Option<&HashMap<usize, Exemplar<NoLabelSet, f64>>> = None;
+            let labels = [("delivery", *kind)];
+            encoder.encode_family(&labels)?.encode_histogram(
+                h.sum_ms as f64 / 1000.0,
+                h.count(),
+                &buckets,
+                none,
+            )?;
+        }
+        Ok(())
     }
 
     fn metric_type(&self) -> MetricType {

@@ -1,10 +1,14 @@
 //! A worker process that appends every delivery to a log file, for crash tests and demos.
 //!
 //! ```text
-//! tickwheel-redis-worker --url redis://127.0.0.1:6379/ --namespace NS --log FILE
+//! tickwheel-redis-worker --namespace NS --log FILE [--url redis://127.0.0.1:6379/]
 //!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
 //!     [--claim-ahead-ms 1000] [--connect-timeout-ms 60000] [--metrics [HOST:]PORT]
 //! ```
+//!
+//! `--namespace` and `--log` are required; `--url` defaults to the local Redis on its default
+//! port. `--help` prints the usage and exits with status 0; a
+//! bad command line is a message and status 1.
 //!
 //! At start it waits up to `--connect-timeout-ms` for Redis (starting, loading its data)
 //! before it gives up with status 1. `--metrics PORT` serves the worker's counters for
@@ -42,51 +46,93 @@ fn main() -> ExitCode {
     }
 }
 
-/// The command line, parsed.
+/// What `--help` prints.
+const USAGE: &str = "\
+Usage: tickwheel-redis-worker --namespace NS --log FILE [OPTIONS]
+
+Runs a tickwheel-redis worker on namespace NS: it takes a fair share of the namespace's
+shards and appends each delivery to FILE as one line,
+`id due_ms attempt delivered_at_ms version shard epoch pid` (the id escaped: \\\\ \\s \\t \\n \\r),
+before acknowledging it. SIGTERM or SIGINT stops it cleanly (status 0): it finishes the
+delivery in hand, sends its acknowledgements, puts back what it claimed and did not deliver,
+and releases its shards.
+
+Required:
+  --namespace NS            the namespace (as producers name it)
+  --log FILE                the delivery log, appended to (created if missing)
+
+Options:
+  --url URL                 Redis (redis://, rediss://, redis+cluster://host:port,...)
+                            [default: redis://127.0.0.1:6379/]
+  --lease-ms MS             shard lease [default: 5000]
+  --visibility-ms MS        visibility timeout of a claim [default: 30000]
+  --window-ms MS            window read into the wheel [default: 10000]
+  --maintenance-ms MS       renewals and rebalancing every MS [default: 500]
+  --claim-ahead-ms MS       claim this long before the run-at, at most half the window
+                            [default: 1000]
+  --connect-timeout-ms MS   wait this long for Redis at start [default: 60000]
+  --metrics [HOST:]PORT     serve Prometheus metrics at http://HOST:PORT/metrics
+                            (a bare PORT is on 127.0.0.1)
+  -h, --help                print this and exit
+
+Example:
+  tickwheel-redis-worker --namespace orders --log deliveries.log --metrics 9464
+";
+
+/// Where the worker connects without `--url`: the local Redis on its default port.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+
+/// The command line, parsed: what to run with.
 struct Args {
     cfg: Config,
     log: String,
     metrics: Option<String>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
+/// The command line, parsed: `None` for `--help`.
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut args = args.into_iter();
     let (mut url, mut ns, mut log) = (None, None, None);
     let mut cfg = Config::new("", "");
     cfg.connect_timeout = Duration::from_secs(60);
     let mut metrics = None;
-    let ms = |v: Option<String>| -> Result<Duration, String> {
-        v.and_then(|v| v.parse().ok())
-            .map(Duration::from_millis)
-            .ok_or_else(|| "expected a number of milliseconds".to_string())
-    };
     while let Some(a) = args.next() {
-        match a.as_str() {
-            "--url" => url = args.next(),
-            "--namespace" => ns = args.next(),
-            "--log" => log = args.next(),
-            "--lease-ms" => cfg.lease = ms(args.next())?,
-            "--visibility-ms" => cfg.visibility_timeout = ms(args.next())?,
-            "--window-ms" => cfg.window = ms(args.next())?,
-            "--maintenance-ms" => cfg.maintenance_interval = ms(args.next())?,
-            "--claim-ahead-ms" => cfg.claim_ahead = ms(args.next())?,
-            "--connect-timeout-ms" => cfg.connect_timeout = ms(args.next())?,
-            "--metrics" => metrics = Some(metrics_addr_of(args.next())?),
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (see the source's header)"
-                ))
-            }
+        let flag = a.as_str();
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        let ms = |v: String| -> Result<Duration, String> {
+            v.parse()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{flag} {v:?}: expected a number of milliseconds"))
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--url" => url = Some(value()?),
+            "--namespace" => ns = Some(value()?),
+            "--log" => log = Some(value()?),
+            "--lease-ms" => cfg.lease = ms(value()?)?,
+            "--visibility-ms" => cfg.visibility_timeout = ms(value()?)?,
+            "--window-ms" => cfg.window = ms(value()?)?,
+            "--maintenance-ms" => cfg.maintenance_interval = ms(value()?)?,
+            "--claim-ahead-ms" => cfg.claim_ahead = ms(value()?)?,
+            "--connect-timeout-ms" => cfg.connect_timeout = ms(value()?)?,
+            "--metrics" => metrics = Some(metrics_addr_of(value()?)?),
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
-    cfg.url = url.ok_or("--url is required")?;
-    cfg.namespace = ns.ok_or("--namespace is required")?;
-    let log = log.ok_or("--log is required")?;
-    Ok(Args { cfg, log, metrics })
+    cfg.url = url.unwrap_or_else(|| DEFAULT_URL.to_string());
+    cfg.namespace = ns.ok_or("--namespace is required (see --help)")?;
+    let log = log.ok_or("--log is required (see --help)")?;
+    Ok(Some(Args { cfg, log, metrics }))
 }
 
 fn run() -> Result<(), String> {
-    let Args { cfg, log, metrics } = parse_args()?;
+    let Args { cfg, log, metrics } = match parse_args(std::env::args().skip(1))? {
+        None => {
+            print!("{USAGE}");
+            return Ok(());
+        }
+        Some(args) => args,
+    };
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -152,8 +198,7 @@ fn log_line(d: &tickwheel_redis::Delivery, pid: u32) -> String {
 }
 
 /// `--metrics`' address: a bare port is on loopback.
-fn metrics_addr_of(v: Option<String>) -> Result<String, String> {
-    let v = v.ok_or("--metrics needs a port or host:port")?;
+fn metrics_addr_of(v: String) -> Result<String, String> {
     if v.parse::<u16>().is_ok() {
         return Ok(format!("127.0.0.1:{v}"));
     }

@@ -1,6 +1,6 @@
 //! Claims: what the schedule says is due within the claim horizon, claimed in one pipeline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::delivery::{Delivery, Held};
 use super::{Redelivery, ShardLoss, Worker};
@@ -20,7 +20,7 @@ impl Worker {
     /// (`appendfsync always`).
     pub(crate) fn claim_due(&mut self) -> Result<(), Error> {
         let ahead = self.cfg.ahead_ms();
-        let (due, unsure) = self.claims_wanted(self.now_ms() + ahead);
+        let (due, noticed, unsure) = self.claims_wanted(self.now_ms() + ahead);
         // (shard, epoch, force, ids): one DELIVER call each.
         let mut batches: Vec<(u32, u64, bool, Vec<String>)> = Vec::new();
         for (set, force) in [(due, false), (unsure, true)] {
@@ -86,7 +86,7 @@ impl Worker {
                 continue;
             };
             for claim in claims {
-                self.take_claim((b.0, b.1, b.2), node, reply.now_ms, claim);
+                self.take_claim((b.0, b.1, b.2), node, reply.now_ms, &noticed, claim);
             }
         }
         Ok(())
@@ -135,31 +135,45 @@ impl Worker {
         }
     }
 
-    /// What to claim now: the schedule's tasks due by `until` (the claim horizon), and the
-    /// claims whose reply was lost, still under the epoch they were sent with; by shard.
+    /// What to claim now: the schedule's tasks due by `until` (the claim horizon), with the
+    /// instants the notices of those stored late arrived, and the claims whose reply was
+    /// lost, still under the epoch they were sent with; by shard.
     #[allow(clippy::type_complexity)]
     fn claims_wanted(
         &mut self,
         until: u64,
-    ) -> (BTreeMap<u32, Vec<String>>, BTreeMap<u32, Vec<String>>) {
-        let due = self.schedule.drain_due(until);
+    ) -> (
+        BTreeMap<u32, Vec<String>>,
+        HashMap<(u32, String), u64>,
+        BTreeMap<u32, Vec<String>>,
+    ) {
+        let (due, noticed) = self.schedule.drain_due(until);
         let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         for (shard, epoch, id) in self.outbox.take_unsure() {
             if self.shards.holds(shard, epoch) {
                 unsure.entry(shard).or_default().push(id);
             }
         }
-        (due, unsure)
+        (due, noticed, unsure)
     }
 
     /// Takes in one entry of a DELIVER reply to a batch (shard, epoch, forced): a claim goes
     /// to the deliverer (and is armed again at its visibility deadline), a task not yet
-    /// claimable is armed at its time.
+    /// claimable is armed at its time. `noticed`: when the notices of tasks stored after
+    /// their run-at arrived.
+    ///
+    /// The instant a delivery's lateness is timed from: a first delivery's run-at, or the
+    /// arrival of its notice when that came later (a task stored or rescheduled into the
+    /// past could not be on time); a redelivery's run-at, or the claim that redelivered it
+    /// when that came later (a task left in flight past its visibility deadline is claimable
+    /// again from that deadline, which DELIVER does not return: the claim follows it within
+    /// a step once the worker's wheel reaches it).
     fn take_claim(
         &mut self,
         (shard, epoch, forced): (u32, u64, bool),
         node: u32,
         server_now: u64,
+        noticed: &HashMap<(u32, String), u64>,
         claim: protocol::Claim,
     ) {
         match claim {
@@ -175,6 +189,13 @@ impl Worker {
                 self.schedule
                     .arm(shard, c.id.clone(), c.rearm_at_ms, c.version);
                 let (recurrence, next_run) = self.next_run(&c.recurrence, c.due_ms, server_now);
+                let timed_from_ms = match redelivery {
+                    None => {
+                        let key = (shard, c.id.clone());
+                        c.due_ms.max(noticed.get(&key).copied().unwrap_or(0))
+                    }
+                    Some(_) => c.due_ms.max(server_now),
+                };
                 self.handoff.local.push(Held {
                     delivery: Delivery {
                         id: c.id,
@@ -190,6 +211,7 @@ impl Worker {
                     next: next_run,
                     node,
                     redelivery,
+                    timed_from_ms,
                 });
             }
             protocol::Claim::NotYet { id, at_ms, version } => {

@@ -7,9 +7,17 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::delivery::Local;
 use super::local_us;
 use crate::namespace::{string, Endpoint, TimeSource};
+
+/// The local clock the estimates are reckoned against: the system clock, or (in unit tests)
+/// a virtual one.
+#[derive(Clone, Debug)]
+pub(crate) enum Local {
+    System,
+    #[cfg(test)]
+    Manual(Arc<std::sync::atomic::AtomicU64>),
+}
 
 /// One node's clock as estimated: its clock minus the local clock, µs, a lower bound (see
 /// [`Clock::observe`]), and the local µs of the last sample.

@@ -2,12 +2,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-#[cfg(test)]
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
 use super::notices::Notice;
+use super::outcomes::Done;
 use super::{Redelivery, Worker};
 use crate::recurrence::Recurrence;
 
@@ -136,23 +135,9 @@ pub(crate) struct Held {
     pub(crate) node: u32,
     /// Why it is delivered again, when its attempt is not the first.
     pub(crate) redelivery: Option<Redelivery>,
-}
-
-/// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
-#[derive(Debug)]
-pub(crate) struct Done {
-    pub(crate) shard: u32,
-    pub(crate) epoch: u64,
-    pub(crate) id: String,
-    pub(crate) version: u64,
-    pub(crate) attempt: u32,
-    pub(crate) next: Option<Option<u64>>,
-    pub(crate) outcome: Option<Outcome>,
-    /// How late the handler got it, ms past its due time by the clock of the node that
-    /// claimed it (`None`: not delivered).
-    pub(crate) late_ms: Option<u64>,
-    /// Why it was delivered again, when its attempt was not the first.
-    pub(crate) redelivery: Option<Redelivery>,
+    /// The instant its lateness is timed from, ms (see `Worker::take_claim`): its run-at,
+    /// or later when it could not have been delivered by then.
+    pub(crate) timed_from_ms: u64,
 }
 
 /// A lease as the worker reckons it: the epoch, and the local instant (µs, see
@@ -161,15 +146,6 @@ pub(crate) struct Done {
 pub(crate) struct Lease {
     pub(crate) epoch: u64,
     pub(crate) valid_until_us: u64,
-}
-
-/// The local clock the estimates are reckoned against: the system clock, or (in unit tests)
-/// a virtual one.
-#[derive(Clone, Debug)]
-pub(crate) enum Local {
-    System,
-    #[cfg(test)]
-    Manual(Arc<std::sync::atomic::AtomicU64>),
 }
 
 /// Claimed tasks waiting for their run-at, delivered by `tick` or by `run`'s delivery
@@ -288,7 +264,7 @@ impl Deliverer {
                     .clock
                     .node_now_us(node as u32)
                     .map_or(k.0, |us| us / 1000);
-                let late_ms = now_ms.saturating_sub(c.delivery.due_ms);
+                let late_ms = now_ms.saturating_sub(c.timed_from_ms);
                 // A panic is a failed attempt, recorded with its message; the handler's own
                 // state is the caller's to keep sound (it is called again after).
                 let call =

@@ -82,11 +82,11 @@ type Rules = HashMap<String, Option<(Recurrence, Rule)>>;
 
 /// A worker: holds leases on a fair share of the namespace's shards, keeps their next window
 /// in a wheel and delivers each task at its run-at instant.
-///
-/// Each piece of its state has one owner: [`Shards`] the leases and windows, [`Schedule`]
-/// the wheel of tasks to claim and its index, [`Outbox`] the outcomes not yet answered by
-/// Redis, [`Handoff`] the claimed tasks waiting for their run-at, [`Link`] the helper
-/// threads and their notices.
+//
+// Each piece of its state has one owner: `Shards` the leases and windows, `Schedule` the
+// wheel of tasks to claim and its index, `Outbox` the outcomes not yet answered by Redis,
+// `Handoff` the claimed tasks waiting for their run-at, `Link` the helper threads and their
+// notices.
 pub struct Worker {
     cfg: Config,
     redis: Redis,

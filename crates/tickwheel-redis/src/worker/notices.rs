@@ -5,7 +5,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::delivery::Done;
+use super::outcomes::Done;
 use super::{Worker, RECONNECT_MAX};
 use crate::namespace::Endpoint;
 
@@ -156,7 +156,10 @@ impl Worker {
                     return;
                 };
                 if o.window.covers(run_at) {
-                    self.schedule.arm(shard, id, run_at, version);
+                    // Stored after its run-at: its first delivery is timed from now.
+                    let now = self.now_ms();
+                    let late = (run_at < now).then_some(now);
+                    self.schedule.arm_noticed(shard, id, run_at, version, late);
                 }
             }
             Notice::Paused { shard, paused } => {

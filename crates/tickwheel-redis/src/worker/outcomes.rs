@@ -5,10 +5,26 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::delivery::Done;
-use super::{Outcome, ShardLoss, Worker};
+use super::{Outcome, Redelivery, ShardLoss, Worker};
 use crate::namespace::{query_pipe, Error};
 use crate::protocol;
+
+/// What became of a claimed task: `outcome` is `None` when it was not delivered (lapsed).
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub(crate) shard: u32,
+    pub(crate) epoch: u64,
+    pub(crate) id: String,
+    pub(crate) version: u64,
+    pub(crate) attempt: u32,
+    pub(crate) next: Option<Option<u64>>,
+    pub(crate) outcome: Option<Outcome>,
+    /// How late the handler got it, ms past [`Held::timed_from_ms`](super::delivery::Held::timed_from_ms) by the clock of the node
+    /// that claimed it (`None`: not delivered).
+    pub(crate) late_ms: Option<u64>,
+    /// Why it was delivered again, when its attempt was not the first.
+    pub(crate) redelivery: Option<Redelivery>,
+}
 
 /// An acknowledgement waiting to be sent.
 #[derive(Clone, Debug)]
@@ -122,7 +138,10 @@ impl Worker {
             self.stats.redelivered_by.record(cause);
         }
         if let Some(ms) = d.late_ms {
-            self.stats.lateness.record(ms);
+            match d.redelivery {
+                None => self.stats.lateness.record(ms),
+                Some(_) => self.stats.redelivery_lateness.record(ms),
+            }
         }
         match outcome {
             Outcome::Ack => match d.next {
@@ -191,7 +210,7 @@ impl Worker {
         }
     }
 
-    /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`] a call) and then
+    /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`](crate::Config::batch) a call) and then
     /// the commands `after`, in one pipeline: one round trip. Returns what each ACK call
     /// answered (its shard, the indices of its acks in `acks`, and `None` when fenced), and
     /// the replies to `after`, in order.

@@ -51,8 +51,14 @@ pub struct WorkerStats {
     pub redelivered: u64,
     /// [`redelivered`](Self::redelivered) by cause.
     pub redelivered_by: RedeliveryCounts,
-    /// How late deliveries were handed to the handler.
+    /// How late first deliveries (attempt 1) were handed to the handler: past their run-at,
+    /// or past the arrival of their notice when it came after the run-at (a task stored or
+    /// rescheduled into the past is not counted late by how far in the past it was put).
     pub lateness: Lateness,
+    /// How late redeliveries were handed to the handler: past their run-at, or past the
+    /// claim that redelivered them when that came later (a task redelivered after its
+    /// visibility timeout is not counted late by the timeouts it went through).
+    pub redelivery_lateness: Lateness,
 }
 
 /// Why a task is delivered again (its attempt is not the first).
@@ -113,7 +119,8 @@ impl RedeliveryCounts {
 }
 
 /// A histogram of delivery lateness: how long after its due time (by the clock of the
-/// Redis node that claimed it) each delivery reached the handler.
+/// Redis node that claimed it) each delivery reached the handler (see
+/// [`WorkerStats::lateness`] for what "due" means).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lateness {
     /// Deliveries per bucket: `counts[i]` at most [`Lateness::BOUNDS_MS`]`[i]` ms late
@@ -124,9 +131,11 @@ pub struct Lateness {
 }
 
 impl Lateness {
-    /// The buckets' upper bounds, ms.
-    pub const BOUNDS_MS: [u64; 14] = [
-        0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
+    /// The buckets' upper bounds, ms: up to an hour, so that 11 s and an hour late (a Redis
+    /// outage, a stalled worker) fall in different buckets.
+    pub const BOUNDS_MS: [u64; 19] = [
+        0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
+        300_000, 900_000, 3_600_000,
     ];
 
     /// Records one delivery `ms` late.
@@ -185,7 +194,8 @@ pub struct WorkerSnapshot {
     pub id: String,
     /// Its counters.
     pub stats: WorkerStats,
-    /// The shards it holds, in shard order.
+    /// The shards it holds, in shard order, leases in doubt included (see
+    /// [`shards_held`](Self::shards_held)).
     pub shards: Vec<ShardStatus>,
     /// Tasks in its wheel (its loaded windows and in-flight deliveries).
     pub in_wheel: usize,
@@ -193,6 +203,19 @@ pub struct WorkerSnapshot {
     pub held_outcomes: usize,
     /// Whether the last step reached Redis.
     pub connected: bool,
+}
+
+impl WorkerSnapshot {
+    /// The shards whose lease the worker can still be sure of by its own conservative
+    /// reckoning (`lease_left` above zero): the ones it may deliver from. While Redis is
+    /// away every lease runs out and this falls to 0, though [`shards`](Self::shards) still
+    /// names them (the worker renews them, under the same epochs, once Redis answers).
+    pub fn shards_held(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| !s.lease_left.is_zero())
+            .count()
+    }
 }
 
 /// Why a worker no longer holds a shard.

@@ -86,7 +86,7 @@ impl Worker {
         self.shards.unload_all();
     }
 
-    /// Tops windows up, reading at most [`Config::window_limit`] tasks per call so that a
+    /// Tops windows up, reading at most [`Config::window_limit`](crate::Config::window_limit) tasks per call so that a
     /// refill never holds Redis, or the deliveries waiting behind it, for long; the rest
     /// follows on the next ticks. A window is topped up once a quarter of it has passed.
     /// Returns whether more remains to read. Only while notifications flow (see

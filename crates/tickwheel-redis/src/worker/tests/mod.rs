@@ -2,10 +2,12 @@ use super::*;
 
 use std::sync::atomic::AtomicU64;
 
-use super::clock::Clock;
-use super::delivery::{Deliverer, Held, Lease, Local};
+use super::clock::{Clock, Local};
+use super::delivery::{Deliverer, Held, Lease};
 use super::notices::parse_notice;
 use super::window::{Resume, ShardWindow};
+
+mod stats;
 
 /// A server-clock estimate over a virtual local clock (µs).
 fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
@@ -33,6 +35,7 @@ fn claimed(id: &str, shard: u32, due_ms: u64, node: u32) -> Held {
         next: None,
         node,
         redelivery: None,
+        timed_from_ms: due_ms,
     }
 }
 
@@ -516,79 +519,4 @@ fn window_table() {
     ] {
         assert!(broken.check_invariants().is_err(), "{broken:?}");
     }
-}
-
-/// The lateness histogram's table: which bucket a lateness lands in, and the quantiles.
-#[test]
-fn lateness_histogram_table() {
-    let mut h = Lateness::default();
-    assert_eq!(h.quantile_ms(0.5), None, "empty");
-    // (lateness ms, bucket index: the first bound at or above it)
-    for (ms, bucket) in [
-        (0, 0),
-        (1, 1),
-        (3, 3),
-        (5, 3),
-        (6, 4),
-        (10_000, 13),
-        (10_001, 14),
-    ] {
-        let before = h.counts[bucket];
-        h.record(ms);
-        assert_eq!(h.counts[bucket], before + 1, "{ms} ms");
-    }
-    assert_eq!(h.count(), 7);
-    assert_eq!(h.sum_ms, 20_016);
-    assert_eq!(h.quantile_ms(0.0), Some(0));
-    assert_eq!(h.quantile_ms(0.5), Some(5), "4th of 7");
-    assert_eq!(h.quantile_ms(0.8), Some(10_000), "6th of 7");
-    assert_eq!(h.quantile_ms(1.0), None, "past the last bound");
-}
-
-/// Each redelivery is counted under its cause: a delivery left unacknowledged past its
-/// visibility deadline, and a retry the handler asked for.
-#[test]
-fn redeliveries_are_counted_by_cause() {
-    let server = crate::server::RedisServer::start()
-        .unwrap_or_else(|e| panic!("cannot run the Redis tests: {e}"));
-    let t0 = 1_000_000;
-    let time = crate::ManualTime::new(t0);
-    let mut cfg = Config::new(server.url(), "causes");
-    cfg.shards = 1;
-    cfg.time = TimeSource::Manual(time.clone());
-    cfg.claim_ahead = Duration::ZERO;
-    cfg.visibility_timeout = Duration::from_secs(1);
-    let mut p = crate::Producer::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
-    p.schedule("a", crate::RunAt::AtMillis(t0 + 100), b"")
-        .unwrap();
-    // (time after t0, outcome, expected attempt delivered, expected (visibility, requeued))
-    let steps = [
-        (100, Outcome::Leave, 1, (0, 0)),
-        (
-            1_100,
-            Outcome::RetryAfter(Duration::from_millis(500)),
-            2,
-            (1, 0),
-        ),
-        (1_600, Outcome::Ack, 3, (1, 1)),
-    ];
-    for (ms, outcome, attempt, (vis, requeued)) in steps {
-        time.set_ms(t0 + ms);
-        w.reload_windows();
-        let mut got = Vec::new();
-        w.tick(&mut |d| {
-            got.push(d.attempt);
-            outcome.clone()
-        })
-        .unwrap();
-        assert_eq!(got, [attempt], "at {ms} ms");
-        let by = w.stats().redelivered_by;
-        assert_eq!(
-            (by.visibility_timeout, by.requeued),
-            (vis, requeued),
-            "at {ms} ms"
-        );
-    }
-    assert_eq!(w.stats().redelivered, 2);
 }
