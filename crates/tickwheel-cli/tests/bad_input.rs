@@ -1014,3 +1014,163 @@ fn json_output_escapes_c1_and_bidi_controls() {
         assert_clean(&r.out, &format!("{args:?}"));
     }
 }
+
+// ---------------------------------------------------------------- the user trial's findings
+
+impl Dashboard {
+    /// `request` sent as is; the whole answer (headers and body) as text.
+    fn raw(&self, request: &str) -> String {
+        let mut con = TcpStream::connect(&self.addr).unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        con.write_all(request.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        con.read_to_end(&mut all).unwrap();
+        String::from_utf8_lossy(&all).into_owned()
+    }
+}
+
+/// A dashboard on a namespace holding one task, on a loopback port.
+fn one_task_dashboard(s: &RedisServer, ns: &str) -> Dashboard {
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, ns)).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    Dashboard::start(&[
+        "--redis",
+        &url,
+        "--namespace",
+        ns,
+        "--listen",
+        "127.0.0.1:0",
+    ])
+}
+
+/// 40 connections that never send a byte (more than there used to be slots): a real
+/// request is still answered at once, and the idle ones are closed within seconds.
+#[test]
+fn dashboard_idle_connections_do_not_starve_a_real_request() {
+    let s = server();
+    let d = one_task_dashboard(&s, "idle");
+    let idle: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(&d.addr).unwrap())
+        .collect();
+    // One more that trickles a header a byte at a time.
+    let mut slow = TcpStream::connect(&d.addr).unwrap();
+    slow.write_all(b"GET / HT").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    // The idle connections are answered 408 and closed, well before the old 10 s.
+    let started = Instant::now();
+    for mut c in idle.into_iter().chain([slow]) {
+        c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "idle connections held for {:?}",
+        started.elapsed()
+    );
+}
+
+/// `HEAD` answers as `GET` does, without a body; a `%` that does not start `%XX` is a 400,
+/// not a literal `%`.
+#[test]
+fn dashboard_answers_head_and_refuses_malformed_percent_escapes() {
+    let s = server();
+    let d = one_task_dashboard(&s, "head");
+    for path in ["/", "/task?id=t"] {
+        let get = d.raw(&format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr));
+        let head = d.raw(&format!("HEAD {path} HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr));
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        let (get_head, get_body) = get.split_once("\r\n\r\n").unwrap();
+        let (head_head, head_body) = head.split_once("\r\n\r\n").unwrap();
+        assert_eq!(head_body, "", "HEAD {path} sent a body");
+        assert!(!get_body.is_empty());
+        let length = |h: &str| {
+            h.lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .map(str::to_string)
+        };
+        // The same length as the GET's (the task page has no clock on it that could change).
+        if path != "/" {
+            assert_eq!(length(head_head), length(get_head));
+        }
+        assert!(length(head_head).is_some_and(|l| l != "0"), "{head_head}");
+    }
+    for path in [
+        "/task?id=%zz",
+        "/task?id=50%",
+        "/task?id=%4",
+        "/?hours=%zz",
+        "/%zz",
+    ] {
+        let (status, body) = d.get(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains("percent-escape"), "{path}: {body}");
+    }
+    // `%25` is how a `%` is sent: a task id with a `%` is looked up, not refused.
+    assert_eq!(d.get("/task?id=50%25").0, 404);
+}
+
+/// Listening on an address that is not loopback prints a warning on standard error, a
+/// louder one with writes; loopback prints none.
+#[test]
+fn dashboard_warns_when_listening_beyond_loopback() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "wide")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let stderr_of = |listen: &str, writes: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel"));
+        cmd.args(["dashboard", "--redis", &url, "--namespace", "wide"])
+            .args(["--listen", listen])
+            .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if writes {
+            cmd.arg("--allow-writes")
+                .env("TICKWHEEL_DASHBOARD_TOKEN", "0123456789abcdef0123");
+        }
+        let mut child = cmd.spawn().unwrap();
+        // Serving once the address line is out; the warning comes before it.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("http://"), "{line:?}");
+        let _ = child.kill();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let _ = child.wait();
+        err
+    };
+    let err = stderr_of("127.0.0.1:0", true);
+    assert!(!err.contains("warning"), "{err}");
+    let err = stderr_of("0.0.0.0:0", false);
+    assert!(
+        err.contains("warning") && err.contains("not a loopback address"),
+        "{err}"
+    );
+    assert!(!err.contains("clear text"), "{err}");
+    let err = stderr_of("0.0.0.0:0", true);
+    assert!(
+        err.contains("not a loopback address") && err.contains("token crosses the network"),
+        "{err}"
+    );
+}

@@ -16,6 +16,7 @@ pub fn error(status: u16, message: &str) -> Response {
         403 => "403 Forbidden",
         404 => "404 Not Found",
         405 => "405 Method Not Allowed",
+        408 => "408 Request Timeout",
         409 => "409 Conflict",
         503 => "503 Service Unavailable",
         _ => "Error",
