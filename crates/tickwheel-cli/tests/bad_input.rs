@@ -1174,3 +1174,41 @@ fn dashboard_warns_when_listening_beyond_loopback() {
         "{err}"
     );
 }
+
+/// Redis wiped under a running dashboard: the pages say the namespace is gone (as `tickwheel
+/// tasks` does), not "pending 0" as if all were well; once it is back, the pages are too.
+#[test]
+fn dashboard_says_when_the_namespace_is_gone() {
+    let s = server();
+    let d = one_task_dashboard(&s, "wiped");
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("namespace-gone"));
+    assert_eq!(resp(s.port(), &["FLUSHALL"]), "+OK\r\n");
+    for path in ["/", "/task?id=t"] {
+        let (status, body) = d.get(path);
+        assert_eq!(status, 503, "{path}: {body}");
+        assert!(
+            body.contains("id=\"namespace-gone\"") && body.contains("does not exist"),
+            "{path}: {body}"
+        );
+        assert!(
+            !body.contains("id=\"pending\""),
+            "{path}: an empty overview"
+        );
+    }
+    let r = tasks(&s.url(), "wiped", &["stats"]);
+    expect(
+        &r,
+        1,
+        "does not exist",
+        "tasks stats on the wiped namespace",
+    );
+    // Back: scheduling creates the namespace again.
+    let mut p = Producer::connect(&Config::new(s.url(), "wiped")).unwrap();
+    p.schedule("t2", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(d.get("/task?id=t").0, 404);
+}

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use clap::Args;
-use tickwheel_redis::{Error, Inspector, Producer};
+use tickwheel_redis::{Config, Error, Inspector, Producer};
 
 use crate::tasks::escape::escape;
 
@@ -81,6 +81,9 @@ pub struct DashboardArgs {
 /// What every request shares.
 pub(crate) struct App {
     inspector: Mutex<Inspector>,
+    /// To check the namespace still exists ([`App::namespace_gone`]): the Inspector's reads
+    /// of a deleted namespace find empty shards, not an error.
+    cfg: Config,
     /// `Some` with `--allow-writes`.
     writes: Option<Writes>,
     namespace: String,
@@ -137,8 +140,12 @@ pub fn run(args: DashboardArgs) -> ExitCode {
     if let Some(warning) = exposure_warning(listen, writes.is_some()) {
         eprintln!("tickwheel dashboard: warning: {warning}");
     }
+    let mut check_cfg = cfg.clone();
+    // Redis answered the page's reads just before: no need to wait long for it again.
+    check_cfg.connect_timeout = Duration::from_secs(1);
     let app = Arc::new(App {
         inspector: Mutex::new(inspector),
+        cfg: check_cfg,
         writes,
         namespace: args.namespace,
         redis,
@@ -354,6 +361,19 @@ impl App {
     /// The inspector (a panic elsewhere while holding it leaves it usable).
     fn inspector(&self) -> MutexGuard<'_, Inspector> {
         self.inspector.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A warning page when the namespace no longer exists (deleted, or Redis wiped or
+    /// restarted empty since the dashboard started), else `None`. Reading a deleted
+    /// namespace's shards finds them empty rather than failing, so a page would show an empty
+    /// namespace as if all were well: this asks Redis, as `tickwheel tasks` does at start,
+    /// whether the namespace is there (one connection and one read of its meta key). Another
+    /// failure here is left to the page's own reads to report.
+    pub(crate) fn namespace_gone(&self) -> Option<Response> {
+        match Inspector::connect(&self.cfg) {
+            Err(Error::NoSuchNamespace(_)) => Some(page::namespace_gone(self)),
+            _ => None,
+        }
     }
 
     fn producer(&self) -> Option<MutexGuard<'_, Producer>> {

@@ -44,6 +44,9 @@ pub fn overview(app: &App, req: &Request) -> Response {
         Ok(r) => r,
         Err(e) => return unavailable(&e),
     };
+    if let Some(gone) = app.namespace_gone() {
+        return gone;
+    }
     let mut b = header(app, stats.now_ms);
     glance(&mut b, &stats, &upcoming);
     let choices: Vec<String> = HOURS

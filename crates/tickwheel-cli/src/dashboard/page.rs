@@ -42,6 +42,27 @@ pub fn unavailable(e: &Error) -> Response {
     )
 }
 
+/// The namespace does not exist any more: a 503 that says so, rather than a page of zeros.
+pub fn namespace_gone(app: &App) -> Response {
+    let title = "Namespace not found";
+    Response {
+        status: 503,
+        body: document(
+            title,
+            &format!(
+                "<h1>{title}</h1><p id=\"namespace-gone\" class=\"warn\">Namespace \
+                 <code>{ns}</code> does not exist on {redis} any more. It did when this \
+                 dashboard started, so it was deleted since: its keys removed, the database \
+                 flushed, or Redis restarted without its data. Its tasks are gone, and producers \
+                 and workers using it fail. Nothing here is shown as zero because of it: reload \
+                 once the namespace is back.</p><p><a href=\"/\">Reload</a></p>",
+                ns = text(&app.namespace),
+                redis = text(&app.redis),
+            ),
+        ),
+    }
+}
+
 /// The title bar and the search form.
 pub fn header(app: &App, now_ms: u64) -> String {
     format!(

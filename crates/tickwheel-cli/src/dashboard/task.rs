@@ -47,6 +47,12 @@ pub fn task(app: &App, req: &Request) -> Response {
         Err(e @ Error::InvalidId { .. }) => return error(400, &e.to_string()),
         Err(e) => return unavailable(&e),
     };
+    if found.is_none() {
+        // "No such task" would be true but hide the cause.
+        if let Some(gone) = app.namespace_gone() {
+            return gone;
+        }
+    }
     let mut b = header(app, now_ms);
     let Some(detail) = found else {
         let _ = write!(
