@@ -978,3 +978,99 @@ fn readme_screenshot() {
         "chromium wrote no screenshot"
     );
 }
+
+/// The in-flight list is ordered by visibility deadline across shards, as its heading says
+/// (the Inspector lists shard by shard), and its heading counts the list it heads.
+#[test]
+fn in_flight_tasks_are_listed_by_visibility_deadline_across_shards() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut cfg = Config::new(server.url(), "order");
+    cfg.shards = 4;
+    // Claimed at their run-at, so the deadlines follow the run-ats.
+    cfg.claim_ahead = Duration::ZERO;
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("far", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+    let ins = Inspector::connect(&cfg).unwrap();
+    let in_shard = |prefix: &str, shard: u32| {
+        (0..)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|id| ins.shard_of(id) == shard)
+            .unwrap()
+    };
+    // Run-ats in the opposite order of the shards.
+    let ids = [
+        in_shard("first", 3),
+        in_shard("second", 2),
+        in_shard("third", 0),
+    ];
+    let base = now_ms() + 300;
+    for (k, id) in ids.iter().enumerate() {
+        p.schedule(id, RunAt::AtMillis(base + 400 * k as u64), b"")
+            .unwrap();
+    }
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let thread = std::thread::spawn(move || {
+        worker.run(|_| Outcome::Leave).unwrap();
+    });
+    let _worker = RunningWorker {
+        stop,
+        thread: Some(thread),
+        cfg: cfg.clone(),
+    };
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ins.stats().unwrap().in_flight() < 3 {
+        assert!(Instant::now() < deadline, "not all delivered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The order the page must show, from the tasks' own deadlines; not the shards' order.
+    let mut expected: Vec<(u64, String)> = ids
+        .iter()
+        .map(|id| match ins.show(id).unwrap().unwrap().info.state {
+            TaskState::InFlight { visible_at_ms, .. } => (visible_at_ms, id.clone()),
+            other => panic!("{id} is {other:?}"),
+        })
+        .collect();
+    expected.sort();
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_ne!(
+        expected,
+        [ids[2].clone(), ids[1].clone(), ids[0].clone()],
+        "shard order"
+    );
+
+    let dash = Dashboard::start(&server.url(), "order", &[], None);
+    let page = dash.get_body("/");
+    let table = page
+        .split("<table id=\"in-flight-tasks\">")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap();
+    let mut listed: Vec<(usize, &String)> = ids
+        .iter()
+        .map(|id| (table.find(&format!(">{id}</a>")).expect(id), id))
+        .collect();
+    listed.sort();
+    let listed: Vec<&String> = listed.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(listed, expected.iter().collect::<Vec<_>>(), "{table}");
+    assert!(
+        page.contains("All 3 in-flight tasks, by visibility deadline"),
+        "{page}"
+    );
+}
+
+impl Dashboard {
+    /// `GET path`'s body (status 200 asserted).
+    fn get_body(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(self.addr()).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.addr()).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 "), "{reply}");
+        reply.split_once("\r\n\r\n").unwrap().1.to_string()
+    }
+}
