@@ -277,6 +277,7 @@ fn malformed_durations_and_instants_are_rejected_before_connecting() {
         (&["--connect-timeout", "1x", "stats"], "is not a duration"),
         (&["--connect-timeout", "", "stats"], "is not a duration"),
         (&["--connect-timeout=-1s", "stats"], "must not be negative"),
+        (&["--connect-timeout", "61m", "stats"], "at most 1h"),
         (&["upcoming", "--per", "5"], "is not a duration"),
         (&["upcoming", "--horizon", "1x"], "is not a duration"),
         (&["upcoming", "--per=-1s"], "must not be negative"),
@@ -522,10 +523,12 @@ fn empty_or_too_long_durations_are_documented_behaviour() {
     assert_eq!(r.code, Some(0), "{}", r.err);
     let v: Value = serde_json::from_str(&r.out).unwrap();
     assert_eq!(v["slots"].as_array().map(Vec::len), Some(0));
+    // A connect timeout is at most an hour, as the dashboard's: refused while parsing.
+    let r = tasks(&url, "up", &["--connect-timeout", "99999999999h", "stats"]);
+    expect(&r, 2, "at most 1h", "--connect-timeout 99999999999h");
     // Durations too long for Redis: a message (after connecting) rather than an overflow.
     for args in [
-        &["--connect-timeout", "99999999999h", "stats"][..],
-        &["upcoming", "--per", "99999999999h"],
+        &["upcoming", "--per", "99999999999h"][..],
         &["upcoming", "--per", "1s", "--horizon", "99999999999h"],
     ] {
         expect(
@@ -1211,4 +1214,170 @@ fn dashboard_says_when_the_namespace_is_gone() {
     let (status, body) = d.get("/");
     assert_eq!(status, 200, "{body}");
     assert_eq!(d.get("/task?id=t").0, 404);
+}
+
+/// `reschedule` without a time names both ways to give one; an `ls` window that ends before
+/// it starts is refused (it used to list nothing, as if nothing were due).
+#[test]
+fn tasks_reschedule_needs_at_or_in_and_a_window_must_not_be_inverted() {
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let r = tasks(&url, "n", &["reschedule", "t"]);
+    expect(&r, 2, "required", "neither --at nor --in");
+    assert!(
+        r.err.contains("--at") && r.err.contains("--in"),
+        "both ways named: {}",
+        r.err
+    );
+    for (after, before) in [
+        ("1h", "10m"),
+        ("2030-01-01T00:00:00Z", "2029-12-31T23:59:59Z"),
+        ("2030-01-01T00:00:00Z", "2030-01-01T00:00:00Z"),
+    ] {
+        let r = tasks(
+            &url,
+            "n",
+            &["ls", "--due-after", after, "--due-before", before],
+        );
+        expect(
+            &r,
+            2,
+            "is not before --due-before",
+            &format!("{after}..{before}"),
+        );
+        assert!(r.took < Duration::from_secs(5), "not refused at once");
+    }
+}
+
+/// With `--json`, an error is one JSON object on standard error (stdout stays the result's
+/// alone), with the same message and the exit status; without it, an `error:` line.
+#[test]
+fn tasks_json_errors_are_a_json_object_on_stderr() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "j")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let dead = format!("redis://127.0.0.1:{}/", free_port());
+    let cases: &[(&str, &[&str], i32, &str)] = &[
+        (&url, &["--json", "show", "no\u{1b}[2Jsuch"], 1, "no task"),
+        (&url, &["--json", "cancel", "nope"], 1, "not cancelled"),
+        (&dead, &["--json", "stats"], 1, "cannot reach Redis"),
+        (
+            &dead,
+            &["--json", "ls", "--due-after", "1h", "--due-before", "1m"],
+            2,
+            "is not before",
+        ),
+        (
+            &dead,
+            &["--json", "--escaped", "show", "a\\q"],
+            2,
+            "unknown escape",
+        ),
+    ];
+    for (url, args, code, says) in cases {
+        let r = tasks(url, "j", args);
+        assert_eq!(r.code, Some(*code), "{args:?}: {}", r.err);
+        let v: Value = serde_json::from_str(r.err.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: stderr is not JSON ({e}): {:?}", r.err));
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{args:?}: {message}");
+        assert_eq!(v["error"]["exit_status"], *code, "{args:?}");
+        assert_clean(&r.err, "the JSON error");
+        if *args != ["--json", "cancel", "nope"] {
+            assert_eq!(r.out, "", "{args:?}: stdout");
+        }
+    }
+    // Writes refused without --allow-writes: JSON too.
+    let r = run(&[
+        "tasks",
+        "--redis",
+        &url,
+        "--namespace",
+        "j",
+        "--json",
+        "cancel",
+        "t",
+    ]);
+    assert_eq!(r.code, Some(2));
+    let v: Value = serde_json::from_str(r.err.trim()).unwrap();
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-writes"));
+    // Without --json: the line for people.
+    let r = tasks(&url, "j", &["show", "nope"]);
+    assert!(r.err.starts_with("error: no task"), "{}", r.err);
+}
+
+/// Every id a table shows can be typed back with `--escaped`: its tab, newline, escape or
+/// bidirectional control as the table prints it.
+#[test]
+fn tasks_escaped_reads_ids_as_the_tables_print_them() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "esc")).unwrap();
+    // (the id, as the tables print it)
+    let ids = [
+        ("tab\there", r"tab\there"),
+        ("new\nline\r\nfake row", r"new\nline\r\nfake row"),
+        ("red\u{1b}[31mX\u{1b}[0m", r"red\u{1b}[31mX\u{1b}[0m"),
+        ("bidi\u{202e}cba\u{2066}", r"bidi\u{202e}cba\u{2066}"),
+        ("q\"uo'te\\back", r#"q"uo'te\\back"#),
+        ("-dash", "-dash"),
+    ];
+    for (id, _) in ids {
+        p.schedule(id, RunAt::After(Duration::from_secs(600)), b"x")
+            .unwrap();
+    }
+    let listed = tasks(&url, "esc", &["ls"]);
+    assert_eq!(listed.code, Some(0), "{}", listed.err);
+    for (id, printed) in ids {
+        assert!(
+            listed.out.contains(printed),
+            "{printed} not in {}",
+            listed.out
+        );
+        // `--` so that an id starting with `-` is not taken for a flag.
+        let r = tasks(&url, "esc", &["--escaped", "--json", "show", "--", printed]);
+        assert_eq!(r.code, Some(0), "{printed}: {}", r.err);
+        let v: Value = serde_json::from_str(&r.out).unwrap();
+        assert_eq!(v["id"], id, "{printed}");
+    }
+    // Without --escaped the text is the id itself: no such task.
+    let r = tasks(&url, "esc", &["show", r"tab\there"]);
+    expect(&r, 1, "no task", "unescaped spelling");
+    // Writes take the same spelling.
+    let r = tasks(
+        &url,
+        "esc",
+        &[
+            "--escaped",
+            "cancel",
+            r"tab\there",
+            r"new\nline\r\nfake row",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let r = tasks(
+        &url,
+        "esc",
+        &[
+            "--escaped",
+            "reschedule",
+            r"bidi\u{202e}cba\u{2066}",
+            "--in",
+            "2h",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let mut ins = Inspector::connect(&Config::new(&url, "esc")).unwrap();
+    assert!(ins.show("tab\there").unwrap().is_none());
+    assert!(ins.show("new\nline\r\nfake row").unwrap().is_none());
+    // Escapes that stand for nothing an id holds are refused, before connecting.
+    for bad in [r"a\q", r"a\", r"\xff", r"\u{110000}"] {
+        let r = tasks(&url, "esc", &["--escaped", "show", bad]);
+        expect(&r, 2, "error: id", bad);
+        assert_clean(&r.err, bad);
+    }
 }

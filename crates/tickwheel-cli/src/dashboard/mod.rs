@@ -74,7 +74,7 @@ pub struct DashboardArgs {
     token_file: Option<PathBuf>,
     /// How long to keep trying at start while Redis cannot be reached (e.g. 2s, 500ms; at
     /// most 1h), as `tickwheel tasks` takes it.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::tasks::parse_connect_timeout)]
     connect_timeout: Duration,
 }
 
@@ -190,15 +190,6 @@ fn read_token(args: &DashboardArgs) -> Result<Option<Vec<u8>>, String> {
         ));
     }
     Ok(Some(token))
-}
-
-/// `--connect-timeout`: a duration of at most an hour.
-fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
-    let d = crate::time::parse_duration(text)?;
-    if d > Duration::from_secs(3600) {
-        return Err(format!("`{text}`: at most 1h"));
-    }
-    Ok(d)
 }
 
 /// What to tell the operator when `listen` is not a loopback address: anyone who can reach
