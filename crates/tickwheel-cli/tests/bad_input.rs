@@ -1214,6 +1214,39 @@ fn dashboard_says_when_the_namespace_is_gone() {
     let (status, body) = d.get("/");
     assert_eq!(status, 200, "{body}");
     assert_eq!(d.get("/task?id=t").0, 404);
+
+    // A write through a dashboard that allows them, after another wipe: the same page, not
+    // "the task is not pending".
+    let token = "0123456789abcdef0123";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(["dashboard", "--redis", &s.url(), "--namespace", "wiped"])
+        .args(["--listen", "127.0.0.1:0", "--allow-writes"])
+        .env("TICKWHEEL_DASHBOARD_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let w = Dashboard { child, addr };
+    assert_eq!(resp(s.port(), &["FLUSHALL"]), "+OK\r\n");
+    let body = format!("id=t2&token={token}");
+    let answer = w.raw(&format!(
+        "POST /cancel HTTP/1.1\r\nHost: {0}\r\nOrigin: http://{0}\r\nContent-Length: \
+         {1}\r\n\r\n{body}",
+        w.addr,
+        body.len()
+    ));
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("id=\"namespace-gone\""), "{answer}");
 }
 
 /// `reschedule` without a time names both ways to give one; an `ls` window that ends before

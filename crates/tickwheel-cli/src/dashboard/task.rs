@@ -256,13 +256,16 @@ pub fn write(app: &App, req: &Request) -> Response {
                 ),
             ),
         },
-        Ok(false) => error(
-            409,
-            &format!(
-                "Could not {noun} task {id:?}: it is not pending (in flight, claimed for \
-                 delivery in its last second, or gone)."
-            ),
-        ),
+        // Not pending, or the whole namespace deleted: say which.
+        Ok(false) => app.namespace_gone().unwrap_or_else(|| {
+            error(
+                409,
+                &format!(
+                    "Could not {noun} task {id:?}: it is not pending (in flight, claimed for \
+                     delivery in its last second, or gone)."
+                ),
+            )
+        }),
         Err(e @ (Error::InvalidId { .. } | Error::InvalidRunAt)) => error(400, &e.to_string()),
         Err(e) => unavailable(&e),
     }
