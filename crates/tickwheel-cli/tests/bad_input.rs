@@ -1414,3 +1414,51 @@ fn tasks_escaped_reads_ids_as_the_tables_print_them() {
         assert_clean(&r.err, bad);
     }
 }
+
+/// The pages show ids as `tickwheel tasks` prints them, so two ids never look alike (an
+/// escape character and the text `\u{1b}`), and the search's "as shown" box reads that
+/// spelling back.
+#[test]
+fn dashboard_shows_ids_as_the_tables_do_and_finds_them_as_shown() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "shown")).unwrap();
+    // (the id, as shown)
+    let ids = [
+        ("tab\there", r"tab\there"),
+        ("esc\u{1b}[0m", r"esc\u{1b}[0m"),
+        (r"esc\u{1b}[0m", r"esc\\u{1b}[0m"),
+        ("new\nline", r"new\nline"),
+    ];
+    for (id, _) in ids {
+        p.schedule(id, RunAt::After(Duration::from_secs(600)), b"x")
+            .unwrap();
+    }
+    let d = Dashboard::start(&[
+        "--redis",
+        &url,
+        "--namespace",
+        "shown",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    // The page's id cell (the ids here hold nothing HTML escapes).
+    let id_cell = |body: &str| {
+        body.split("id=\"task-id\">")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .unwrap_or_else(|| panic!("no task-id in {body}"))
+            .to_string()
+    };
+    for (id, shown) in ids {
+        let (status, body) = d.get(&format!("/task?id={}", form_encode(id)));
+        assert_eq!(status, 200, "{id:?}: {body}");
+        assert_eq!(id_cell(&body), shown, "{id:?}");
+        let (status, found) = d.get(&format!("/task?id={}&escaped=1", form_encode(shown)));
+        assert_eq!(status, 200, "{shown} as shown: {found}");
+        assert_eq!(id_cell(&found), shown, "{shown}: another task");
+    }
+    let (status, body) = d.get(&format!("/task?id={}&escaped=1", form_encode(r"a\q")));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("unknown escape"), "{body}");
+}

@@ -21,6 +21,10 @@ use tickwheel_redis::{
 const SCRIPT_ID: &str = "<script>alert(1)</script>";
 const TOKEN: &str = "s3cret-token-0123456789";
 
+/// An id with a tab, an escape sequence and a C1 control, and how the pages show it.
+const CONTROL_ID: &str = "ctl\t\u{1b}[31m\u{9b}x";
+const CONTROL_ID_SHOWN: &str = r"ctl\t\u{1b}[31m\u{9b}x";
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -600,7 +604,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
     let mut cfg = Config::new(server.url(), "w");
     cfg.shards = 2;
     let mut p = Producer::connect(&cfg).unwrap();
-    for id in ["a-1", "a-2", SCRIPT_ID] {
+    for id in ["a-1", "a-2", SCRIPT_ID, CONTROL_ID] {
         p.schedule(id, RunAt::After(Duration::from_secs(3600)), b"x")
             .unwrap();
     }
@@ -677,8 +681,13 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
         "{run_at_ms} vs {before}"
     );
 
-    // Cancel with the token through the form: the task is gone.
-    for id in ["a-1", SCRIPT_ID] {
+    // Cancel with the token through the form: the task is gone (an id with control
+    // characters too: the form carries it exactly, the page shows it escaped).
+    for (id, shown) in [
+        ("a-1", "a-1"),
+        (SCRIPT_ID, SCRIPT_ID),
+        (CONTROL_ID, CONTROL_ID_SHOWN),
+    ] {
         b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
         assert_eq!(b.eval("document.scripts.length"), json!(0));
         b.load(|b| {
@@ -690,7 +699,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
         assert_eq!(b.text("document.title"), "cancelled");
         assert_eq!(
             b.text("document.getElementById('result').textContent"),
-            format!("Task {id} cancelled.")
+            format!("Task {shown} cancelled.")
         );
         assert_eq!(b.eval("document.scripts.length"), json!(0));
         assert!(run_at(id, &cfg).is_none(), "{id} is gone");

@@ -10,7 +10,7 @@ use tickwheel_redis::{
 
 use super::chart::chart;
 use super::http::{Request, Response};
-use super::page::{document, error, header, text, unavailable};
+use super::page::{document, error, header, id_text, text, unavailable};
 use super::task::task_href;
 use super::App;
 use crate::time::{relative, rfc3339, span};
@@ -252,7 +252,7 @@ fn in_flight_table(b: &mut String, now_ms: u64, in_flight: &InFlight) {
             "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td>{attempt}{redelivered}</td>\
              <td>{}</td><td>{}</td><td>{version}</td><td>{} B</td></tr>",
             text(&task_href(&t.id)),
-            text(&t.id),
+            id_text(&t.id),
             t.shard,
             relative(due_ms, now_ms),
             relative(visible_at_ms, now_ms),

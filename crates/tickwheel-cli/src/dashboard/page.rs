@@ -7,6 +7,7 @@ use tickwheel_redis::Error;
 
 use super::http::Response;
 use super::App;
+use crate::tasks::escape::escape;
 use crate::time::rfc3339;
 
 /// An error page.
@@ -69,7 +70,9 @@ pub fn header(app: &App, now_ms: u64) -> String {
         "<header><h1><a href=\"/\">tickwheel</a> · namespace <code id=\"namespace\">{ns}</code></h1>\
          <p>{redis} · read at {now} (Redis clock) · {mode}</p>\
          <form method=\"get\" action=\"/task\" id=\"search\"><label>Task id \
-         <input name=\"id\" size=\"40\" required></label> <button>Show</button></form></header>",
+         <input name=\"id\" size=\"40\" required></label> <label title=\"Read \\t, \\n, \
+         \\\\ and \\u{{..}} as the pages show them\"><input type=\"checkbox\" name=\"escaped\" \
+         value=\"1\"> as shown (escapes)</label> <button>Show</button></form></header>",
         ns = text(&app.namespace),
         redis = text(&app.redis),
         now = rfc3339(now_ms),
@@ -103,6 +106,13 @@ pub fn text(s: &str) -> String {
         }
     }
     out
+}
+
+/// A task id as shown: escaped as `tickwheel tasks` prints it (`\t`, `\n`, `\\`,
+/// `\u{1b}`), so that what a page shows can be typed back (the search's "as shown" box, or
+/// `tickwheel tasks --escaped`) and two ids never look alike; then HTML-escaped.
+pub fn id_text(id: &str) -> String {
+    text(&escape(id))
 }
 
 /// A whole page.
