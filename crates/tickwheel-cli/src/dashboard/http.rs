@@ -126,8 +126,7 @@ impl Read for Deadline<'_> {
     }
 }
 
-/// Why a request could not be read: the client was too slow (answered 408), or sent
-/// something malformed (400).
+/// Whether a read failed for want of time (the client too slow: a 408, not a 400).
 pub fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -250,9 +249,7 @@ impl Response {
     pub fn write_for(&self, method: &str, out: &mut impl Write) -> std::io::Result<()> {
         self.write_parts(out, method != "HEAD")
     }
-}
 
-impl Response {
     /// Writes the response.
     pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
         self.write_parts(out, true)
