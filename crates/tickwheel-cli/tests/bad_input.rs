@@ -1307,6 +1307,22 @@ fn tasks_json_errors_are_a_json_object_on_stderr() {
             2,
             "unknown escape",
         ),
+        // Usage errors found by the argument parser too.
+        (
+            &dead,
+            &["--json", "reschedule", "t"],
+            2,
+            "<--at <RFC3339>|--in <DURATION>>",
+        ),
+        (&dead, &["--json", "ls", "--limit", "0"], 2, "--limit"),
+        (&dead, &["--json", "--bogus", "stats"], 2, "'--bogus'"),
+        (
+            &dead,
+            // (clap drops the escape sequence from its message; never raw, checked below)
+            &["--json", "ls", "--due-after", "\u{1b}[2J"],
+            2,
+            "invalid value",
+        ),
     ];
     for (url, args, code, says) in cases {
         let r = tasks(url, "j", args);
@@ -1338,9 +1354,18 @@ fn tasks_json_errors_are_a_json_object_on_stderr() {
         .as_str()
         .unwrap()
         .contains("--allow-writes"));
-    // Without --json: the line for people.
+    // Without --json: the line for people; help is still help.
     let r = tasks(&url, "j", &["show", "nope"]);
     assert!(r.err.starts_with("error: no task"), "{}", r.err);
+    let r = tasks(&dead, "j", &["reschedule", "t"]);
+    assert!(
+        r.err.starts_with("error: the following required"),
+        "{}",
+        r.err
+    );
+    let r = run(&["tasks", "--json", "--help"]);
+    assert_eq!(r.code, Some(0));
+    assert!(r.out.contains("Usage: tickwheel tasks"), "{}", r.out);
 }
 
 /// Every id a table shows can be typed back with `--escaped`: its tab, newline, escape or

@@ -9,8 +9,8 @@
 //! reads id arguments with the same escapes, so any id a table shows can be typed back.
 //! Exit status: 0 done, 1 failed (Redis unreachable, no such namespace or task, a task that
 //! could not be cancelled or rescheduled), 2 bad arguments. Errors are an `error: …` line on
-//! standard error, or with `--json` a JSON object there ([`render::error_json`]); clap's own
-//! usage errors stay text.
+//! standard error, or with `--json` a JSON object there ([`render::error_json`]), usage
+//! errors included ([`usage_error`]).
 
 pub(crate) mod escape;
 mod render;
@@ -178,6 +178,33 @@ fn check(args: &mut TasksArgs) -> Result<(), String> {
         _ => {}
     }
     Ok(())
+}
+
+/// A command line clap refused: with `tickwheel tasks … --json`, the error as [`fail`]
+/// prints it (clap's message without its usage lines, its exit status); anything else
+/// (help, version, another command, no `--json`) as clap prints it.
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let json = e.use_stderr()
+        && args.first().is_some_and(|a| a == "tasks")
+        && args
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == "--json");
+    if !json {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let message = rendered
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let status = u8::try_from(e.exit_code()).unwrap_or(2);
+    fail(true, status, &escape::escape(&message))
 }
 
 /// Prints `message` as `error: …`, or as a JSON object with `--json`, on standard error;
