@@ -239,7 +239,11 @@ fn demo_settings(args: DemoArgs) -> demo::DemoSettings {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `tickwheel tasks --json` wants even a usage error as JSON; all else as clap says.
+        Err(e) => return tasks::usage_error(e),
+    };
     let command_line = redis_url::command_line(&std::env::args().collect::<Vec<_>>());
     let result = match cli.command {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),

@@ -277,6 +277,7 @@ fn malformed_durations_and_instants_are_rejected_before_connecting() {
         (&["--connect-timeout", "1x", "stats"], "is not a duration"),
         (&["--connect-timeout", "", "stats"], "is not a duration"),
         (&["--connect-timeout=-1s", "stats"], "must not be negative"),
+        (&["--connect-timeout", "61m", "stats"], "at most 1h"),
         (&["upcoming", "--per", "5"], "is not a duration"),
         (&["upcoming", "--horizon", "1x"], "is not a duration"),
         (&["upcoming", "--per=-1s"], "must not be negative"),
@@ -522,10 +523,12 @@ fn empty_or_too_long_durations_are_documented_behaviour() {
     assert_eq!(r.code, Some(0), "{}", r.err);
     let v: Value = serde_json::from_str(&r.out).unwrap();
     assert_eq!(v["slots"].as_array().map(Vec::len), Some(0));
+    // A connect timeout is at most an hour, as the dashboard's: refused while parsing.
+    let r = tasks(&url, "up", &["--connect-timeout", "99999999999h", "stats"]);
+    expect(&r, 2, "at most 1h", "--connect-timeout 99999999999h");
     // Durations too long for Redis: a message (after connecting) rather than an overflow.
     for args in [
-        &["--connect-timeout", "99999999999h", "stats"][..],
-        &["upcoming", "--per", "99999999999h"],
+        &["upcoming", "--per", "99999999999h"][..],
         &["upcoming", "--per", "1s", "--horizon", "99999999999h"],
     ] {
         expect(
@@ -1013,4 +1016,474 @@ fn json_output_escapes_c1_and_bidi_controls() {
         assert!(serde_json::from_str::<Value>(&r.out).is_ok(), "{}", r.out);
         assert_clean(&r.out, &format!("{args:?}"));
     }
+}
+
+// ---------------------------------------------------------------- the user trial's findings
+
+impl Dashboard {
+    /// `request` sent as is; the whole answer (headers and body) as text.
+    fn raw(&self, request: &str) -> String {
+        let mut con = TcpStream::connect(&self.addr).unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        con.write_all(request.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        con.read_to_end(&mut all).unwrap();
+        String::from_utf8_lossy(&all).into_owned()
+    }
+}
+
+/// A dashboard on a namespace holding one task, on a loopback port.
+fn one_task_dashboard(s: &RedisServer, ns: &str) -> Dashboard {
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, ns)).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    Dashboard::start(&[
+        "--redis",
+        &url,
+        "--namespace",
+        ns,
+        "--listen",
+        "127.0.0.1:0",
+    ])
+}
+
+/// 40 connections that never send a byte (more than there used to be slots): a real
+/// request is still answered at once, and the idle ones are closed within seconds.
+#[test]
+fn dashboard_idle_connections_do_not_starve_a_real_request() {
+    let s = server();
+    let d = one_task_dashboard(&s, "idle");
+    let idle: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(&d.addr).unwrap())
+        .collect();
+    // One more that trickles a header a byte at a time.
+    let mut slow = TcpStream::connect(&d.addr).unwrap();
+    slow.write_all(b"GET / HT").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    // The idle connections are answered 408 and closed, well before the old 10 s.
+    let started = Instant::now();
+    for mut c in idle.into_iter().chain([slow]) {
+        c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "idle connections held for {:?}",
+        started.elapsed()
+    );
+}
+
+/// `HEAD` answers as `GET` does, without a body; a `%` that does not start `%XX` is a 400,
+/// not a literal `%`.
+#[test]
+fn dashboard_answers_head_and_refuses_malformed_percent_escapes() {
+    let s = server();
+    let d = one_task_dashboard(&s, "head");
+    for path in ["/", "/task?id=t"] {
+        let get = d.raw(&format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr));
+        let head = d.raw(&format!("HEAD {path} HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr));
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        let (get_head, get_body) = get.split_once("\r\n\r\n").unwrap();
+        let (head_head, head_body) = head.split_once("\r\n\r\n").unwrap();
+        assert_eq!(head_body, "", "HEAD {path} sent a body");
+        assert!(!get_body.is_empty());
+        let length = |h: &str| {
+            h.lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .map(str::to_string)
+        };
+        // The same length as the GET's (the task page has no clock on it that could change).
+        if path != "/" {
+            assert_eq!(length(head_head), length(get_head));
+        }
+        assert!(length(head_head).is_some_and(|l| l != "0"), "{head_head}");
+    }
+    for path in [
+        "/task?id=%zz",
+        "/task?id=50%",
+        "/task?id=%4",
+        "/?hours=%zz",
+        "/%zz",
+    ] {
+        let (status, body) = d.get(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains("percent-escape"), "{path}: {body}");
+    }
+    // `%25` is how a `%` is sent: a task id with a `%` is looked up, not refused.
+    assert_eq!(d.get("/task?id=50%25").0, 404);
+}
+
+/// Listening on an address that is not loopback prints a warning on standard error, a
+/// louder one with writes; loopback prints none.
+#[test]
+fn dashboard_warns_when_listening_beyond_loopback() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "wide")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let stderr_of = |listen: &str, writes: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel"));
+        cmd.args(["dashboard", "--redis", &url, "--namespace", "wide"])
+            .args(["--listen", listen])
+            .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if writes {
+            cmd.arg("--allow-writes")
+                .env("TICKWHEEL_DASHBOARD_TOKEN", "0123456789abcdef0123");
+        }
+        let mut child = cmd.spawn().unwrap();
+        // Serving once the address line is out; the warning comes before it.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("http://"), "{line:?}");
+        let _ = child.kill();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let _ = child.wait();
+        err
+    };
+    let err = stderr_of("127.0.0.1:0", true);
+    assert!(!err.contains("warning"), "{err}");
+    let err = stderr_of("0.0.0.0:0", false);
+    assert!(
+        err.contains("warning") && err.contains("not a loopback address"),
+        "{err}"
+    );
+    assert!(!err.contains("clear text"), "{err}");
+    let err = stderr_of("0.0.0.0:0", true);
+    assert!(
+        err.contains("not a loopback address") && err.contains("token crosses the network"),
+        "{err}"
+    );
+}
+
+/// Redis wiped under a running dashboard: the pages say the namespace is gone (as `tickwheel
+/// tasks` does), not "pending 0" as if all were well; once it is back, the pages are too.
+#[test]
+fn dashboard_says_when_the_namespace_is_gone() {
+    let s = server();
+    let d = one_task_dashboard(&s, "wiped");
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("namespace-gone"));
+    assert_eq!(resp(s.port(), &["FLUSHALL"]), "+OK\r\n");
+    for path in ["/", "/task?id=t"] {
+        let (status, body) = d.get(path);
+        assert_eq!(status, 503, "{path}: {body}");
+        assert!(
+            body.contains("id=\"namespace-gone\"") && body.contains("does not exist"),
+            "{path}: {body}"
+        );
+        assert!(
+            !body.contains("id=\"pending\""),
+            "{path}: an empty overview"
+        );
+    }
+    let r = tasks(&s.url(), "wiped", &["stats"]);
+    expect(
+        &r,
+        1,
+        "does not exist",
+        "tasks stats on the wiped namespace",
+    );
+    // Back: scheduling creates the namespace again.
+    let mut p = Producer::connect(&Config::new(s.url(), "wiped")).unwrap();
+    p.schedule("t2", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let (status, body) = d.get("/");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(d.get("/task?id=t").0, 404);
+
+    // A write through a dashboard that allows them, after another wipe: the same page, not
+    // "the task is not pending".
+    let token = "0123456789abcdef0123";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(["dashboard", "--redis", &s.url(), "--namespace", "wiped"])
+        .args(["--listen", "127.0.0.1:0", "--allow-writes"])
+        .env("TICKWHEEL_DASHBOARD_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let w = Dashboard { child, addr };
+    assert_eq!(resp(s.port(), &["FLUSHALL"]), "+OK\r\n");
+    let body = format!("id=t2&token={token}");
+    let answer = w.raw(&format!(
+        "POST /cancel HTTP/1.1\r\nHost: {0}\r\nOrigin: http://{0}\r\nContent-Length: \
+         {1}\r\n\r\n{body}",
+        w.addr,
+        body.len()
+    ));
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("id=\"namespace-gone\""), "{answer}");
+}
+
+/// `reschedule` without a time names both ways to give one; an `ls` window that ends before
+/// it starts is refused (it used to list nothing, as if nothing were due).
+#[test]
+fn tasks_reschedule_needs_at_or_in_and_a_window_must_not_be_inverted() {
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let r = tasks(&url, "n", &["reschedule", "t"]);
+    expect(&r, 2, "required", "neither --at nor --in");
+    assert!(
+        r.err.contains("--at") && r.err.contains("--in"),
+        "both ways named: {}",
+        r.err
+    );
+    for (after, before) in [
+        ("1h", "10m"),
+        ("2030-01-01T00:00:00Z", "2029-12-31T23:59:59Z"),
+        ("2030-01-01T00:00:00Z", "2030-01-01T00:00:00Z"),
+    ] {
+        let r = tasks(
+            &url,
+            "n",
+            &["ls", "--due-after", after, "--due-before", before],
+        );
+        expect(
+            &r,
+            2,
+            "is not before --due-before",
+            &format!("{after}..{before}"),
+        );
+        assert!(r.took < Duration::from_secs(5), "not refused at once");
+    }
+}
+
+/// With `--json`, an error is one JSON object on standard error (stdout stays the result's
+/// alone), with the same message and the exit status; without it, an `error:` line.
+#[test]
+fn tasks_json_errors_are_a_json_object_on_stderr() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "j")).unwrap();
+    p.schedule("t", RunAt::After(Duration::from_secs(600)), b"")
+        .unwrap();
+    let dead = format!("redis://127.0.0.1:{}/", free_port());
+    let cases: &[(&str, &[&str], i32, &str)] = &[
+        (&url, &["--json", "show", "no\u{1b}[2Jsuch"], 1, "no task"),
+        (&url, &["--json", "cancel", "nope"], 1, "not cancelled"),
+        (&dead, &["--json", "stats"], 1, "cannot reach Redis"),
+        (
+            &dead,
+            &["--json", "ls", "--due-after", "1h", "--due-before", "1m"],
+            2,
+            "is not before",
+        ),
+        (
+            &dead,
+            &["--json", "--escaped", "show", "a\\q"],
+            2,
+            "unknown escape",
+        ),
+        // Usage errors found by the argument parser too.
+        (
+            &dead,
+            &["--json", "reschedule", "t"],
+            2,
+            "<--at <RFC3339>|--in <DURATION>>",
+        ),
+        (&dead, &["--json", "ls", "--limit", "0"], 2, "--limit"),
+        (&dead, &["--json", "--bogus", "stats"], 2, "'--bogus'"),
+        (
+            &dead,
+            // (clap drops the escape sequence from its message; never raw, checked below)
+            &["--json", "ls", "--due-after", "\u{1b}[2J"],
+            2,
+            "invalid value",
+        ),
+    ];
+    for (url, args, code, says) in cases {
+        let r = tasks(url, "j", args);
+        assert_eq!(r.code, Some(*code), "{args:?}: {}", r.err);
+        let v: Value = serde_json::from_str(r.err.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: stderr is not JSON ({e}): {:?}", r.err));
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{args:?}: {message}");
+        assert_eq!(v["error"]["exit_status"], *code, "{args:?}");
+        assert_clean(&r.err, "the JSON error");
+        if *args != ["--json", "cancel", "nope"] {
+            assert_eq!(r.out, "", "{args:?}: stdout");
+        }
+    }
+    // Writes refused without --allow-writes: JSON too.
+    let r = run(&[
+        "tasks",
+        "--redis",
+        &url,
+        "--namespace",
+        "j",
+        "--json",
+        "cancel",
+        "t",
+    ]);
+    assert_eq!(r.code, Some(2));
+    let v: Value = serde_json::from_str(r.err.trim()).unwrap();
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-writes"));
+    // Without --json: the line for people; help is still help.
+    let r = tasks(&url, "j", &["show", "nope"]);
+    assert!(r.err.starts_with("error: no task"), "{}", r.err);
+    let r = tasks(&dead, "j", &["reschedule", "t"]);
+    assert!(
+        r.err.starts_with("error: the following required"),
+        "{}",
+        r.err
+    );
+    let r = run(&["tasks", "--json", "--help"]);
+    assert_eq!(r.code, Some(0));
+    assert!(r.out.contains("Usage: tickwheel tasks"), "{}", r.out);
+}
+
+/// Every id a table shows can be typed back with `--escaped`: its tab, newline, escape or
+/// bidirectional control as the table prints it.
+#[test]
+fn tasks_escaped_reads_ids_as_the_tables_print_them() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "esc")).unwrap();
+    // (the id, as the tables print it)
+    let ids = [
+        ("tab\there", r"tab\there"),
+        ("new\nline\r\nfake row", r"new\nline\r\nfake row"),
+        ("red\u{1b}[31mX\u{1b}[0m", r"red\u{1b}[31mX\u{1b}[0m"),
+        ("bidi\u{202e}cba\u{2066}", r"bidi\u{202e}cba\u{2066}"),
+        ("q\"uo'te\\back", r#"q"uo'te\\back"#),
+        ("-dash", "-dash"),
+    ];
+    for (id, _) in ids {
+        p.schedule(id, RunAt::After(Duration::from_secs(600)), b"x")
+            .unwrap();
+    }
+    let listed = tasks(&url, "esc", &["ls"]);
+    assert_eq!(listed.code, Some(0), "{}", listed.err);
+    for (id, printed) in ids {
+        assert!(
+            listed.out.contains(printed),
+            "{printed} not in {}",
+            listed.out
+        );
+        // `--` so that an id starting with `-` is not taken for a flag.
+        let r = tasks(&url, "esc", &["--escaped", "--json", "show", "--", printed]);
+        assert_eq!(r.code, Some(0), "{printed}: {}", r.err);
+        let v: Value = serde_json::from_str(&r.out).unwrap();
+        assert_eq!(v["id"], id, "{printed}");
+    }
+    // Without --escaped the text is the id itself: no such task.
+    let r = tasks(&url, "esc", &["show", r"tab\there"]);
+    expect(&r, 1, "no task", "unescaped spelling");
+    // Writes take the same spelling.
+    let r = tasks(
+        &url,
+        "esc",
+        &[
+            "--escaped",
+            "cancel",
+            r"tab\there",
+            r"new\nline\r\nfake row",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let r = tasks(
+        &url,
+        "esc",
+        &[
+            "--escaped",
+            "reschedule",
+            r"bidi\u{202e}cba\u{2066}",
+            "--in",
+            "2h",
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let mut ins = Inspector::connect(&Config::new(&url, "esc")).unwrap();
+    assert!(ins.show("tab\there").unwrap().is_none());
+    assert!(ins.show("new\nline\r\nfake row").unwrap().is_none());
+    // Escapes that stand for nothing an id holds are refused, before connecting.
+    for bad in [r"a\q", r"a\", r"\xff", r"\u{110000}"] {
+        let r = tasks(&url, "esc", &["--escaped", "show", bad]);
+        expect(&r, 2, "error: id", bad);
+        assert_clean(&r.err, bad);
+    }
+}
+
+/// The pages show ids as `tickwheel tasks` prints them, so two ids never look alike (an
+/// escape character and the text `\u{1b}`), and the search's "as shown" box reads that
+/// spelling back.
+#[test]
+fn dashboard_shows_ids_as_the_tables_do_and_finds_them_as_shown() {
+    let s = server();
+    let url = s.url();
+    let mut p = Producer::connect(&Config::new(&url, "shown")).unwrap();
+    // (the id, as shown)
+    let ids = [
+        ("tab\there", r"tab\there"),
+        ("esc\u{1b}[0m", r"esc\u{1b}[0m"),
+        (r"esc\u{1b}[0m", r"esc\\u{1b}[0m"),
+        ("new\nline", r"new\nline"),
+    ];
+    for (id, _) in ids {
+        p.schedule(id, RunAt::After(Duration::from_secs(600)), b"x")
+            .unwrap();
+    }
+    let d = Dashboard::start(&[
+        "--redis",
+        &url,
+        "--namespace",
+        "shown",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    // The page's id cell (the ids here hold nothing HTML escapes).
+    let id_cell = |body: &str| {
+        body.split("id=\"task-id\">")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .unwrap_or_else(|| panic!("no task-id in {body}"))
+            .to_string()
+    };
+    for (id, shown) in ids {
+        let (status, body) = d.get(&format!("/task?id={}", form_encode(id)));
+        assert_eq!(status, 200, "{id:?}: {body}");
+        assert_eq!(id_cell(&body), shown, "{id:?}");
+        let (status, found) = d.get(&format!("/task?id={}&escaped=1", form_encode(shown)));
+        assert_eq!(status, 200, "{shown} as shown: {found}");
+        assert_eq!(id_cell(&found), shown, "{shown}: another task");
+    }
+    let (status, body) = d.get(&format!("/task?id={}&escaped=1", form_encode(r"a\q")));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("unknown escape"), "{body}");
 }

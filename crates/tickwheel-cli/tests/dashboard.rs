@@ -21,6 +21,10 @@ use tickwheel_redis::{
 const SCRIPT_ID: &str = "<script>alert(1)</script>";
 const TOKEN: &str = "s3cret-token-0123456789";
 
+/// An id with a tab, an escape sequence and a C1 control, and how the pages show it.
+const CONTROL_ID: &str = "ctl\t\u{1b}[31m\u{9b}x";
+const CONTROL_ID_SHOWN: &str = r"ctl\t\u{1b}[31m\u{9b}x";
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -600,7 +604,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
     let mut cfg = Config::new(server.url(), "w");
     cfg.shards = 2;
     let mut p = Producer::connect(&cfg).unwrap();
-    for id in ["a-1", "a-2", SCRIPT_ID] {
+    for id in ["a-1", "a-2", SCRIPT_ID, CONTROL_ID] {
         p.schedule(id, RunAt::After(Duration::from_secs(3600)), b"x")
             .unwrap();
     }
@@ -677,8 +681,13 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
         "{run_at_ms} vs {before}"
     );
 
-    // Cancel with the token through the form: the task is gone.
-    for id in ["a-1", SCRIPT_ID] {
+    // Cancel with the token through the form: the task is gone (an id with control
+    // characters too: the form carries it exactly, the page shows it escaped).
+    for (id, shown) in [
+        ("a-1", "a-1"),
+        (SCRIPT_ID, SCRIPT_ID),
+        (CONTROL_ID, CONTROL_ID_SHOWN),
+    ] {
         b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
         assert_eq!(b.eval("document.scripts.length"), json!(0));
         b.load(|b| {
@@ -690,7 +699,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
         assert_eq!(b.text("document.title"), "cancelled");
         assert_eq!(
             b.text("document.getElementById('result').textContent"),
-            format!("Task {id} cancelled.")
+            format!("Task {shown} cancelled.")
         );
         assert_eq!(b.eval("document.scripts.length"), json!(0));
         assert!(run_at(id, &cfg).is_none(), "{id} is gone");
@@ -977,4 +986,100 @@ fn readme_screenshot() {
         status.success() && out.exists(),
         "chromium wrote no screenshot"
     );
+}
+
+/// The in-flight list is ordered by visibility deadline across shards, as its heading says
+/// (the Inspector lists shard by shard), and its heading counts the list it heads.
+#[test]
+fn in_flight_tasks_are_listed_by_visibility_deadline_across_shards() {
+    let server = RedisServer::start().expect("redis-server");
+    let mut cfg = Config::new(server.url(), "order");
+    cfg.shards = 4;
+    // Claimed at their run-at, so the deadlines follow the run-ats.
+    cfg.claim_ahead = Duration::ZERO;
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("far", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+    let ins = Inspector::connect(&cfg).unwrap();
+    let in_shard = |prefix: &str, shard: u32| {
+        (0..)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|id| ins.shard_of(id) == shard)
+            .unwrap()
+    };
+    // Run-ats in the opposite order of the shards.
+    let ids = [
+        in_shard("first", 3),
+        in_shard("second", 2),
+        in_shard("third", 0),
+    ];
+    let base = now_ms() + 300;
+    for (k, id) in ids.iter().enumerate() {
+        p.schedule(id, RunAt::AtMillis(base + 400 * k as u64), b"")
+            .unwrap();
+    }
+    let mut worker = Worker::connect(&cfg).unwrap();
+    let stop = worker.stop_handle();
+    let thread = std::thread::spawn(move || {
+        worker.run(|_| Outcome::Leave).unwrap();
+    });
+    let _worker = RunningWorker {
+        stop,
+        thread: Some(thread),
+        cfg: cfg.clone(),
+    };
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ins.stats().unwrap().in_flight() < 3 {
+        assert!(Instant::now() < deadline, "not all delivered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The order the page must show, from the tasks' own deadlines; not the shards' order.
+    let mut expected: Vec<(u64, String)> = ids
+        .iter()
+        .map(|id| match ins.show(id).unwrap().unwrap().info.state {
+            TaskState::InFlight { visible_at_ms, .. } => (visible_at_ms, id.clone()),
+            other => panic!("{id} is {other:?}"),
+        })
+        .collect();
+    expected.sort();
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_ne!(
+        expected,
+        [ids[2].clone(), ids[1].clone(), ids[0].clone()],
+        "shard order"
+    );
+
+    let dash = Dashboard::start(&server.url(), "order", &[], None);
+    let page = dash.get_body("/");
+    let table = page
+        .split("<table id=\"in-flight-tasks\">")
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap();
+    let mut listed: Vec<(usize, &String)> = ids
+        .iter()
+        .map(|id| (table.find(&format!(">{id}</a>")).expect(id), id))
+        .collect();
+    listed.sort();
+    let listed: Vec<&String> = listed.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(listed, expected.iter().collect::<Vec<_>>(), "{table}");
+    assert!(
+        page.contains("All 3 in-flight tasks, by visibility deadline"),
+        "{page}"
+    );
+}
+
+impl Dashboard {
+    /// `GET path`'s body (status 200 asserted).
+    fn get_body(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(self.addr()).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.addr()).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 "), "{reply}");
+        reply.split_once("\r\n\r\n").unwrap().1.to_string()
+    }
 }

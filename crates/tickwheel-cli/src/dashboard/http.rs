@@ -13,6 +13,9 @@ const MAX_BODY: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct BadRequest(pub String);
 
+/// The text of a [`BadRequest`] for a client that did not send its request in time.
+pub const TOO_SLOW: &str = "The request was not sent in time.";
+
 /// A request as the pages see it.
 #[derive(Debug)]
 pub struct Request {
@@ -91,6 +94,46 @@ fn decode_fields(text: &[u8], what: &str) -> Result<Vec<(String, String)>, BadRe
     Ok(fields)
 }
 
+/// Whether every `%` in `text` starts a `%XX` escape (two hex digits): `%zz` or a `%` at the
+/// end is a malformed request, not a literal `%` (which a client sends as `%25`).
+fn well_escaped(text: &[u8]) -> bool {
+    text.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || (text.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && text.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
+/// A reader that gives up at `until`: each read waits at most the time left, so a client
+/// sending a byte now and then cannot hold a connection past the deadline.
+pub struct Deadline<'a> {
+    /// The connection.
+    pub stream: &'a std::net::TcpStream,
+    /// When reading stops.
+    pub until: std::time::Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self
+            .until
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// Whether a read failed for want of time (the client too slow: a 408, not a 400).
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
 /// Reads one request from `stream`.
 pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
     let bad = |why: &str| BadRequest(why.to_string());
@@ -103,9 +146,10 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
         if buf.len() > MAX_HEAD {
             return Err(bad("The request's headers are too long."));
         }
-        let n = stream
-            .read(&mut chunk)
-            .map_err(|e| BadRequest(format!("The request could not be read: {e}.")))?;
+        let n = stream.read(&mut chunk).map_err(|e| match is_timeout(&e) {
+            true => bad(TOO_SLOW),
+            false => BadRequest(format!("The request could not be read: {e}.")),
+        })?;
         if n == 0 {
             return Err(bad("The request ended before its headers did."));
         }
@@ -145,9 +189,10 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
     }
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
-        let n = stream
-            .read(&mut chunk)
-            .map_err(|e| BadRequest(format!("The request's body could not be read: {e}.")))?;
+        let n = stream.read(&mut chunk).map_err(|e| match is_timeout(&e) {
+            true => bad(TOO_SLOW),
+            false => BadRequest(format!("The request's body could not be read: {e}.")),
+        })?;
         if n == 0 {
             return Err(bad("The request ended before its body did."));
         }
@@ -155,6 +200,11 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
     }
     body.truncate(len);
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if !well_escaped(path.as_bytes()) || !well_escaped(query.as_bytes()) {
+        return Err(bad(
+            "Malformed percent-escape in the address (a % must start %XX, two hex digits).",
+        ));
+    }
     let path = percent_encoding::percent_decode_str(path)
         .decode_utf8()
         .map_err(|_| bad("The path is not UTF-8."))?
@@ -162,6 +212,11 @@ pub fn read_request(stream: &mut impl Read) -> Result<Request, BadRequest> {
     let query = decode_fields(query.as_bytes(), "query")?;
     // Only a `POST` body is a form (the writes); another method's is never read.
     let form = if method == "POST" {
+        if !well_escaped(&body) {
+            return Err(bad(
+                "Malformed percent-escape in the form (a % must start %XX, two hex digits).",
+            ));
+        }
         decode_fields(&body, "form")?
     } else {
         Vec::new()
@@ -189,14 +244,25 @@ pub struct Response {
 }
 
 impl Response {
+    /// Writes the response, without its body for a `HEAD` request (the headers, the length
+    /// included, are those of the `GET`).
+    pub fn write_for(&self, method: &str, out: &mut impl Write) -> std::io::Result<()> {
+        self.write_parts(out, method != "HEAD")
+    }
+
     /// Writes the response.
     pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        self.write_parts(out, true)
+    }
+
+    fn write_parts(&self, out: &mut impl Write, with_body: bool) -> std::io::Result<()> {
         let reason = match self.status {
             200 => "OK",
             400 => "Bad Request",
             403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            408 => "Request Timeout",
             409 => "Conflict",
             503 => "Service Unavailable",
             _ => "Error",
@@ -215,7 +281,9 @@ impl Response {
             self.body.len()
         );
         out.write_all(head.as_bytes())?;
-        out.write_all(self.body.as_bytes())?;
+        if with_body {
+            out.write_all(self.body.as_bytes())?;
+        }
         out.flush()
     }
 }
@@ -260,6 +328,11 @@ mod tests {
             b"POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
             b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab",
             b"GET / HTTP/1.1\r\n",
+            b"GET /task?id=%zz HTTP/1.1\r\n\r\n",
+            b"GET /task?id=a% HTTP/1.1\r\n\r\n",
+            b"GET /task?id=%4 HTTP/1.1\r\n\r\n",
+            b"GET /%zz HTTP/1.1\r\n\r\n",
+            b"POST /cancel HTTP/1.1\r\nContent-Length: 6\r\n\r\nid=%g1",
         ] {
             assert!(read_request(&mut &raw[..]).is_err(), "{raw:?}");
         }

@@ -2,7 +2,8 @@
 //!
 //! Server-rendered HTML without JavaScript, served by a small HTTP/1.1 server on a std
 //! [`TcpListener`] ([`http`]): one thread a connection (at most [`MAX_CONNECTIONS`]), one
-//! request a connection. Every read goes through one [`Inspector`] (read-only scripts, each
+//! request a connection, which must arrive whole within [`REQUEST_DEADLINE`] (so idle or
+//! trickling connections are closed quickly and cannot hold every slot: a slowloris). Every read goes through one [`Inspector`] (read-only scripts, each
 //! call bounded to [`tickwheel_redis::MAX_STEP`] entries, so a page never holds Redis long
 //! enough to make a running worker late); the pages are in [`overview`] and [`task`], their
 //! shared parts in [`page`].
@@ -30,14 +31,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use clap::Args;
-use tickwheel_redis::{Error, Inspector, Producer};
+use tickwheel_redis::{Config, Error, Inspector, Producer};
 
 use crate::tasks::escape::escape;
 
 use http::{Request, Response};
 
-/// The most connections served at once; more are answered 503 at once.
-const MAX_CONNECTIONS: usize = 32;
+/// The most connections open at once; more are answered 503 at once. Idle ones are closed
+/// after [`REQUEST_DEADLINE`], so this many idle sockets hold the server for that long at
+/// most, and fewer hold nobody up.
+const MAX_CONNECTIONS: usize = 256;
+
+/// The time a client has to send its whole request (headers and form), from its connection.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The shortest token accepted.
 const MIN_TOKEN_LEN: usize = 16;
@@ -68,13 +74,16 @@ pub struct DashboardArgs {
     token_file: Option<PathBuf>,
     /// How long to keep trying at start while Redis cannot be reached (e.g. 2s, 500ms; at
     /// most 1h), as `tickwheel tasks` takes it.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::tasks::parse_connect_timeout)]
     connect_timeout: Duration,
 }
 
 /// What every request shares.
 pub(crate) struct App {
     inspector: Mutex<Inspector>,
+    /// To check the namespace still exists ([`App::namespace_gone`]): the Inspector's reads
+    /// of a deleted namespace find empty shards, not an error.
+    cfg: Config,
     /// `Some` with `--allow-writes`.
     writes: Option<Writes>,
     namespace: String,
@@ -128,8 +137,15 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         }
     };
     let listen = listener.local_addr().unwrap_or(args.listen);
+    if let Some(warning) = exposure_warning(listen, writes.is_some()) {
+        eprintln!("tickwheel dashboard: warning: {warning}");
+    }
+    let mut check_cfg = cfg.clone();
+    // Redis answered the page's reads just before: no need to wait long for it again.
+    check_cfg.connect_timeout = Duration::from_secs(1);
     let app = Arc::new(App {
         inspector: Mutex::new(inspector),
+        cfg: check_cfg,
         writes,
         namespace: args.namespace,
         redis,
@@ -176,13 +192,24 @@ fn read_token(args: &DashboardArgs) -> Result<Option<Vec<u8>>, String> {
     Ok(Some(token))
 }
 
-/// `--connect-timeout`: a duration of at most an hour.
-fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
-    let d = crate::time::parse_duration(text)?;
-    if d > Duration::from_secs(3600) {
-        return Err(format!("`{text}`: at most 1h"));
+/// What to tell the operator when `listen` is not a loopback address: anyone who can reach
+/// it can read the namespace (plain HTTP, no login), and with writes the token travels in
+/// clear text.
+fn exposure_warning(listen: SocketAddr, writes: bool) -> Option<String> {
+    if listen.ip().is_loopback() {
+        return None;
     }
-    Ok(d)
+    let mut w = format!(
+        "listening on {listen}, not a loopback address: anyone who can reach it can read \
+         this namespace's tasks (plain HTTP, no login, no Host check)"
+    );
+    if writes {
+        w.push_str(
+            "; with --allow-writes, the write token crosses the network in clear text: \
+             prefer 127.0.0.1 behind an SSH tunnel or a TLS proxy",
+        );
+    }
+    Some(w)
 }
 
 /// An error with a hint for the usual causes at start.
@@ -224,15 +251,21 @@ fn serve(listener: TcpListener, app: Arc<App>) {
     }
 }
 
-/// Reads one request, answers it, closes the connection.
+/// Reads one request (within [`REQUEST_DEADLINE`]), answers it, closes the connection.
 fn handle(app: &App, mut stream: TcpStream) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    let response = match http::read_request(&mut stream) {
-        Ok(request) => respond(app, &request),
-        Err(http::BadRequest(why)) => page::error(400, &why),
+    let read = http::read_request(&mut http::Deadline {
+        stream: &stream,
+        until: std::time::Instant::now() + REQUEST_DEADLINE,
+    });
+    let (method, response) = match read {
+        Ok(request) => (request.method.clone(), respond(app, &request)),
+        Err(http::BadRequest(why)) if why == http::TOO_SLOW => {
+            (String::new(), page::error(408, &why))
+        }
+        Err(http::BadRequest(why)) => (String::new(), page::error(400, &why)),
     };
-    let _ = response.write_to(&mut stream);
+    let _ = response.write_for(&method, &mut stream);
 }
 
 /// Routes a request.
@@ -240,13 +273,18 @@ fn respond(app: &App, req: &Request) -> Response {
     if let Err(why) = check_host(app, req) {
         return page::error(403, &why);
     }
-    match (req.method.as_str(), req.path.as_str()) {
+    // `HEAD` is answered as `GET` is, and written without the body.
+    let method = match req.method.as_str() {
+        "HEAD" => "GET",
+        m => m,
+    };
+    match (method, req.path.as_str()) {
         ("GET", "/") => overview::overview(app, req),
         ("GET", "/task") => task::task(app, req),
         ("POST", "/cancel" | "/reschedule") => task::write(app, req),
         ("GET", "/cancel" | "/reschedule") => page::error(405, "Writes are POST forms."),
         ("GET", _) => page::error(404, "No such page."),
-        _ => page::error(405, "Only GET and POST are served."),
+        _ => page::error(405, "Only GET, HEAD and POST are served."),
     }
 }
 
@@ -314,6 +352,19 @@ impl App {
     /// The inspector (a panic elsewhere while holding it leaves it usable).
     fn inspector(&self) -> MutexGuard<'_, Inspector> {
         self.inspector.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A warning page when the namespace no longer exists (deleted, or Redis wiped or
+    /// restarted empty since the dashboard started), else `None`. Reading a deleted
+    /// namespace's shards finds them empty rather than failing, so a page would show an empty
+    /// namespace as if all were well: this asks Redis, as `tickwheel tasks` does at start,
+    /// whether the namespace is there (one connection and one read of its meta key). Another
+    /// failure here is left to the page's own reads to report.
+    pub(crate) fn namespace_gone(&self) -> Option<Response> {
+        match Inspector::connect(&self.cfg) {
+            Err(Error::NoSuchNamespace(_)) => Some(page::namespace_gone(self)),
+            _ => None,
+        }
     }
 
     fn producer(&self) -> Option<MutexGuard<'_, Producer>> {

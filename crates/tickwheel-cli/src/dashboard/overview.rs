@@ -4,11 +4,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tickwheel_redis::{Error, ListFilter, StateFilter, Stats, TaskInfo, TaskState, Upcoming};
+use tickwheel_redis::{
+    Error, Inspector, ListFilter, StateFilter, Stats, TaskInfo, TaskState, Upcoming,
+};
 
 use super::chart::chart;
 use super::http::{Request, Response};
-use super::page::{document, error, header, text, unavailable};
+use super::page::{document, error, header, id_text, text, unavailable};
 use super::task::task_href;
 use super::App;
 use crate::time::{relative, rfc3339, span};
@@ -44,6 +46,9 @@ pub fn overview(app: &App, req: &Request) -> Response {
         Ok(r) => r,
         Err(e) => return unavailable(&e),
     };
+    if let Some(gone) = app.namespace_gone() {
+        return gone;
+    }
     let mut b = header(app, stats.now_ms);
     glance(&mut b, &stats, &upcoming);
     let choices: Vec<String> = HOURS
@@ -61,7 +66,7 @@ pub fn overview(app: &App, req: &Request) -> Response {
         chart(&upcoming, hours)
     );
     shards(&mut b, &stats);
-    in_flight_table(&mut b, &stats, &in_flight);
+    in_flight_table(&mut b, stats.now_ms, &in_flight);
     workers(&mut b, &stats);
     Response {
         status: 200,
@@ -69,19 +74,62 @@ pub fn overview(app: &App, req: &Request) -> Response {
     }
 }
 
-/// What the overview shows, in three bounded reads: the shards' stats, the per-second counts
-/// over `hours`, the first in-flight tasks.
-fn read(app: &App, hours: u32) -> Result<(Stats, Upcoming, Vec<TaskInfo>), Error> {
+/// What the overview shows, in bounded reads: the shards' stats, the per-second counts over
+/// `hours`, the in-flight tasks with the earliest visibility deadlines.
+fn read(app: &App, hours: u32) -> Result<(Stats, Upcoming, InFlight), Error> {
     let mut ins = app.inspector();
     let stats = ins.stats()?;
     let horizon = Duration::from_secs(3600 * u64::from(hours));
     let upcoming = ins.upcoming(Duration::from_secs(60), horizon)?;
-    let in_flight = ins.list(&ListFilter {
-        state: StateFilter::InFlight,
-        limit: Some(IN_FLIGHT_SHOWN),
-        ..ListFilter::default()
-    })?;
+    let in_flight = in_flight(&mut ins)?;
     Ok((stats, upcoming, in_flight))
+}
+
+/// The in-flight tasks with the earliest visibility deadlines, and how many the same reads
+/// found: the heading counts the list it heads, never a total read at another instant.
+#[derive(Debug, Default)]
+struct InFlight {
+    /// At most [`IN_FLIGHT_SHOWN`], by visibility deadline (then shard), across shards.
+    tasks: Vec<TaskInfo>,
+    /// The in-flight tasks these reads found: all of them, unless `complete` is false.
+    found: usize,
+    /// Whether every shard was read to its end (else some shard holds more than `found`
+    /// counts).
+    complete: bool,
+}
+
+/// Reads the first [`IN_FLIGHT_SHOWN`] + 1 in-flight tasks of each shard (the Inspector lists
+/// them shard by shard, each by visibility deadline) and merges them by deadline: a list
+/// over all shards would give shard 0's first, whatever the deadlines.
+fn in_flight(ins: &mut Inspector) -> Result<InFlight, Error> {
+    let mut out = InFlight {
+        complete: true,
+        ..InFlight::default()
+    };
+    for shard in 0..ins.shards() {
+        let page = ins.list(&ListFilter {
+            shards: Some(vec![shard]),
+            state: StateFilter::InFlight,
+            limit: Some(IN_FLIGHT_SHOWN + 1),
+            ..ListFilter::default()
+        })?;
+        if page.len() > IN_FLIGHT_SHOWN {
+            out.complete = false;
+        }
+        out.found += page.len();
+        out.tasks.extend(page);
+    }
+    out.tasks.sort_by_key(|t| (visible_at(t), t.shard));
+    out.tasks.truncate(IN_FLIGHT_SHOWN);
+    Ok(out)
+}
+
+/// An in-flight task's visibility deadline (pending tasks last, though none is listed).
+fn visible_at(t: &TaskInfo) -> u64 {
+    match t.state {
+        TaskState::InFlight { visible_at_ms, .. } => visible_at_ms,
+        _ => u64::MAX,
+    }
 }
 
 /// The totals, and what the page cannot know.
@@ -160,19 +208,31 @@ fn shards(b: &mut String, stats: &Stats) {
     b.push_str("</tbody></table></section>");
 }
 
-/// The first in-flight tasks, redelivered ones marked.
-fn in_flight_table(b: &mut String, stats: &Stats, tasks: &[TaskInfo]) {
+/// The in-flight tasks with the earliest visibility deadlines, redelivered ones marked; the
+/// heading counts what the same reads found.
+fn in_flight_table(b: &mut String, now_ms: u64, in_flight: &InFlight) {
+    let shown = in_flight.tasks.len();
+    let heading = match (in_flight.complete, in_flight.found) {
+        (true, 0) => "No task in flight when the shards were read.".to_string(),
+        (true, n) if n == shown => format!(
+            "All {n} in-flight task{}, by visibility deadline (earliest first).",
+            if n == 1 { "" } else { "s" }
+        ),
+        (complete, n) => format!(
+            "The {shown} with the earliest visibility deadlines, of {}{n} in flight when the \
+             shards were read (the count at a glance is from an earlier read).",
+            if complete { "" } else { "at least " }
+        ),
+    };
     let _ = write!(
         b,
-        "<section><h2>In flight</h2><p>{} of {} in-flight tasks, by visibility deadline; \
-         attempt &gt; 1: delivered again (after a retry, a worker lost, or a deadline \
-         passed).</p><table id=\"in-flight-tasks\"><thead><tr><th>Task</th><th>Shard</th>\
+        "<section><h2>In flight</h2><p id=\"in-flight-heading\">{heading} Attempt &gt; 1: \
+         delivered again (after a retry, a worker lost, or a deadline passed).</p>\
+         <table id=\"in-flight-tasks\"><thead><tr><th>Task</th><th>Shard</th>\
          <th>Attempt</th><th>Due</th><th>Visible again</th><th>Version</th><th>Payload</th>\
-         </tr></thead><tbody>",
-        tasks.len(),
-        stats.in_flight()
+         </tr></thead><tbody>"
     );
-    for t in tasks {
+    for t in &in_flight.tasks {
         let TaskState::InFlight {
             due_ms,
             attempt,
@@ -192,10 +252,10 @@ fn in_flight_table(b: &mut String, stats: &Stats, tasks: &[TaskInfo]) {
             "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td>{attempt}{redelivered}</td>\
              <td>{}</td><td>{}</td><td>{version}</td><td>{} B</td></tr>",
             text(&task_href(&t.id)),
-            text(&t.id),
+            id_text(&t.id),
             t.shard,
-            relative(due_ms, stats.now_ms),
-            relative(visible_at_ms, stats.now_ms),
+            relative(due_ms, now_ms),
+            relative(visible_at_ms, now_ms),
             t.payload_len
         );
     }
@@ -218,4 +278,49 @@ fn workers(b: &mut String, stats: &Stats) {
         );
     }
     b.push_str("</ul></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_flight(shown: usize, found: usize, complete: bool) -> String {
+        let tasks = (0..shown)
+            .map(|i| TaskInfo {
+                id: format!("t{i}"),
+                shard: 0,
+                state: TaskState::InFlight {
+                    due_ms: 0,
+                    attempt: 1,
+                    version: 1,
+                    visible_at_ms: i as u64,
+                },
+                payload_len: 0,
+                recurring: false,
+            })
+            .collect();
+        let mut b = String::new();
+        in_flight_table(
+            &mut b,
+            0,
+            &InFlight {
+                tasks,
+                found,
+                complete,
+            },
+        );
+        b
+    }
+
+    /// The heading counts the list's own reads: never "62 of 45", "at least" when a shard
+    /// held more than was read.
+    #[test]
+    fn the_in_flight_heading_counts_what_was_read() {
+        assert!(in_flight(0, 0, true).contains("No task in flight"));
+        assert!(in_flight(1, 1, true).contains("All 1 in-flight task, by visibility deadline"));
+        assert!(in_flight(62, 62, true).contains("All 62 in-flight tasks"));
+        assert!(in_flight(100, 150, true)
+            .contains("The 100 with the earliest visibility deadlines, of 150 in flight"));
+        assert!(in_flight(100, 1616, false).contains("of at least 1616 in flight"));
+    }
 }

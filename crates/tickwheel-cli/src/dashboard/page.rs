@@ -7,6 +7,7 @@ use tickwheel_redis::Error;
 
 use super::http::Response;
 use super::App;
+use crate::tasks::escape::escape;
 use crate::time::rfc3339;
 
 /// An error page.
@@ -16,6 +17,7 @@ pub fn error(status: u16, message: &str) -> Response {
         403 => "403 Forbidden",
         404 => "404 Not Found",
         405 => "405 Method Not Allowed",
+        408 => "408 Request Timeout",
         409 => "409 Conflict",
         503 => "503 Service Unavailable",
         _ => "Error",
@@ -41,13 +43,36 @@ pub fn unavailable(e: &Error) -> Response {
     )
 }
 
+/// The namespace does not exist any more: a 503 that says so, rather than a page of zeros.
+pub fn namespace_gone(app: &App) -> Response {
+    let title = "Namespace not found";
+    Response {
+        status: 503,
+        body: document(
+            title,
+            &format!(
+                "<h1>{title}</h1><p id=\"namespace-gone\" class=\"warn\">Namespace \
+                 <code>{ns}</code> does not exist on {redis} any more. It did when this \
+                 dashboard started, so it was deleted since: its keys removed, the database \
+                 flushed, or Redis restarted without its data. Its tasks are gone, and producers \
+                 and workers using it fail. Nothing here is shown as zero because of it: reload \
+                 once the namespace is back.</p><p><a href=\"/\">Reload</a></p>",
+                ns = text(&app.namespace),
+                redis = text(&app.redis),
+            ),
+        ),
+    }
+}
+
 /// The title bar and the search form.
 pub fn header(app: &App, now_ms: u64) -> String {
     format!(
         "<header><h1><a href=\"/\">tickwheel</a> · namespace <code id=\"namespace\">{ns}</code></h1>\
          <p>{redis} · read at {now} (Redis clock) · {mode}</p>\
          <form method=\"get\" action=\"/task\" id=\"search\"><label>Task id \
-         <input name=\"id\" size=\"40\" required></label> <button>Show</button></form></header>",
+         <input name=\"id\" size=\"40\" required></label> <label title=\"Read \\t, \\n, \
+         \\\\ and \\u{{..}} as the pages show them\"><input type=\"checkbox\" name=\"escaped\" \
+         value=\"1\"> as shown (escapes)</label> <button>Show</button></form></header>",
         ns = text(&app.namespace),
         redis = text(&app.redis),
         now = rfc3339(now_ms),
@@ -81,6 +106,13 @@ pub fn text(s: &str) -> String {
         }
     }
     out
+}
+
+/// A task id as shown: escaped as `tickwheel tasks` prints it (`\t`, `\n`, `\\`,
+/// `\u{1b}`), so that what a page shows can be typed back (the search's "as shown" box, or
+/// `tickwheel tasks --escaped`) and two ids never look alike; then HTML-escaped.
+pub fn id_text(id: &str) -> String {
+    text(&escape(id))
 }
 
 /// A whole page.

@@ -8,8 +8,9 @@ use tickwheel::cron::jiff::{SignedDuration, Timestamp};
 use tickwheel_redis::{Error, Recurrence, RunAt, TaskDetail, TaskState, MAX_ID_LEN};
 
 use super::http::{field, Request, Response};
-use super::page::{document, error, header, text, unavailable};
+use super::page::{document, error, header, id_text, text, unavailable};
 use super::{check_same_origin, token_matches, App};
+use crate::tasks::escape::{escape, hex, unescape};
 use crate::time::{relative, rfc3339, span};
 
 /// Payload bytes shown on a task's page.
@@ -31,9 +32,21 @@ fn task_id(id: Option<&str>) -> Result<&str, Response> {
     }
 }
 
-/// `GET /task?id=ID`: one task in full.
+/// `GET /task?id=ID`: one task in full (`&escaped=1`: the id as the pages show it, its
+/// escapes read).
 pub fn task(app: &App, req: &Request) -> Response {
-    let id = match task_id(req.query("id")) {
+    let unescaped;
+    let given = match (req.query("id"), req.query("escaped")) {
+        (Some(id), Some(_)) => match unescape(id) {
+            Ok(id) => {
+                unescaped = id;
+                Some(unescaped.as_str())
+            }
+            Err(why) => return error(400, &format!("Task id {}: {why}", escape(id))),
+        },
+        (id, _) => id,
+    };
+    let id = match task_id(given) {
         Ok(id) => id,
         Err(r) => return r,
     };
@@ -47,6 +60,12 @@ pub fn task(app: &App, req: &Request) -> Response {
         Err(e @ Error::InvalidId { .. }) => return error(400, &e.to_string()),
         Err(e) => return unavailable(&e),
     };
+    if found.is_none() {
+        // "No such task" would be true but hide the cause.
+        if let Some(gone) = app.namespace_gone() {
+            return gone;
+        }
+    }
     let mut b = header(app, now_ms);
     let Some(detail) = found else {
         let _ = write!(
@@ -54,7 +73,7 @@ pub fn task(app: &App, req: &Request) -> Response {
             "<section><h2>No such task</h2><p id=\"not-found\">No task <code id=\"task-id\">{}\
              </code> in this namespace: never scheduled, cancelled, or acknowledged.</p>\
              </section>",
-            text(id)
+            id_text(id)
         );
         return Response {
             status: 404,
@@ -65,7 +84,7 @@ pub fn task(app: &App, req: &Request) -> Response {
     b.push_str(&changes(app, &detail.info.id));
     Response {
         status: 200,
-        body: document(&format!("task {}", detail.info.id), &b),
+        body: document(&format!("task {}", escape(&detail.info.id)), &b),
     }
 }
 
@@ -77,10 +96,10 @@ fn changes(app: &App, id: &str) -> String {
             .into();
     }
     let hidden = format!(
-        "<input type=\"hidden\" name=\"id\" value=\"{}\">\
+        "<input type=\"hidden\" name=\"id_hex\" value=\"{}\">\
          <label>Token <input type=\"password\" name=\"token\" required \
          autocomplete=\"off\"></label>",
-        text(id)
+        hex(id.as_bytes())
     );
     format!(
         "<section><h2>Change it</h2>\
@@ -98,7 +117,7 @@ fn changes(app: &App, id: &str) -> String {
 fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
     let t = &d.info;
     let at = |ms: u64| format!("{} ({})", rfc3339(ms), relative(ms, now_ms));
-    let mut rows: Vec<(&str, &str, String)> = vec![("task-id", "Id", text(&t.id))];
+    let mut rows: Vec<(&str, &str, String)> = vec![("task-id", "Id", id_text(&t.id))];
     match t.state {
         TaskState::Pending {
             run_at_ms,
@@ -245,7 +264,18 @@ pub fn write(app: &App, req: &Request) -> Response {
         Ok(form) => form,
         Err(refused) => return refused,
     };
-    let id = match task_id(field(&form, "id")) {
+    let from_hex;
+    let given = match field(&form, "id_hex") {
+        Some(h) => match from_hex_text(h) {
+            Some(id) => {
+                from_hex = id;
+                Some(from_hex.as_str())
+            }
+            None => return error(400, "id_hex is not the hex of a UTF-8 task id."),
+        },
+        None => field(&form, "id"),
+    };
+    let id = match task_id(given) {
         Ok(id) => id,
         Err(r) => return r,
     };
@@ -279,21 +309,39 @@ pub fn write(app: &App, req: &Request) -> Response {
                 &format!(
                     "<h1>Task {verb}</h1><p id=\"result\">Task <code>{}</code> {verb}.</p>\
                      <p><a href=\"{}\">The task</a> · <a href=\"/\">The overview</a></p>",
-                    text(id),
+                    id_text(id),
                     text(&task_href(id))
                 ),
             ),
         },
-        Ok(false) => error(
-            409,
-            &format!(
-                "Could not {noun} task {id:?}: it is not pending (in flight, claimed for \
-                 delivery in its last second, or gone)."
-            ),
-        ),
+        // Not pending, or the whole namespace deleted: say which.
+        Ok(false) => app.namespace_gone().unwrap_or_else(|| {
+            error(
+                409,
+                &format!(
+                    "Could not {noun} task {id:?}: it is not pending (in flight, claimed for \
+                     delivery in its last second, or gone)."
+                ),
+            )
+        }),
         Err(e @ (Error::InvalidId { .. } | Error::InvalidRunAt)) => error(400, &e.to_string()),
         Err(e) => unavailable(&e),
     }
+}
+
+/// The text `hex` stands for (two lowercase or uppercase digits a byte), if UTF-8: the
+/// `id_hex` of the write forms, which carry the id exactly whatever it holds (an attribute
+/// value cannot: a control character in it would be shown escaped, or mapped by the HTML
+/// parser).
+fn from_hex_text(hex: &str) -> Option<String> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// The form of a write that may go ahead, or the 403 that refuses it: without
@@ -359,5 +407,12 @@ mod tests {
         assert!(hex_dump(b"\x00<a>").contains(".&lt;a&gt;"));
         assert!(parse_run_at("10m").is_ok() && parse_run_at("2026-11-26T09:00:00Z").is_ok());
         assert!(parse_run_at("tomorrow").is_err() && parse_run_at("-5m").is_err());
+        let id = "ctl\t\u{1b}\u{9b}日";
+        assert_eq!(from_hex_text(&hex(id.as_bytes())).as_deref(), Some(id));
+        assert_eq!(from_hex_text("6162").as_deref(), Some("ab"));
+        assert_eq!(from_hex_text("6A6b").as_deref(), Some("jk"));
+        for bad in ["6", "zz", "ff", "+1", "é1"] {
+            assert_eq!(from_hex_text(bad), None, "{bad}");
+        }
     }
 }

@@ -50,6 +50,54 @@ fn invisible(c: char) -> bool {
         | 0xfeff | 0xfff9..=0xfffb)
 }
 
+/// The text that [`escape`] printed as `text`, for an id typed back on the command line
+/// (`tickwheel tasks --escaped show 'tab\there'`): `\\`, `\n`, `\r`, `\t` and `\u{HEX}`
+/// stand for what they print; `\xNN` (a byte that is not UTF-8, which no id holds) and
+/// any other escape are refused, as is a lone `\` at the end.
+pub fn unescape(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('\\') => out.push('\\'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('u') => {
+                let rest = chars.as_str();
+                let code = rest
+                    .strip_prefix('{')
+                    .and_then(|r| r.split_once('}'))
+                    .map(|(hex, _)| hex)
+                    .filter(|hex| (1..=6).contains(&hex.len()))
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                    .and_then(char::from_u32)
+                    .ok_or("`\\u` must be followed by {HEX}, a Unicode scalar value: `\\u{1b}`")?;
+                out.push(code);
+                let used = rest.find('}').map_or(0, |i| i + 1);
+                chars = rest[used..].chars();
+            }
+            Some('x') => {
+                return Err(
+                    "`\\x..` stands for a byte that is not UTF-8, and task ids are UTF-8".into(),
+                )
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown escape `\\{}` (known: \\\\ \\n \\r \\t \\u{{HEX}})",
+                    escape(&other.to_string())
+                ))
+            }
+            None => return Err("a lone `\\` at the end (a backslash is `\\\\`)".into()),
+        }
+    }
+    Ok(out)
+}
+
 /// Whether every byte shows as itself (nothing was escaped).
 pub fn is_plain(bytes: &[u8]) -> bool {
     std::str::from_utf8(bytes).is_ok_and(|s| escape(s) == s)
@@ -82,6 +130,34 @@ mod tests {
         assert_eq!(escape_bytes(b"ok\xff\xfe\x00"), "ok\\xff\\xfe\\u{0}");
         assert_eq!(hex(b"\x00\xab"), "00ab");
         assert!(is_plain(b"plain text") && !is_plain(b"a\nb") && !is_plain(b"\xff"));
+        // What the tables print reads back as the id it stands for.
+        for id in [
+            "tab\there",
+            "new\nline\r\n",
+            "q\"uo'te\\back",
+            "red\u{1b}[31mX",
+            "bidi\u{202e}cba\u{2066}",
+            "bell\u{7}del\u{7f}csi\u{9b}",
+            "zero\u{200b}width",
+            "plain",
+            "\\u{41}",
+            "日本\u{feff}",
+        ] {
+            assert_eq!(unescape(&escape(id)).as_deref(), Ok(id), "{id:?}");
+        }
+        assert_eq!(unescape("a\\u{41}b").as_deref(), Ok("aAb"));
+        for bad in [
+            "a\\",
+            "\\q",
+            "\\xff",
+            "\\u41",
+            "\\u{}",
+            "\\u{110000}",
+            "\\u{d800}",
+            "\\u{41",
+        ] {
+            assert!(unescape(bad).is_err(), "{bad:?}");
+        }
         for s in [
             escape_bytes(&(0..=255u8).collect::<Vec<_>>()),
             escape("\u{1b}\u{7}"),

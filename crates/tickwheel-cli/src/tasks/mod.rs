@@ -5,9 +5,12 @@
 //! `cancel` and `reschedule` go through the [`tickwheel_redis::Producer`], and only with
 //! `--allow-writes` (besides whatever credentials the Redis URL carries). None of them
 //! creates a namespace: one that does not exist is an error. Every command prints a table for
-//! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]). Exit status: 0
-//! done, 1 failed (Redis unreachable, no such namespace or task, a task that could not be
-//! cancelled or rescheduled), 2 bad arguments.
+//! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]), and `--escaped`
+//! reads id arguments with the same escapes, so any id a table shows can be typed back.
+//! Exit status: 0 done, 1 failed (Redis unreachable, no such namespace or task, a task that
+//! could not be cancelled or rescheduled), 2 bad arguments. Errors are an `error: …` line on
+//! standard error, or with `--json` a JSON object there ([`render::error_json`]), usage
+//! errors included ([`usage_error`]).
 
 pub(crate) mod escape;
 mod render;
@@ -16,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::time;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use tickwheel_redis::{
     Config, Error, Inspector, ListFilter, Producer, RunAt, StateFilter, MAX_ID_LEN, MAX_STEP,
 };
@@ -31,8 +34,8 @@ pub struct TasksArgs {
     /// The namespace (as given to the producers and workers).
     #[arg(long, value_name = "NS")]
     namespace: String,
-    /// How long to keep trying while Redis cannot be reached (e.g. 2s, 1m).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = time::parse_duration)]
+    /// How long to keep trying while Redis cannot be reached (e.g. 2s, 1m; at most 1h).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
     connect_timeout: Duration,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
@@ -40,6 +43,10 @@ pub struct TasksArgs {
     /// Let `cancel` and `reschedule` write (without it they refuse, exit status 2).
     #[arg(long, global = true)]
     allow_writes: bool,
+    /// Read ID arguments with the escapes the tables print (`\n`, `\t`, `\\`, `\u{1b}`),
+    /// to type back an id holding a tab, a newline or another control character.
+    #[arg(long, global = true)]
+    escaped: bool,
     #[command(subcommand)]
     command: TasksCommand,
 }
@@ -53,14 +60,13 @@ enum TasksCommand {
     Ls(LsArgs),
     /// One task: state, run-at, version, attempt, recurrence, payload size and preview.
     Show {
-        /// The task's id.
-        #[arg(value_parser = parse_id)]
+        /// The task's id (with --escaped, as the tables print it).
         id: String,
     },
     /// Cancel pending tasks (exit status 1 when any was not pending).
     Cancel {
-        /// The tasks' ids.
-        #[arg(required = true, value_parser = parse_id)]
+        /// The tasks' ids (with --escaped, as the tables print them).
+        #[arg(required = true)]
         ids: Vec<String>,
     },
     /// Move a pending task to a new run-at (exit status 1 when it was not pending).
@@ -100,15 +106,14 @@ struct LsArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("when").required(true).args(["at", "in_"])))]
 struct RescheduleArgs {
-    /// The task's id.
-    #[arg(value_parser = parse_id)]
+    /// The task's id (with --escaped, as the tables print it).
     id: String,
-    /// The new run-at, RFC 3339 (`2026-11-26T09:00:00Z`).
-    #[arg(long, value_name = "RFC3339", value_parser = time::parse_rfc3339,
-          required_unless_present = "in_", conflicts_with = "in_")]
+    /// The new run-at, RFC 3339 (`2026-11-26T09:00:00Z`); this or --in.
+    #[arg(long, value_name = "RFC3339", value_parser = time::parse_rfc3339)]
     at: Option<u64>,
-    /// The new run-at as a delay from now (by the Redis clock): 90s, 5m, 1h30m.
+    /// The new run-at as a delay from now (by the Redis clock): 90s, 5m, 1h30m; this or --at.
     #[arg(long = "in", id = "in_", value_name = "DURATION", value_parser = time::parse_duration)]
     in_: Option<Duration>,
 }
@@ -120,14 +125,97 @@ enum StateArg {
     InFlight,
 }
 
-fn parse_id(text: &str) -> Result<String, String> {
-    if text.is_empty() || text.len() > MAX_ID_LEN {
+/// Checks an id argument, first reading its escapes with `--escaped`.
+fn parse_id(text: &str, escaped: bool) -> Result<String, String> {
+    let id = if escaped {
+        escape::unescape(text).map_err(|why| format!("id \"{}\": {why}", escape::escape(text)))?
+    } else {
+        text.to_string()
+    };
+    if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(format!(
             "a task id is 1 to {MAX_ID_LEN} bytes, this one is {}",
-            text.len()
+            id.len()
         ));
     }
-    Ok(text.to_string())
+    Ok(id)
+}
+
+/// `--connect-timeout` (here and on `tickwheel dashboard`): a duration of at most an hour.
+pub(crate) fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    let d = time::parse_duration(text)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("`{text}`: at most 1h"));
+    }
+    Ok(d)
+}
+
+/// What the command line asks that clap cannot check alone: ids (their escapes read with
+/// `--escaped`, their length), and an `ls` window that can hold something.
+fn check(args: &mut TasksArgs) -> Result<(), String> {
+    let escaped = args.escaped;
+    match &mut args.command {
+        TasksCommand::Show { id } | TasksCommand::Reschedule(RescheduleArgs { id, .. }) => {
+            *id = parse_id(id, escaped)?;
+        }
+        TasksCommand::Cancel { ids } => {
+            for id in ids.iter_mut() {
+                *id = parse_id(id, escaped)?;
+            }
+        }
+        &mut TasksCommand::Ls(LsArgs {
+            due_after: Some(after),
+            due_before: Some(before),
+            ..
+        }) if after >= before => {
+            return Err(format!(
+                "--due-after {} is not before --due-before {}: no task is due in that window \
+                 (--due-after is inclusive, --due-before exclusive)",
+                time::rfc3339(after),
+                time::rfc3339(before)
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A command line clap refused: with `tickwheel tasks … --json`, the error as [`fail`]
+/// prints it (clap's message without its usage lines, its exit status); anything else
+/// (help, version, another command, no `--json`) as clap prints it.
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let json = e.use_stderr()
+        && args.first().is_some_and(|a| a == "tasks")
+        && args
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == "--json");
+    if !json {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let message = rendered
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let status = u8::try_from(e.exit_code()).unwrap_or(2);
+    fail(true, status, &escape::escape(&message))
+}
+
+/// Prints `message` as `error: …`, or as a JSON object with `--json`, on standard error;
+/// returns `status`.
+fn fail(json: bool, status: u8, message: &str) -> ExitCode {
+    if json {
+        eprintln!("{}", render::error_json(message, status));
+    } else {
+        eprintln!("error: {message}");
+    }
+    ExitCode::from(status)
 }
 
 /// A slot width for `upcoming`: whole seconds, at least one (the shards count per second).
@@ -141,25 +229,28 @@ fn parse_slot(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Runs `tickwheel tasks`; prints `error: …` and returns status 1 when it fails.
-pub fn run(args: TasksArgs) -> ExitCode {
+/// Runs `tickwheel tasks`; prints the error ([`fail`]) and returns status 1 when it fails,
+/// 2 for bad arguments.
+pub fn run(mut args: TasksArgs) -> ExitCode {
+    let json = args.json;
+    if let Err(message) = check(&mut args) {
+        return fail(json, 2, &message);
+    }
     let writes = matches!(
         args.command,
         TasksCommand::Cancel { .. } | TasksCommand::Reschedule(_)
     );
     if writes && !args.allow_writes {
-        eprintln!(
-            "error: `cancel` and `reschedule` change tasks: add --allow-writes to let them \
-             (nothing was sent)"
+        return fail(
+            json,
+            2,
+            "`cancel` and `reschedule` change tasks: add --allow-writes to let them \
+             (nothing was sent)",
         );
-        return ExitCode::from(2);
     }
     match execute(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
+        Err(message) => fail(json, 1, &message),
     }
 }
 
@@ -303,7 +394,13 @@ mod tests {
 
     #[test]
     fn ids_and_instants_are_checked() {
-        assert!(parse_id("").is_err() && parse_id(&"x".repeat(MAX_ID_LEN + 1)).is_err());
+        assert!(parse_id("", false).is_err());
+        assert!(parse_id(&"x".repeat(MAX_ID_LEN + 1), false).is_err());
+        assert_eq!(parse_id("a\\tb", false).as_deref(), Ok("a\\tb"));
+        assert_eq!(parse_id("a\\tb", true).as_deref(), Ok("a\tb"));
+        // The length is the id's, not its escaped spelling's.
+        assert!(parse_id(&"\\n".repeat(MAX_ID_LEN), true).is_ok());
+        assert!(parse_id("\\q", true).is_err());
         assert!(time::parse_rfc3339("tomorrow").is_err());
     }
 }

@@ -87,6 +87,16 @@ fn json_text(v: &Value, pretty: bool) -> String {
     out
 }
 
+/// An error as `--json` prints it, on one line of standard error:
+/// `{"error":{"message":"...","exit_status":N}}` (the message as the table form's `error:`
+/// line has it).
+pub fn error_json(message: &str, exit_status: u8) -> String {
+    json_text(
+        &json!({ "error": { "message": message, "exit_status": exit_status } }),
+        false,
+    )
+}
+
 fn print_json(v: &Value) {
     say!("{}", json_text(v, true));
 }
