@@ -43,6 +43,7 @@ fn main() -> Result<(), tickwheel_redis::Error> {
             )),
             payload: b"",
             recurrence: None,
+            retry: None,
         }))?;
     }
     let mut claim = Vec::new();

@@ -35,6 +35,7 @@ fn main() -> Result<(), Error> {
                 )),
                 payload: &payload,
                 recurrence: None,
+                retry: None,
             }))?;
         }
         let grown = used_memory(&mut con)?.saturating_sub(before);

@@ -101,6 +101,7 @@ fn main() -> Result<(), tickwheel_redis::Error> {
                     )),
                     payload: &payload,
                     recurrence: None,
+                    retry: None,
                 }))?;
             }
             report(

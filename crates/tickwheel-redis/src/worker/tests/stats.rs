@@ -69,7 +69,7 @@ fn redeliveries_are_counted_by_cause() {
         let mut got = Vec::new();
         w.tick(&mut |d| {
             got.push(d.attempt);
-            outcome
+            outcome.clone()
         })
         .unwrap();
         assert_eq!(got, [attempt], "at {ms} ms");
