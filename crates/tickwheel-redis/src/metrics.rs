@@ -12,7 +12,9 @@
 //! | `tickwheel_redis_redeliveries_total{cause}` | counter | deliveries of an attempt after the first, by [`Redelivery`](crate::Redelivery) cause |
 //! | `tickwheel_redis_acks_total` | counter | acknowledgements Redis accepted |
 //! | `tickwheel_redis_stale_acks_total` | counter | acknowledgements of a replaced delivery |
-//! | `tickwheel_redis_retries_total` | counter | retries the handler asked for, accepted |
+//! | `tickwheel_redis_retries_total` | counter | retries accepted: snoozes ([`Outcome::RetryAfter`](crate::Outcome::RetryAfter)) and failed attempts with attempts left |
+//! | `tickwheel_redis_failed_attempts_total` | counter | failed attempts Redis recorded (handler errors and panics) |
+//! | `tickwheel_redis_failed_total{reason}` | counter | tasks this worker moved to the failed set, by [`FailReason`](crate::FailReason) (`exhausted`, `non_retryable`) |
 //! | `tickwheel_redis_claims_total` | counter | tasks claimed from Redis |
 //! | `tickwheel_redis_lapsed_claims_total` | counter | claims not delivered: the lease was in doubt |
 //! | `tickwheel_redis_fenced_total` | counter | calls refused: the shard's epoch moved on |
@@ -24,6 +26,7 @@
 //! | `tickwheel_redis_claims_in_hand` | gauge | tasks claimed, not yet delivered nor given up |
 //! | `tickwheel_redis_shards_held` | gauge | shards whose lease the worker can still be sure of ([`WorkerSnapshot::shards_held`]): 0 once every lease ran out during an outage |
 //! | `tickwheel_redis_shard_lease_remaining_seconds{shard}` | gauge | each lease's time left |
+//! | `tickwheel_redis_shards_paused` | gauge | held shards that are paused ([`Producer::pause`](crate::Producer::pause)) |
 //! | `tickwheel_redis_wheel_tasks` | gauge | tasks in the worker's wheel |
 //! | `tickwheel_redis_held_outcomes` | gauge | outcomes waiting for Redis |
 //! | `tickwheel_redis_connected` | gauge | 1 when the last step reached Redis |
@@ -42,7 +45,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{Lateness, RedeliveryCounts, WorkerSnapshot, WorkerStatus};
+use crate::{Lateness, WorkerSnapshot, WorkerStatus};
 
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -61,7 +64,7 @@ pub fn encode(s: &WorkerSnapshot) -> String {
 /// The counters, and the lateness histogram.
 fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     let st = &s.stats;
-    let counters: [(&str, &str, u64); 11] = [
+    let counters: [(&str, &str, u64); 12] = [
         (
             "deliveries",
             "Deliveries handed to the handler",
@@ -75,10 +78,15 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
         ),
         (
             "retries",
-            "Retries the handler asked for, accepted",
+            "Retries accepted: snoozes and failed attempts with attempts left",
             st.retried,
         ),
         ("claims", "Tasks claimed from Redis", st.claimed),
+        (
+            "failed_attempts",
+            "Failed attempts Redis recorded (handler errors and panics)",
+            st.failed_attempts,
+        ),
         (
             "lapsed_claims",
             "Claims not delivered: the lease was in doubt",
@@ -105,10 +113,17 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
     for (name, help, v) in counters {
         r.register(name, help, ConstCounter::new(v));
     }
+    let by_cause = st.redelivered_by.by_cause().map(|(c, n)| (c.as_str(), n));
     r.register(
         "redeliveries",
         "Deliveries of an attempt after the first, by cause",
-        Redeliveries(st.redelivered_by),
+        Labelled("cause", by_cause.to_vec()),
+    );
+    let by_reason = st.failed.by_reason().map(|(r, n)| (r.as_str(), n));
+    r.register(
+        "failed",
+        "Tasks moved to the failed set, by reason",
+        Labelled("reason", by_reason.to_vec()),
     );
     r.register_with_unit(
         "delivery_lateness",
@@ -127,7 +142,8 @@ fn register_counters(r: &mut Registry, s: &WorkerSnapshot) {
 fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
     let st = &s.stats;
     let in_hand = st.claimed.saturating_sub(st.delivered + st.lapsed);
-    let gauges: [(&str, &str, i64); 5] = [
+    let paused = s.shards.iter().filter(|x| x.paused).count();
+    let gauges: [(&str, &str, i64); 6] = [
         (
             "claims_in_hand",
             "Tasks claimed and not yet handed to the handler or given up",
@@ -137,6 +153,11 @@ fn register_gauges(r: &mut Registry, s: &WorkerSnapshot) {
             "shards_held",
             "Shards whose lease this worker can still be sure of",
             s.shards_held() as i64,
+        ),
+        (
+            "shards_paused",
+            "Held shards that are paused: nothing is claimed from them",
+            paused as i64,
         ),
         (
             "wheel_tasks",
@@ -200,14 +221,14 @@ impl EncodeMetric for LatenessMetric {
     }
 }
 
-/// The redelivery counter, one series per cause (label `cause`).
+/// A counter with one series per value of a label (`cause`, `reason`).
 #[derive(Debug)]
-struct Redeliveries(RedeliveryCounts);
+struct Labelled(&'static str, Vec<(&'static str, u64)>);
 
-impl EncodeMetric for Redeliveries {
+impl EncodeMetric for Labelled {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for (cause, n) in self.0.by_cause() {
-            let labels = [("cause", cause.as_str())];
+        for &(value, n) in &self.1 {
+            let labels = [(self.0, value)];
             encoder
                 .encode_family(&labels)?
                 .encode_counter::<NoLabelSet, _, u64>(&n, None)?;

@@ -164,3 +164,39 @@ fn shards_held_counts_only_leases_still_sure() {
     stop.stop();
     runner.join().unwrap().unwrap();
 }
+
+/// Failures and pauses as the scrape shows them: failed attempts, the failed set by reason,
+/// and the paused shards among those held.
+#[test]
+fn failures_and_pauses_are_exported() {
+    let mut snap = tickwheel_redis::WorkerSnapshot::default();
+    snap.stats.failed_attempts = 7;
+    snap.stats.failed.exhausted = 2;
+    snap.stats.failed.non_retryable = 1;
+    for (shard, paused) in [(0, true), (1, false), (2, true)] {
+        snap.shards.push(tickwheel_redis::ShardStatus {
+            shard,
+            epoch: 1,
+            lease_left: Duration::from_secs(1),
+            loaded_until_ms: None,
+            paused,
+        });
+    }
+    let body = metrics::encode(&snap);
+    assert_eq!(
+        sample(&body, "tickwheel_redis_failed_attempts_total"),
+        Some(7.0)
+    );
+    assert_eq!(
+        sample(&body, "tickwheel_redis_failed_total{reason=\"exhausted\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "tickwheel_redis_failed_total{reason=\"non_retryable\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sample(&body, "tickwheel_redis_shards_paused"), Some(2.0));
+}
