@@ -46,6 +46,8 @@
 //!   worker after the visibility timeout, or at once by the worker that takes the shard over.
 //!   Duplicates happen only for tasks that were in flight at such a failure; every delivery
 //!   carries the id, due time, attempt and version a handler needs to de-duplicate.
+//!   [`Delivery::attempt`] counts handler calls: a claim sent again after a lost reply is the
+//!   same attempt.
 //! - **Fenced.** A worker that lost a shard (it stalled past its lease and another took over)
 //!   can neither claim nor acknowledge that shard's tasks: every claim and acknowledgement
 //!   checks the shard's epoch inside the same script. Nor does it deliver what it claimed
@@ -87,6 +89,47 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Failures
+//!
+//! A handler answers [`Outcome::fail`] when an attempt failed (the task is retried after the
+//! [`RetryPolicy`]'s backoff), [`Outcome::non_retryable`] when no retry can succeed, or
+//! panics (caught: a failed attempt whose message is the error). Each failure is recorded
+//! with the task ([`ErrorLog`]: the count, the first failure, the last [`ERRORS_KEPT`]
+//! errors); once the policy's `max_attempts` attempts have failed, or at once for a
+//! non-retryable failure, the task moves to its shard's *failed set*, kept within
+//! [`Config::failed_retention`], where [`Inspector::failed`] lists it and an operator
+//! retries or discards it ([`Producer::retry_failed`], [`Producer::discard_failed_where`]).
+//! The namespace's policy is [`Config::retry`]; a task may carry its own ([`Task::retry`]).
+//! A recurring series goes on after a failed run unless its policy says
+//! [`stop_series_on_failure`](RetryPolicy::stop_series_on_failure).
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! use tickwheel_redis::{Config, FailedFilter, Inspector, Outcome, Producer, RetryPolicy, Worker};
+//! # fn main() -> Result<(), tickwheel_redis::Error> {
+//! let mut config = Config::new("redis://127.0.0.1:6379/", "orders");
+//! config.retry = RetryPolicy::fixed(5, Duration::from_secs(30));
+//! let mut worker = Worker::connect(&config)?;
+//! worker.run(|task| match std::str::from_utf8(&task.payload) {
+//!     Ok(order) => Outcome::fail(format!("payment service down for {order}")),
+//!     Err(_) => Outcome::non_retryable("the payload is not UTF-8"),
+//! })?;
+//! // Later, once the payment service is back:
+//! let mut inspector = Inspector::connect(&config)?;
+//! for failed in inspector.failed(&FailedFilter::default())? {
+//!     println!("{}: {:?}", failed.id, failed.errors.errors.last());
+//! }
+//! let retry = FailedFilter { error_contains: Some("payment".into()), ..FailedFilter::default() };
+//! let report = Producer::connect(&config)?.retry_failed_where(&retry)?;
+//! println!("retried {} of {}", report.acted, report.examined);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Producer::pause`] stops every claim of a namespace (scheduling, cancelling and
+//! inspection go on) until [`Producer::resume`]; what fell due meanwhile is then delivered
+//! in run-at order.
 //!
 //! # Design
 //!
@@ -146,8 +189,9 @@
 //! whose reply is lost (the connection or the server died on the way back) may have been
 //! applied: the worker sends it again once Redis answers, forced to take the task even in
 //! flight (under the same shard epoch, only this worker can have claimed it), so the task is
-//! delivered at its run-at rather than after the visibility timeout; each applied claim
-//! counts as an attempt.
+//! delivered at its run-at rather than after the visibility timeout. The script sees that
+//! the task is in flight before its visibility deadline under the same epoch, so the claim
+//! sent again is the same attempt, not a second one.
 //!
 //! **Round trips.** A wake-up claims everything due within the horizon, on all the worker's
 //! shards, in one pipeline that also carries the acknowledgements received so far (an

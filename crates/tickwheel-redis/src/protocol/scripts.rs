@@ -1,6 +1,6 @@
 //! The Lua scripts: one registry. Each script lives in its own file under `protocol/lua/`
 //! (its header says its KEYS, ARGV and reply; `prelude.lua` describes the keys of a shard and
-//! the functions every script shares), is named once in [`registry!`] below, and is compiled
+//! the functions every script shares), is named once in the `registry!` below, and is compiled
 //! once per process. Their arguments are encoded and their replies decoded in
 //! [`crate::protocol`] only.
 //!
