@@ -203,3 +203,71 @@ fn a_paused_namespace_delivers_nothing_then_everything_due_in_run_at_order() {
         "every task due meanwhile, in run-at order, each a first attempt"
     );
 }
+
+/// A recurring series whose run fails for good: the run goes to the failed set and the
+/// series goes on at its next run (the default); with `stop_series_on_failure` it ends.
+#[test]
+fn a_failed_recurring_run_keeps_the_series_unless_its_policy_stops_it() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "failrec", 2);
+    cfg.retry = RetryPolicy::fixed(2, Duration::from_millis(10));
+    cfg.claim_ahead = Duration::ZERO; // the next run stays pending, to be looked at
+    let mut p = Producer::connect(&cfg).unwrap();
+    let every = tickwheel_redis::Recurrence::Every(Duration::from_millis(1000));
+    let stop = RetryPolicy {
+        stop_series_on_failure: true,
+        ..RetryPolicy::no_retry()
+    };
+    let at = RunAt::AtMillis(T0 + 100);
+    p.schedule_many([
+        Task::new("goes-on", at, b"").recurring(&every),
+        Task::new("stops", at, b"").recurring(&every).retry(stop),
+    ])
+    .unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let calls: Calls = RefCell::new(Vec::new());
+    let mut handler = |d: &Delivery| {
+        calls
+            .borrow_mut()
+            .push((d.id.clone(), d.attempt, time.now_ms()));
+        if time.now_ms() < T0 + 1000 {
+            Outcome::fail("the first run fails")
+        } else {
+            Outcome::Ack
+        }
+    };
+    for ms in (0..=2200).step_by(10) {
+        step_at(&mut w, &time, T0 + ms, &mut handler);
+    }
+    let mut got = calls.borrow().clone();
+    got.sort();
+    // The retried run was delivered at T0 + 110: a period's phase follows the run's last
+    // run-at (as the docs of `RetryPolicy` say), so the series goes on at T0 + 1110.
+    assert_eq!(
+        got,
+        [
+            ("goes-on".into(), 1, T0 + 100),
+            ("goes-on".into(), 1, T0 + 1110),
+            ("goes-on".into(), 1, T0 + 2110),
+            ("goes-on".into(), 2, T0 + 110),
+            ("stops".into(), 1, T0 + 100),
+        ],
+        "goes-on: two failed attempts, then its next runs; stops: one, and no more"
+    );
+    assert!(
+        matches!(p.state("goes-on").unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == T0 + 3110)
+    );
+    assert!(matches!(
+        p.state("stops").unwrap(),
+        TaskState::Failed {
+            reason: FailReason::Exhausted,
+            ..
+        }
+    ));
+    let failed = Inspector::connect(&cfg)
+        .unwrap()
+        .failed(&FailedFilter::default())
+        .unwrap();
+    let ids: Vec<&str> = failed.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}: both failed runs are kept");
+}
