@@ -149,3 +149,81 @@ fn an_outage_longer_than_the_lease_moves_no_shard_and_doubles_no_delivery() {
     assert_eq!(seen.len(), 200);
     assert_eq!(producer.len().unwrap(), 0, "every task acknowledged");
 }
+
+/// Faults that stack: a shard orphaned by a dead worker, then a Redis restart before its
+/// lease ran out. The live worker must not wait a whole lease after the restart to take the
+/// orphan (it used to: no acquisition in the first lease after a Redis error); it waits a
+/// grace of three maintenance intervals, in which every live owner renews, and then takes the
+/// shard as soon as the dead worker's lease has run out.
+#[test]
+fn an_orphaned_shard_is_taken_a_grace_after_a_restart_not_a_lease() {
+    let mut server = common::server();
+    let mut cfg = Config::new(server.url(), "orphan");
+    cfg.shards = 4;
+    cfg.lease = Duration::from_secs(5);
+    cfg.maintenance_interval = Duration::from_millis(200);
+    cfg.io_timeout = Duration::from_millis(500);
+    let mut producer = Producer::connect(&cfg).unwrap();
+    // A worker that died holding shards 2 and 3: its lease runs 2 s more, by Redis's clock.
+    let mut con = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let ghost_until = s * 1000 + us / 1000 + 2_000;
+    for shard in [2, 3] {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("tw:{{orphan:{shard}}}:state"))
+            .arg(&["owner", "dead-worker", "epoch", "1", "expires"][..])
+            .arg(ghost_until)
+            .query(&mut con)
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    let seen: Seen = Arc::default();
+    let (stop, status, h) = spawn_recording(&cfg, &seen);
+    let until = Instant::now() + Duration::from_secs(5);
+    while status.snapshot().shards.len() != 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        status.snapshot().shards.len(),
+        2,
+        "the live worker holds 0 and 1"
+    );
+    // A task in every shard, due 1 s from the start.
+    let due = now_ms() + 1_000 - t0.elapsed().as_millis() as u64;
+    for i in 0..40 {
+        producer
+            .schedule(&format!("o{i}"), RunAt::AtMillis(due), b"")
+            .unwrap();
+    }
+    // Redis down 300-800 ms after the start, while the dead worker's lease still runs.
+    std::thread::sleep(Duration::from_millis(300).saturating_sub(t0.elapsed()));
+    server.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    server.restart().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while status.snapshot().shards.len() != 4 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let taken = t0.elapsed();
+    // The orphan's lease ends about 2 s after the start; a lease after the restart would be
+    // about 5.8 s.
+    assert!(
+        taken < Duration::from_millis(3_800),
+        "the orphaned shards were taken {taken:?} after the start"
+    );
+    while producer.len().map_or(true, |n| n > 0) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let delivered = t0.elapsed();
+    stop.stop();
+    h.join().unwrap().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 40, "every task delivered");
+    assert!(
+        delivered < Duration::from_millis(4_500),
+        "the last task was delivered {delivered:?} after the start"
+    );
+    eprintln!("orphans taken after {taken:?}, every task delivered after {delivered:?}");
+}

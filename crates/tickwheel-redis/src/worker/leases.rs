@@ -274,11 +274,14 @@ impl Worker {
     /// Releases shards above a fair share (`ceil(shards / live workers)`), or takes free ones
     /// up to it, trying them from a point of its own so that workers spread out.
     ///
-    /// Not in the first lease after an outage: Redis's clock ran on while it was down, so
-    /// every lease may have expired, with its owner alive and holding acknowledgements for
-    /// what it delivered meanwhile. Taking such a shard would fence them (each of those
-    /// tasks delivered again); its owner renews it within a reconnection wait instead. A
-    /// shard whose owner is gone is taken a lease later.
+    /// Not during an outage, nor in its grace ([`Worker::grace_us`]) once Redis answers
+    /// again: Redis's clock ran on while it was down, so every lease may have expired, with
+    /// its owner alive and holding acknowledgements for what it delivered meanwhile. Taking
+    /// such a shard would fence them (each of those tasks delivered again); its owner renews
+    /// it in its first step after Redis is back, within a reconnection wait (at most
+    /// 100 ms) instead. A shard still unrenewed after the grace has no live owner: it is
+    /// taken then, not a whole lease later, so a fault that follows another within a lease
+    /// costs about a lease, not two.
     fn rebalance(&mut self) -> Result<(), Error> {
         let total = self.ns.shards.len() as u64;
         let fair = total.div_ceil(self.shards.live) as usize;
@@ -299,6 +302,14 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// How long after Redis answers again (µs) this worker waits before it takes shards it
+    /// does not hold: three maintenance intervals (every live owner renews in its first
+    /// step, at most a reconnection wait after Redis is back), and never more than a lease.
+    pub(crate) fn grace_us(&self) -> u64 {
+        let grace = (self.cfg.maintenance_interval * 3).min(self.cfg.lease);
+        grace.as_micros() as u64
     }
 
     /// Tries to take shard `s` (epoch 0: a lease this worker does not know of, its own

@@ -349,6 +349,10 @@ impl Worker {
             match self.io_step(true) {
                 Ok(()) => {
                     if std::mem::take(&mut disconnected) {
+                        // Redis answers again, and so do the other workers within a
+                        // reconnection wait: a live owner renews in its first step. A shard
+                        // still unrenewed a grace later is an orphan (see `rebalance`).
+                        self.shards.acquire_after_us = self.clock.lease_us() + self.grace_us();
                         self.emit(WorkerEvent::Reconnected);
                     }
                     backoff = Duration::from_millis(50);
@@ -359,9 +363,8 @@ impl Worker {
                 Err(Error::Redis(e)) => {
                     self.stats.redis_errors += 1;
                     // Leases may run out while Redis is away, their owners alive: once it is
-                    // back, they renew first (see `rebalance`).
-                    let lease = self.cfg.lease.as_micros() as u64;
-                    self.shards.acquire_after_us = self.clock.lease_us() + lease;
+                    // back, they renew first (see `rebalance`). Until then, no acquisition.
+                    self.shards.acquire_after_us = u64::MAX;
                     if !std::mem::replace(&mut disconnected, true) {
                         self.emit(WorkerEvent::Disconnected {
                             error: e.to_string(),
