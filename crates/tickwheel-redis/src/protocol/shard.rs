@@ -29,6 +29,8 @@ pub(crate) struct AcquireReply {
     pub epoch: Option<u64>,
     /// The script's now, ms.
     pub now_ms: u64,
+    /// Whether the shard is paused.
+    pub paused: bool,
 }
 
 impl Call for Acquire<'_> {
@@ -44,13 +46,14 @@ impl Call for Acquire<'_> {
         cmd.arg(self.worker).arg(self.lease_ms).arg(self.held_epoch);
     }
 
-    /// `{epoch or 0, now}`.
+    /// `{epoch or 0, now, paused}`.
     fn decode(&self, reply: Value) -> Result<AcquireReply, Error> {
         let mut f = Fields::new("ACQUIRE", reply)?;
         let epoch = f.u64()?;
         Ok(AcquireReply {
             epoch: (epoch > 0).then_some(epoch),
             now_ms: f.u64()?,
+            paused: f.int()? == 1,
         })
     }
 }

@@ -8,8 +8,8 @@ use crate::namespace::Error;
 use crate::protocol;
 use crate::recurrence::Recurrence;
 
-/// How often a worker asks again for the tasks of a paused shard that fell due, should it
-/// miss the resume notice, ms.
+/// How long due tasks of a paused shard wait in the wheel before they are looked at again,
+/// ms (a resume re-arms them at once).
 const PAUSED_RECHECK_MS: u64 = 1000;
 
 impl Worker {
@@ -64,21 +64,14 @@ impl Worker {
             // later on.
             let node = self.clock.observe(&reply.node, reply.now_us, after);
             if reply.paused {
-                // Nothing was claimed: the tasks wait, looked at again every
-                // PAUSED_RECHECK_MS should the resume notice be missed.
+                // Paused since the worker last heard: nothing was claimed. The tasks wait in
+                // the wheel, and no claim is sent for the shard until a resume notice or a
+                // renewal says it is resumed.
                 if self.shards.set_paused(b.0, true) {
                     self.forward(false);
                 }
-                let at = self.now_ms() + self.cfg.ahead_ms() + PAUSED_RECHECK_MS;
-                for id in &b.3 {
-                    let version = 0; // the version is the claim's to check, not the arm's
-                    self.schedule.arm(b.0, id.clone(), at, version);
-                }
+                self.park(b.0, b.3.clone());
                 continue;
-            }
-            // Claims answered: the shard is not paused (should the resume notice be missed).
-            if reply.claims.is_some() && self.shards.set_paused(b.0, false) {
-                self.forward(false);
             }
             let Some(claims) = reply.claims else {
                 self.stats.fenced += 1;
@@ -147,7 +140,18 @@ impl Worker {
         HashMap<(u32, String), u64>,
         BTreeMap<u32, Vec<String>>,
     ) {
-        let (due, noticed) = self.schedule.drain_due(until);
+        let (mut due, noticed) = self.schedule.drain_due(until);
+        // Nothing is claimed of a paused shard, nor of one back from a pause before its
+        // window is read again (see `Owned::resuming`): what is due of it waits.
+        let waiting: Vec<u32> = due
+            .keys()
+            .copied()
+            .filter(|&s| self.shards.paused_or_resuming(s))
+            .collect();
+        for shard in waiting {
+            let ids = due.remove(&shard).unwrap_or_default();
+            self.park(shard, ids);
+        }
         let mut unsure: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         for (shard, epoch, id) in self.outbox.take_unsure() {
             if self.shards.holds(shard, epoch) {
@@ -155,6 +159,17 @@ impl Worker {
             }
         }
         (due, noticed, unsure)
+    }
+
+    /// Puts due tasks of a shard that may not be claimed now (paused, or resuming) back in
+    /// the wheel, [`PAUSED_RECHECK_MS`] later: a resume reads the shard's window again and
+    /// arms them at their run-at anyway, so this only keeps them from spinning.
+    fn park(&mut self, shard: u32, ids: Vec<String>) {
+        let at = self.now_ms() + self.cfg.ahead_ms() + PAUSED_RECHECK_MS;
+        for id in ids {
+            // Version 0: any arming the window read makes (a real version) replaces it.
+            self.schedule.arm(shard, id, at, 0);
+        }
     }
 
     /// Takes in one entry of a DELIVER reply to a batch (shard, epoch, forced): a claim goes

@@ -26,6 +26,9 @@ pub(crate) struct Owned {
     /// Paused in Redis ([`Producer::pause`](crate::Producer::pause)): claims are refused, and
     /// what was claimed ahead and not delivered is put back (see [`Shards::leases`]).
     pub(crate) paused: bool,
+    /// Resumed, and its window not yet read to its end: nothing of it is claimed until the
+    /// read has armed every task that fell due, so they go out together, in run-at order.
+    pub(crate) resuming: bool,
 }
 
 /// The shards this worker holds, their windows, and the pace of the work on them: when the
@@ -144,11 +147,27 @@ impl Shards {
             return false;
         }
         o.paused = paused;
+        o.resuming = !paused;
         if !paused {
             o.window = ShardWindow::Unloaded;
             self.next_maintenance_ms = 0;
         }
         true
+    }
+
+    /// `shard`'s window has been read to its end (see [`Owned::resuming`]).
+    pub(crate) fn caught_up(&mut self, shard: u32) {
+        if let Some(o) = self.owned.get_mut(&shard) {
+            o.resuming = false;
+        }
+    }
+
+    /// Whether nothing of `shard` may be claimed now: it is paused, or back from a pause and
+    /// its window not yet read again (see [`Owned::resuming`]).
+    pub(crate) fn paused_or_resuming(&self, shard: u32) -> bool {
+        self.owned
+            .get(&shard)
+            .is_some_and(|o| o.paused || o.resuming)
     }
 
     /// Extends the lease on `shard` (renewed) to `until_us`.
@@ -254,19 +273,28 @@ impl Worker {
         let beat = protocol::next_reply(&beat, &mut replies)?;
         let renewed = renewals
             .iter()
-            .map(|r| Ok(protocol::next_reply(r, &mut replies)?.epoch.is_some()))
-            .collect::<Result<Vec<bool>, Error>>()?;
+            .map(|r| {
+                let reply = protocol::next_reply(r, &mut replies)?;
+                Ok((reply.epoch.is_some(), reply.paused))
+            })
+            .collect::<Result<Vec<(bool, bool)>, Error>>()?;
         drop(renewals);
         self.shards.live = beat.live.max(1);
         self.clock.observe(&beat.node, beat.now_us, after);
         let until = sent + self.lease_us_reckoned();
-        for ((s, _), renewed) in held.into_iter().zip(renewed) {
+        let mut paused_changed = false;
+        for ((s, _), (renewed, paused)) in held.into_iter().zip(renewed) {
             if !renewed {
                 self.stats.fenced += 1;
                 self.drop_shard(s, ShardLoss::NotRenewed);
             } else {
                 self.shards.renewed(s, until);
+                // A pause or resume whose notice was missed is learnt here.
+                paused_changed |= self.shards.set_paused(s, paused);
             }
+        }
+        if paused_changed {
+            self.forward(false);
         }
         Ok(())
     }
@@ -324,7 +352,8 @@ impl Worker {
         };
         let sent = self.clock.lease_us();
         let con = self.redis.con_or_reconnect(&self.cfg)?;
-        let Some(epoch) = protocol::invoke(con, &call)?.epoch else {
+        let reply = protocol::invoke(con, &call)?;
+        let Some(epoch) = reply.epoch else {
             return Ok(false);
         };
         self.stats.acquired += 1;
@@ -337,7 +366,8 @@ impl Worker {
                 valid_until_us,
                 window: ShardWindow::Unloaded,
                 revoked: false,
-                paused: false,
+                paused: reply.paused,
+                resuming: false,
             },
         );
         Ok(true)

@@ -153,6 +153,10 @@ impl Worker {
         }
         let more = read.more;
         self.shards.set_window(shard, window);
+        if !more {
+            // Everything due is armed: a shard back from a pause may be claimed again.
+            self.shards.caught_up(shard);
+        }
         Ok(more)
     }
 }

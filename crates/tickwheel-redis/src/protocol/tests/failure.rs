@@ -581,6 +581,17 @@ fn a_paused_shard_claims_nothing_and_a_resent_claim_is_one_attempt() {
     };
     assert!(invoke(&mut con, &pause(true)).unwrap());
     assert!(!invoke(&mut con, &pause(true)).unwrap(), "already paused");
+    let renew = Acquire {
+        keys: &keys,
+        now: Some(T0),
+        worker: "w",
+        lease_ms: 3_600_000,
+        held_epoch: 1,
+    };
+    assert!(
+        invoke(&mut con, &renew).unwrap().paused,
+        "a renewal says so"
+    );
     let r = claim_at(&mut con, &keys, T0, &["p"], false);
     assert!(r.paused && r.claims.is_none(), "{r:?}");
     assert!(matches!(

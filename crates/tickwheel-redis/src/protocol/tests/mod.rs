@@ -162,7 +162,8 @@ fn leases_are_taken_renewed_refused_and_released() {
         got,
         AcquireReply {
             epoch: Some(1),
-            now_ms: T0
+            now_ms: T0,
+            paused: false
         }
     );
     assert_eq!(invoke(&mut con, &acquire("w1", 1)).unwrap().epoch, Some(1));
