@@ -18,6 +18,9 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// (shard, due, id, delivered at) of every delivery.
+type Log = Arc<Mutex<Vec<(u32, u64, String, u64)>>>;
+
 #[test]
 fn while_paused_no_handler_runs_and_on_resume_everything_due_comes_in_order() {
     let s = common::server();
@@ -25,8 +28,7 @@ fn while_paused_no_handler_runs_and_on_resume_everything_due_comes_in_order() {
     cfg.shards = 8;
     cfg.claim_ahead = Duration::from_millis(200);
     let mut p = Producer::connect(&cfg).unwrap();
-    // (shard, due, id, delivered at) of every delivery.
-    let log: Arc<Mutex<Vec<(u32, u64, String, u64)>>> = Arc::default();
+    let log: Log = Arc::default();
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let mut w = Worker::connect(&cfg).unwrap();
