@@ -759,6 +759,15 @@ fn failed_tasks_are_listed_shown_retried_and_discarded() {
     );
     let v = json(&url, "fails", &["show", "bad-2"]);
     assert_eq!(v["state"], "pending");
+    let r = tasks(&url, "fails", &["retry-failed", "--error", "dup failed"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out.starts_with(
+            "examined 3, retried 0, live task exists 1 (not retried: a live task has the id"
+        ),
+        "{}",
+        r.out
+    );
     let v = json(&url, "fails", &["retry-failed", "--error", "dup failed"]);
     assert_eq!(
         (&v["acted"], &v["live_task_exists"]),

@@ -419,9 +419,14 @@ pub fn bulk(act: Act, r: &BulkReport, json: bool) {
         }));
         return;
     }
+    let hint = if r.live_task_exists > 0 {
+        " (not retried: a live task has the id; discard the failed one, or cancel the live \
+         one first)"
+    } else {
+        ""
+    };
     say!(
-        "examined {}, {} {}, live task exists {} (not retried: discard them, or cancel the live \
-         task first)",
+        "examined {}, {} {}, live task exists {}{hint}",
         r.examined,
         act.done(),
         r.acted,
