@@ -1374,22 +1374,38 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
         b.fetch_status("/retry", Some(&format!("id=job-1&token={TOKEN}"))),
         409
     );
-    // Discard the hostile ones through their forms (the id travels as hex).
-    for (id, shown) in [(IMG_ID, IMG_ID), (CONTROL_ID, CONTROL_ID_SHOWN)] {
-        b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
-        b.load(|b| {
-            b.eval(&format!(
-                "document.querySelector('#discard input[name=token]').value = '{TOKEN}'; \
-                 document.getElementById('discard').submit()"
-            ));
-        });
-        assert_eq!(b.text("document.title"), "discarded");
-        assert_eq!(
-            b.text("document.getElementById('result').textContent"),
-            format!("Task {shown} discarded.")
-        );
-        assert!(run_at(id, &cfg).is_none(), "{id} discarded");
-    }
+    // "Retry all shown" by a filter holding a tab: the form carries it exactly.
+    b.goto(&format!("{}/failed?error={}", dash.url, enc("tab\there")));
+    assert_eq!(failed_rows(&mut b).len(), 1);
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#retry-shown input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('retry-shown').submit()"
+        ));
+    });
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        "Examined 4, retried 1, live task exists 0."
+    );
+    assert!(matches!(
+        run_at(CONTROL_ID, &cfg),
+        Some(TaskState::Pending { .. })
+    ));
+    // Discard the hostile one through its form (the id travels as hex).
+    b.goto(&format!("{}/task?id={}", dash.url, enc(IMG_ID)));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#discard input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('discard').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "discarded");
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        format!("Task {IMG_ID} discarded.")
+    );
+    assert_eq!(b.eval("document.images.length"), json!(0));
+    assert!(run_at(IMG_ID, &cfg).is_none(), "discarded");
 
     // "Retry all shown" by the page's filter: job-2 only.
     b.goto(&format!("{}/failed?error=db+down", dash.url));

@@ -9,8 +9,9 @@ use tickwheel_redis::{BulkReport, Error, FailedFilter, FailedTask, Stats};
 
 use super::http::{field, Request, Response};
 use super::page::{document, error, header, id_text, text, unavailable};
-use super::task::{authorize, task_href};
+use super::task::{authorize, from_hex_text, task_href};
 use super::App;
+use crate::tasks::escape::hex;
 use crate::time::{relative, rfc3339};
 
 /// Failed tasks listed on the page.
@@ -140,8 +141,9 @@ fn failed_table(b: &mut String, tasks: &[FailedTask], now_ms: u64) {
     b.push_str("</tbody></table>");
 }
 
-/// "Retry all shown" and "Discard all shown": the page's filter, and a failed-at bound just
-/// past the last task shown, so that a task failing meanwhile (or beyond the list) is not
+/// "Retry all shown" and "Discard all shown": the page's filter (as hex, `error_hex`, so
+/// that it is exactly the page's whatever it holds), and a failed-at bound just past the
+/// last task shown, so that a task failing meanwhile (or beyond the list) is not
 /// acted on unseen.
 fn bulk_forms(b: &mut String, app: &App, tasks: &[FailedTask], given: &str) {
     let Some(last) = tasks.iter().map(|t| t.failed_at_ms).max() else {
@@ -155,11 +157,11 @@ fn bulk_forms(b: &mut String, app: &App, tasks: &[FailedTask], given: &str) {
         return;
     }
     let hidden = format!(
-        "<input type=\"hidden\" name=\"error\" value=\"{}\">\
+        "<input type=\"hidden\" name=\"error_hex\" value=\"{}\">\
          <input type=\"hidden\" name=\"failed_before_ms\" value=\"{}\">\
          <label>Token <input type=\"password\" name=\"token\" required \
          autocomplete=\"off\"></label>",
-        text(given),
+        hex(given.as_bytes()),
         last + 1
     );
     let n = tasks.len();
@@ -186,7 +188,19 @@ pub fn bulk_write(app: &App, req: &Request) -> Response {
         Some(Ok(ms)) => Some(ms),
         Some(Err(_)) => return error(400, "failed_before_ms is not a number of ms."),
     };
-    let filter = match filter_of(field(&form, "error"), before, None) {
+    // The filter as hex, exactly (an attribute value shows control characters escaped).
+    let from_hex;
+    let error_text = match field(&form, "error_hex") {
+        Some(h) => match from_hex_text(h) {
+            Some(e) => {
+                from_hex = e;
+                Some(from_hex.as_str())
+            }
+            None => return error(400, "error_hex is not the hex of UTF-8 text."),
+        },
+        None => field(&form, "error"),
+    };
+    let filter = match filter_of(error_text, before, None) {
         Ok(f) => f,
         Err(r) => return r,
     };

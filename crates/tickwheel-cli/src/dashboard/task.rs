@@ -404,7 +404,7 @@ fn failed_write(app: &App, retry: bool, id: &str) -> Response {
 /// `id_hex` of the write forms, which carry the id exactly whatever it holds (an attribute
 /// value cannot: a control character in it would be shown escaped, or mapped by the HTML
 /// parser).
-fn from_hex_text(hex: &str) -> Option<String> {
+pub(super) fn from_hex_text(hex: &str) -> Option<String> {
     if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
