@@ -86,7 +86,8 @@ enum Command {
     #[command(hide = true)]
     ServiceWorker(DemoArgs),
     /// See and steer the durable tasks of a tickwheel-redis namespace: stats, ls, show,
-    /// cancel, reschedule, upcoming.
+    /// failed, upcoming; cancel, reschedule, run-now, retry-failed, discard-failed, pause,
+    /// resume.
     Tasks(tasks::TasksArgs),
     /// Serve a web page on a tickwheel-redis namespace: totals, shards, upcoming tasks, tasks
     /// in flight, search by id (read-only unless --allow-writes with a token).

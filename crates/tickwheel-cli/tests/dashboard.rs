@@ -1083,3 +1083,438 @@ impl Dashboard {
         reply.split_once("\r\n\r\n").unwrap().1.to_string()
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Failed tasks.
+
+/// Makes failed tasks: schedules each `(id, error)` at `at_ms` on a manual clock starting
+/// just before it, and steps a worker on that clock until each has failed for good
+/// (`Outcome::non_retryable(error)`); failed-at times are real instants.
+fn fail_tasks(url: &str, ns: &str, shards: u32, tasks: &[(&str, &str)]) {
+    let at_ms = now_ms();
+    let time = tickwheel_redis::ManualTime::new(at_ms - 1000);
+    let mut cfg = Config::new(url, ns);
+    cfg.shards = shards;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule_many(
+        tasks
+            .iter()
+            .map(|(id, _)| Task::new(id, RunAt::AtMillis(at_ms), b"payload")),
+    )
+    .unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut handler = |d: &tickwheel_redis::Delivery| {
+        let error = tasks.iter().find(|(id, _)| *id == d.id).unwrap().1;
+        Outcome::non_retryable(error)
+    };
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    for step in 0..100 {
+        time.set_ms(at_ms - 1000 + step * 50);
+        w.reload_windows();
+        w.tick(&mut handler).unwrap();
+        if ins.stats().unwrap().failed() == tasks.len() as u64 {
+            return;
+        }
+    }
+    panic!("the tasks did not all fail");
+}
+
+const IMG_ID: &str = "<img src=x onerror=alert(1)>";
+const IMG_ERROR: &str = "<img src=x onerror=alert(3)> \"quoted\" 'single' \u{1b}[31m\u{202e}end";
+const IMG_ERROR_SHOWN: &str =
+    r#"<img src=x onerror=alert(3)> "quoted" 'single' \u{1b}[31m\u{202e}end"#;
+const BREAKOUT_ERROR: &str = "</code></td></tr></table><script>alert(4)</script>\"><b>x";
+
+/// The failed tasks of the Failed view: (id, reason, attempts, last error) as shown.
+fn failed_rows(b: &mut Browser) -> Vec<Vec<String>> {
+    let rows = b.eval(
+        "[...document.querySelectorAll('#failed-tasks tbody tr')].map(r => \
+         [r.querySelector('td.id').textContent, r.querySelector('td.reason').textContent, \
+          r.querySelector('td.attempts').textContent, r.querySelector('td.error').textContent, \
+          String(r.cells.length)])",
+    );
+    let mut rows: Vec<Vec<String>> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn is_failed(id: &str, cfg: &Config) -> bool {
+    matches!(run_at(id, cfg), Some(TaskState::Failed { .. }))
+}
+
+#[test]
+fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discard() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    fail_tasks(
+        &url,
+        "f",
+        2,
+        &[
+            ("job-1", "db down 1"),
+            ("job-2", "db down 2"),
+            (IMG_ID, IMG_ERROR),
+            (CONTROL_ID, "tab\there\u{9b}"),
+            (SCRIPT_ID, BREAKOUT_ERROR),
+        ],
+    );
+    let mut cfg = Config::new(url.clone(), "f");
+    cfg.shards = 2;
+    let dash = Dashboard::start(&url, "f", &["--allow-writes"], Some(TOKEN));
+    let mut b = Browser::start();
+
+    // The overview counts them, per shard and in all; nothing is paused.
+    b.goto(&format!("{}/", dash.url));
+    assert_eq!(b.text("document.getElementById('failed').textContent"), "5");
+    assert_eq!(
+        b.text("document.getElementById('paused').textContent"),
+        "0 of 2"
+    );
+    assert_eq!(
+        b.eval("!!document.getElementById('paused-banner')"),
+        json!(false)
+    );
+    let per_shard = b.eval(
+        "[...document.querySelectorAll('#shards td.failed')]\
+         .reduce((n, e) => n + Number(e.textContent), 0)",
+    );
+    assert_eq!(per_shard, json!(5));
+
+    // The Failed view: every id and error as text, no element made of them, rows whole.
+    b.load(|b| {
+        b.eval("document.getElementById('failed-link').click()");
+    });
+    assert!(b.text("location.href").ends_with("/failed"));
+    let mut want: Vec<Vec<String>> = [
+        ("job-1", "db down 1"),
+        ("job-2", "db down 2"),
+        (IMG_ID, IMG_ERROR_SHOWN),
+        (CONTROL_ID_SHOWN, r"tab\u{9}here\u{9b}"),
+        (SCRIPT_ID, BREAKOUT_ERROR),
+    ]
+    .iter()
+    .map(|(id, e)| {
+        [*id, "non_retryable", "1", e, "6"]
+            .map(String::from)
+            .to_vec()
+    })
+    .collect();
+    want.sort();
+    assert_eq!(failed_rows(&mut b), want);
+    assert_eq!(b.eval("document.scripts.length"), json!(0));
+    assert_eq!(b.eval("document.images.length"), json!(0));
+    assert_eq!(
+        b.eval("document.querySelectorAll('#failed-tasks b').length"),
+        json!(0)
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('table').length"),
+        json!(1)
+    );
+    // Each id links to its task's page.
+    let hrefs = b.eval(
+        "[...document.querySelectorAll('#failed-tasks td.id a')].map(a => a.getAttribute('href'))",
+    );
+    for id in ["job-1", IMG_ID, CONTROL_ID, SCRIPT_ID] {
+        let href = format!("/task?id={}", enc(id));
+        assert!(
+            hrefs.as_array().unwrap().contains(&json!(href)),
+            "{href} in {hrefs}"
+        );
+    }
+    assert!(b
+        .text("document.getElementById('failed-heading').textContent")
+        .starts_with("All 5 failed tasks"));
+
+    // Filtered by error text through the form.
+    b.load(|b| {
+        b.eval(
+            "document.querySelector('#failed-filter input[name=error]').value = 'db down'; \
+             document.getElementById('failed-filter').submit()",
+        );
+    });
+    assert!(b.text("location.href").ends_with("/failed?error=db+down"));
+    let ids: Vec<String> = failed_rows(&mut b)
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(ids, ["job-1", "job-2"]);
+    // A filter that is markup stays text in the input.
+    b.goto(&format!(
+        "{}/failed?error={}",
+        dash.url,
+        enc(BREAKOUT_ERROR)
+    ));
+    assert_eq!(
+        b.text("document.querySelector('#failed-filter input[name=error]').value"),
+        BREAKOUT_ERROR
+    );
+    assert_eq!(failed_rows(&mut b).len(), 1);
+    assert_eq!(b.eval("document.scripts.length"), json!(0));
+
+    // The task page: the error log, and Retry and Discard (no cancel for a failed task).
+    b.goto(&format!("{}/task?id={}", dash.url, enc(IMG_ID)));
+    assert_eq!(
+        b.text("document.getElementById('state').textContent"),
+        "failed (non_retryable)"
+    );
+    let log =
+        b.text("[...document.querySelectorAll('td#error')].map(e => e.textContent).join('|')");
+    assert!(log.starts_with("attempt 1, "), "{log}");
+    assert!(log.ends_with(&format!(": {IMG_ERROR_SHOWN}")), "{log}");
+    assert_eq!(b.eval("document.images.length"), json!(0));
+    assert_eq!(
+        b.eval(
+            "[!!document.getElementById('retry'), !!document.getElementById('discard'), \
+                !!document.getElementById('cancel')]"
+        ),
+        json!([true, true, false])
+    );
+
+    // Refused: a wrong token through the form, no token, another origin.
+    b.goto(&format!("{}/task?id=job-2", dash.url));
+    b.load(|b| {
+        b.eval(
+            "document.querySelector('#retry input[name=token]').value = 'wrong-token-0123456789'; \
+             document.getElementById('retry').submit()",
+        );
+    });
+    assert!(b.text("document.title").starts_with("403"));
+    for (path, form) in [
+        ("/retry", "id=job-2"),
+        ("/discard", "id=job-2"),
+        ("/retry-failed", "error=db"),
+        ("/discard-failed", "error=db"),
+        ("/pause", ""),
+    ] {
+        assert_eq!(
+            b.fetch_status(path, Some(form)),
+            403,
+            "{path} without a token"
+        );
+    }
+    let post = |path: &str, origin: &str, body: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\n{origin}Content-Type: \
+             application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            dash.addr(),
+            body.len()
+        )
+    };
+    for path in [
+        "/retry",
+        "/discard",
+        "/retry-failed",
+        "/discard-failed",
+        "/pause",
+    ] {
+        let body = format!("id=job-2&error=db&token={TOKEN}");
+        for origin in [
+            "Origin: http://evil.example\r\n".to_string(),
+            "Referer: http://evil.example/\r\n".to_string(),
+            String::new(),
+            format!(
+                "Origin: http://{}\r\nSec-Fetch-Site: cross-site\r\n",
+                dash.addr()
+            ),
+        ] {
+            assert_eq!(
+                dash.raw(&post(path, &origin, &body)),
+                403,
+                "{path} {origin:?}"
+            );
+        }
+    }
+    assert_eq!(
+        dash.raw(&format!(
+            "GET /retry HTTP/1.1\r\nHost: {}\r\n\r\n",
+            dash.addr()
+        )),
+        405
+    );
+    assert!(
+        is_failed("job-2", &cfg) && is_failed("job-1", &cfg),
+        "nothing changed"
+    );
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    assert_eq!(ins.stats().unwrap().failed(), 5);
+    assert_eq!(ins.stats().unwrap().paused(), 0);
+
+    // Retry with the token through the form: pending again.
+    b.goto(&format!("{}/task?id=job-1", dash.url));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#retry input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('retry').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "retried");
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        "Task job-1 retried."
+    );
+    assert!(matches!(
+        run_at("job-1", &cfg),
+        Some(TaskState::Pending { .. })
+    ));
+    // Again: not failed any more.
+    assert_eq!(
+        b.fetch_status("/retry", Some(&format!("id=job-1&token={TOKEN}"))),
+        409
+    );
+    // "Retry all shown" by a filter holding a tab: the form carries it exactly.
+    b.goto(&format!("{}/failed?error={}", dash.url, enc("tab\there")));
+    assert_eq!(failed_rows(&mut b).len(), 1);
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#retry-shown input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('retry-shown').submit()"
+        ));
+    });
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        "Examined 4, retried 1, live task exists 0."
+    );
+    assert!(matches!(
+        run_at(CONTROL_ID, &cfg),
+        Some(TaskState::Pending { .. })
+    ));
+    // Discard the hostile one through its form (the id travels as hex).
+    b.goto(&format!("{}/task?id={}", dash.url, enc(IMG_ID)));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#discard input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('discard').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "discarded");
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        format!("Task {IMG_ID} discarded.")
+    );
+    assert_eq!(b.eval("document.images.length"), json!(0));
+    assert!(run_at(IMG_ID, &cfg).is_none(), "discarded");
+
+    // "Retry all shown" by the page's filter: job-2 only.
+    b.goto(&format!("{}/failed?error=db+down", dash.url));
+    assert_eq!(failed_rows(&mut b).len(), 1);
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#retry-shown input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('retry-shown').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "retried");
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        "Examined 2, retried 1, live task exists 0."
+    );
+    assert!(matches!(
+        run_at("job-2", &cfg),
+        Some(TaskState::Pending { .. })
+    ));
+    assert!(is_failed(SCRIPT_ID, &cfg), "not matched by the filter");
+    // "Discard all shown", unfiltered: the last one.
+    b.goto(&format!("{}/failed", dash.url));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#discard-shown input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('discard-shown').submit()"
+        ));
+    });
+    assert_eq!(
+        b.text("document.getElementById('result').textContent"),
+        "Examined 1, discarded 1, live task exists 0."
+    );
+    assert_eq!(ins.stats().unwrap().failed(), 0);
+
+    // Pause shard 1 from the overview: the banner says so; resume every shard.
+    b.goto(&format!("{}/", dash.url));
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#pause select[name=shard]').value = '1'; \
+             document.querySelector('#pause input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('pause').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "paused");
+    let st = ins.stats().unwrap();
+    assert_eq!(
+        st.shards.iter().map(|s| s.paused).collect::<Vec<_>>(),
+        [false, true]
+    );
+    b.goto(&format!("{}/", dash.url));
+    assert!(b
+        .text("document.getElementById('paused-banner').textContent")
+        .starts_with("Paused: shard 1 of 2."));
+    assert_eq!(
+        b.text("document.getElementById('paused').textContent"),
+        "1 of 2"
+    );
+    b.load(|b| {
+        b.eval(&format!(
+            "document.querySelector('#resume input[name=token]').value = '{TOKEN}'; \
+             document.getElementById('resume').submit()"
+        ));
+    });
+    assert_eq!(b.text("document.title"), "resumed");
+    assert_eq!(ins.stats().unwrap().paused(), 0);
+    b.goto(&format!("{}/", dash.url));
+    assert_eq!(
+        b.eval("!!document.getElementById('paused-banner')"),
+        json!(false)
+    );
+}
+
+/// Without `--allow-writes`: the Failed view and the task page list and show, offer no
+/// write form, and every write is refused, with the token and from the page's own origin.
+#[test]
+fn failed_tasks_cannot_be_changed_without_the_flag() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    fail_tasks(&url, "ro", 2, &[("job-1", "boom"), (SCRIPT_ID, IMG_ERROR)]);
+    let mut cfg = Config::new(url.clone(), "ro");
+    cfg.shards = 2;
+    let dash = Dashboard::start(&url, "ro", &[], None);
+    let mut b = Browser::start();
+    b.goto(&format!("{}/failed", dash.url));
+    assert_eq!(failed_rows(&mut b).len(), 2);
+    assert_eq!(
+        b.eval("document.forms.length"),
+        json!(2),
+        "search and filter only"
+    );
+    assert_eq!(
+        b.eval("!!document.getElementById('read-only')"),
+        json!(true)
+    );
+    b.goto(&format!("{}/task?id=job-1", dash.url));
+    assert_eq!(b.eval("document.forms.length"), json!(1));
+    b.goto(&format!("{}/", dash.url));
+    assert_eq!(b.eval("!!document.getElementById('pause')"), json!(false));
+    for (path, form) in [
+        ("/retry", format!("id=job-1&token={TOKEN}")),
+        ("/discard", format!("id=job-1&token={TOKEN}")),
+        ("/retry-failed", format!("token={TOKEN}")),
+        ("/discard-failed", format!("token={TOKEN}")),
+        ("/pause", format!("token={TOKEN}")),
+        ("/resume", format!("token={TOKEN}")),
+    ] {
+        assert_eq!(b.fetch_status(path, Some(&form)), 403, "{path}");
+    }
+    let mut ins = Inspector::connect(&cfg).unwrap();
+    let st = ins.stats().unwrap();
+    assert_eq!((st.failed(), st.paused()), (2, 0));
+}

@@ -545,3 +545,367 @@ fn scale_check_a_million_pending_tasks() {
     stop.stop();
     runner.join().unwrap().unwrap();
 }
+
+/// Makes failed tasks: schedules each `(id, error)` at `at_ms` on a manual clock, and steps
+/// a worker on that clock until each handler call has failed for good
+/// (`Outcome::non_retryable(error)`). The clock starts at `at_ms` (a real instant), so the
+/// failed-at times are real ones and the CLI's `--failed-after -1h` selects them.
+fn fail_tasks(url: &str, ns: &str, shards: u32, at_ms: u64, tasks: &[(&str, &str)]) {
+    let time = tickwheel_redis::ManualTime::new(at_ms - 1000);
+    let mut cfg = Config::new(url, ns);
+    cfg.shards = shards;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule_many(
+        tasks
+            .iter()
+            .map(|(id, _)| tickwheel_redis::Task::new(id, RunAt::AtMillis(at_ms), b"payload")),
+    )
+    .unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut handler = |d: &tickwheel_redis::Delivery| {
+        let error = tasks.iter().find(|(id, _)| *id == d.id).unwrap().1;
+        Outcome::non_retryable(error)
+    };
+    let mut ins = tickwheel_redis::Inspector::connect(&cfg).unwrap();
+    let before = ins.stats().unwrap().failed();
+    for step in 0..100 {
+        time.set_ms(at_ms - 1000 + step * 50);
+        w.reload_windows();
+        w.tick(&mut handler).unwrap();
+        if ins.stats().unwrap().failed() == before + tasks.len() as u64 {
+            return;
+        }
+    }
+    panic!("the tasks did not all fail");
+}
+
+/// No raw control character (but `\n`) and no bidirectional control in `text`.
+fn assert_clean(text: &str) {
+    assert!(
+        !text
+            .chars()
+            .any(|c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)),
+        "raw control characters in {text:?}"
+    );
+}
+
+/// Runs `tickwheel tasks` without `--allow-writes`.
+fn tasks_read_only(url: &str, ns: &str, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+        .args(["tasks", "--redis", url, "--namespace", ns])
+        .args(args)
+        .output()
+        .expect("run tickwheel");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const HOSTILE_ID: &str = "<img src=x onerror=alert(1)>\u{1b}[2J\t\"q'";
+const HOSTILE_ERROR: &str = "parse error \u{1b}[31m\"quoted\" <b>\r\nfake row\u{202e}";
+
+#[test]
+fn failed_tasks_are_listed_shown_retried_and_discarded() {
+    let s = server();
+    let url = s.url();
+    let t0 = now_ms();
+    fail_tasks(
+        &url,
+        "fails",
+        2,
+        t0,
+        &[
+            ("bad-1", "db down: bad-1"),
+            ("bad-2", "db down: bad-2"),
+            ("other-1", "quota exceeded"),
+            (HOSTILE_ID, HOSTILE_ERROR),
+            ("dup", "dup failed"),
+        ],
+    );
+    // A live task under a failed one's id: the failed one cannot be retried.
+    let cfg = Config::new(&url, "fails");
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("dup", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+
+    // The list, with reason, attempts, failed-at and the last error.
+    let v = json(&url, "fails", &["failed"]);
+    let all = v.as_array().unwrap();
+    assert_eq!(all.len(), 5, "{v}");
+    let bad1 = all.iter().find(|t| t["id"] == "bad-1").unwrap();
+    assert_eq!(bad1["reason"], "non_retryable");
+    assert_eq!(bad1["attempts"], 1);
+    assert_eq!(bad1["last_error"], "db down: bad-1");
+    assert_eq!(bad1["errors"]["failures"], 1);
+    let at = bad1["failed_at"]["ms"].as_u64().unwrap();
+    assert!((t0..t0 + 5000).contains(&at), "{at} vs {t0}");
+    let hostile = all.iter().find(|t| t["id"] == HOSTILE_ID).unwrap();
+    assert_eq!(hostile["last_error"], HOSTILE_ERROR);
+    // Filters: error text, failed-at window, shard, limit.
+    let v = json(&url, "fails", &["failed", "--error", "db down"]);
+    assert_eq!(ids(&v), ["bad-1", "bad-2"].map(String::from).into());
+    let v = json(&url, "fails", &["failed", "--failed-after=-1h"]);
+    assert_eq!(v.as_array().unwrap().len(), 5);
+    let v = json(&url, "fails", &["failed", "--failed-before=-1h"]);
+    assert_eq!(v.as_array().unwrap().len(), 0);
+    let v = json(&url, "fails", &["failed", "--limit", "2"]);
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let v = json(&url, "fails", &["failed", "--shard", "1"]);
+    assert!(v.as_array().unwrap().iter().all(|t| t["shard"] == 1), "{v}");
+    let r = tasks(&url, "fails", &["failed", "--shard", "7"]);
+    assert_eq!(r.code, 1, "{}", r.err);
+    // The table: escaped ids and errors, one row each.
+    let r = tasks(&url, "fails", &["failed"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_clean(&r.out);
+    assert!(r.out.starts_with("FAILED AT (UTC)"), "{}", r.out);
+    assert!(
+        r.out.contains("non_retryable  1         bad-1"),
+        "{}",
+        r.out
+    );
+    assert!(
+        r.out
+            .contains("parse error \\u{1b}[31m\"quoted\" <b>\\r\\nfake row\\u{202e}"),
+        "{}",
+        r.out
+    );
+    assert!(
+        r.out
+            .contains("<img src=x onerror=alert(1)>\\u{1b}[2J\\t\"q'"),
+        "{}",
+        r.out
+    );
+    assert_eq!(r.out.lines().count(), 7, "{}", r.out);
+    assert!(r.out.ends_with("(5 failed tasks)\n"), "{}", r.out);
+
+    // show: the error log.
+    let r = tasks(&url, "fails", &["show", HOSTILE_ID]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_clean(&r.out);
+    assert!(
+        r.out.contains("state       failed (non_retryable)"),
+        "{}",
+        r.out
+    );
+    assert!(r.out.contains("failures    1 since "), "{}", r.out);
+    assert!(
+        r.out
+            .contains(": parse error \\u{1b}[31m\"quoted\" <b>\\r\\nfake row\\u{202e}\n"),
+        "{}",
+        r.out
+    );
+    let v = json(&url, "fails", &["show", "bad-2"]);
+    assert_eq!(v["state"], "failed");
+    assert_eq!(v["reason"], "non_retryable");
+    assert_eq!(v["errors"]["errors"][0]["error"], "db down: bad-2");
+    assert_eq!(v["errors"]["errors"][0]["attempt"], 1);
+
+    // The overview counts them.
+    let v = json(&url, "fails", &["stats"]);
+    assert_eq!(v["totals"]["failed"], 5, "{v}");
+    let per_shard: u64 = v["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["failed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_shard, 5);
+    let r = tasks(&url, "fails", &["stats"]);
+    assert!(
+        r.out.contains("failed 5, paused shards 0 of 2"),
+        "{}",
+        r.out
+    );
+
+    // Retry by id: done, not failed, live task exists; exit 1 as one was not retried.
+    let r = tasks(&url, "fails", &["retry-failed", "bad-1", "nope", "dup"]);
+    assert_eq!(r.code, 1, "{}{}", r.out, r.err);
+    assert!(r.err.contains("2 of 3 not retried"), "{}", r.err);
+    assert!(r.out.contains("retried           bad-1"), "{}", r.out);
+    assert!(r.out.contains("not failed        nope"), "{}", r.out);
+    assert!(r.out.contains("live task exists  dup"), "{}", r.out);
+    assert!(
+        r.out
+            .contains("retried 1 of 3 (not failed 1, live task exists 1)"),
+        "{}",
+        r.out
+    );
+    let v = json(&url, "fails", &["show", "bad-1"]);
+    assert_eq!(v["state"], "pending", "retried: pending again");
+    assert_eq!(
+        v["errors"]["errors"][0]["error"], "db down: bad-1",
+        "errors kept"
+    );
+    // Retry by filter: examined, acted, live task exists.
+    let v = json(&url, "fails", &["retry-failed", "--error", "down"]);
+    assert_eq!(
+        (
+            &v["action"],
+            &v["examined"],
+            &v["acted"],
+            &v["live_task_exists"]
+        ),
+        (
+            &json_str("retry"),
+            &Value::from(4),
+            &Value::from(1),
+            &Value::from(0)
+        ),
+        "{v}"
+    );
+    let v = json(&url, "fails", &["show", "bad-2"]);
+    assert_eq!(v["state"], "pending");
+    let r = tasks(&url, "fails", &["retry-failed", "--error", "dup failed"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out.starts_with(
+            "examined 3, retried 0, live task exists 1 (not retried: a live task has the id"
+        ),
+        "{}",
+        r.out
+    );
+    let v = json(&url, "fails", &["retry-failed", "--error", "dup failed"]);
+    assert_eq!(
+        (&v["acted"], &v["live_task_exists"]),
+        (&Value::from(0), &Value::from(1))
+    );
+    let r = tasks(&url, "fails", &["retry-failed", "--error", "quota"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out
+            .starts_with("examined 3, retried 1, live task exists 0"),
+        "{}",
+        r.out
+    );
+
+    // Discard by an id typed back as the table shows it.
+    let shown = "<img src=x onerror=alert(1)>\\u{1b}[2J\\t\"q'";
+    let v = json(&url, "fails", &["--escaped", "discard-failed", shown]);
+    assert_eq!(v["acted"], 1, "{v}");
+    assert_eq!(v["tasks"][0]["result"], "discarded");
+    let r = tasks(&url, "fails", &["show", HOSTILE_ID]);
+    assert_eq!(r.code, 1, "discarded: gone");
+    // Everything: --all is required.
+    let r = tasks(&url, "fails", &["discard-failed"]);
+    assert_eq!(r.code, 2, "{}", r.err);
+    assert!(r.err.contains("--all"), "{}", r.err);
+    let r = tasks(&url, "fails", &["discard-failed", "dup", "--all"]);
+    assert_eq!(r.code, 2, "{}", r.err);
+    let v = json(&url, "fails", &["discard-failed", "--all"]);
+    assert_eq!(
+        (&v["examined"], &v["acted"]),
+        (&Value::from(1), &Value::from(1))
+    );
+    let v = json(&url, "fails", &["stats"]);
+    assert_eq!(v["totals"]["failed"], 0, "{v}");
+    assert_eq!(
+        v["totals"]["pending"], 4,
+        "bad-1, bad-2, other-1 retried; dup live"
+    );
+}
+
+fn json_str(s: &str) -> Value {
+    Value::String(s.into())
+}
+
+#[test]
+fn run_now_pause_and_resume() {
+    let s = server();
+    let url = s.url();
+    let mut cfg = Config::new(&url, "steer");
+    cfg.shards = 3;
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("later", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+
+    let before = now_ms();
+    let v = json(&url, "steer", &["run-now", "later"]);
+    assert_eq!(v["run_now"], true, "{v}");
+    let at = v["run_at"]["ms"].as_u64().unwrap();
+    assert!((before - 1000..now_ms() + 1000).contains(&at), "{at}");
+    let r = tasks(&url, "steer", &["run-now", "later"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(r.out.starts_with("run now: later (run-at "), "{}", r.out);
+    let r = tasks(&url, "steer", &["run-now", "nope"]);
+    assert_eq!(r.code, 1);
+    assert!(r.err.contains("\"nope\" not run now"), "{}", r.err);
+
+    let paused = |v: &Value| -> Vec<bool> {
+        v["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["paused"].as_bool().unwrap())
+            .collect()
+    };
+    let v = json(&url, "steer", &["pause", "--shard", "1"]);
+    assert_eq!(v["changed"], 1, "{v}");
+    assert_eq!(paused(&v), [false, true, false]);
+    let v = json(&url, "steer", &["stats"]);
+    assert_eq!(v["totals"]["paused_shards"], 1);
+    assert_eq!(paused(&v), [false, true, false]);
+    let r = tasks(&url, "steer", &["stats"]);
+    assert!(r.out.contains("paused shards 1 of 3"), "{}", r.out);
+    assert!(r.out.contains("PAUSED:"), "{}", r.out);
+    let r = tasks(&url, "steer", &["pause"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out
+            .starts_with("paused 2 of 3 shards asked (1 already paused); paused now: 3 of 3"),
+        "{}",
+        r.out
+    );
+    let v = json(&url, "steer", &["resume", "--shard", "0", "--shard", "2"]);
+    assert_eq!(v["changed"], 2);
+    assert_eq!(paused(&v), [false, true, false]);
+    let v = json(&url, "steer", &["resume"]);
+    assert_eq!(v["changed"], 1);
+    assert_eq!(paused(&v), [false, false, false]);
+    let r = tasks(&url, "steer", &["pause", "--shard", "9"]);
+    assert_eq!(r.code, 1);
+    assert!(r.err.contains("shard 9"), "{}", r.err);
+}
+
+/// Every write refuses without `--allow-writes`: status 2, and nothing sent.
+#[test]
+fn the_new_writes_need_allow_writes() {
+    let s = server();
+    let url = s.url();
+    fail_tasks(&url, "ro", 2, now_ms(), &[("f-1", "boom"), ("f-2", "boom")]);
+    let cfg = Config::new(&url, "ro");
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("later", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+    let mut ins = tickwheel_redis::Inspector::connect(&cfg).unwrap();
+    let state = |ins: &mut tickwheel_redis::Inspector| {
+        let st = ins.stats().unwrap();
+        let later = ins.show("later").unwrap().unwrap().info.due_ms();
+        (st.failed(), st.paused(), later)
+    };
+    let before = state(&mut ins);
+    assert_eq!((before.0, before.1), (2, 0));
+    for args in [
+        &["retry-failed", "f-1"][..],
+        &["retry-failed", "--all"],
+        &["discard-failed", "f-2"],
+        &["discard-failed", "--error", "boom"],
+        &["run-now", "later"],
+        &["pause"],
+        &["pause", "--shard", "0"],
+        &["resume"],
+    ] {
+        let r = tasks_read_only(&url, "ro", args);
+        assert_eq!(r.code, 2, "{args:?}: {}{}", r.out, r.err);
+        assert!(r.err.contains("--allow-writes"), "{args:?}: {}", r.err);
+        assert!(r.err.contains("nothing was sent"), "{args:?}: {}", r.err);
+        assert!(r.out.is_empty(), "{args:?}: {}", r.out);
+        assert_eq!(state(&mut ins), before, "{args:?} changed something");
+    }
+    // Reads need no flag.
+    let r = tasks_read_only(&url, "ro", &["failed"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+}

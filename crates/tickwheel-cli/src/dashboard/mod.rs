@@ -5,12 +5,13 @@
 //! request a connection, which must arrive whole within [`REQUEST_DEADLINE`] (so idle or
 //! trickling connections are closed quickly and cannot hold every slot: a slowloris). Every read goes through one [`Inspector`] (read-only scripts, each
 //! call bounded to [`tickwheel_redis::MAX_STEP`] entries, so a page never holds Redis long
-//! enough to make a running worker late); the pages are in [`overview`] and [`task`], their
-//! shared parts in [`page`].
+//! enough to make a running worker late); the pages are in [`overview`], [`task`] and
+//! [`failed`], their shared parts in [`page`].
 //!
 //! Read-only unless started with `--allow-writes` and a token (`--token-file` or
-//! `TICKWHEEL_DASHBOARD_TOKEN`): then a task's page offers cancel and reschedule, POST forms
-//! the operator fills in with the token. A write is refused (403) without the flag, with a
+//! `TICKWHEEL_DASHBOARD_TOKEN`): then a task's page offers cancel and reschedule (retry and
+//! discard for a failed task), the Failed view "Retry all shown" and "Discard all shown",
+//! and the overview pause and resume: POST forms the operator fills in with the token. A write is refused (403) without the flag, with a
 //! missing or wrong token (compared in constant time), or from another site (the `Origin`,
 //! else the `Referer`, must be this server's own, and `Sec-Fetch-Site`, when sent,
 //! `same-origin`). On a loopback address, requests must name a loopback host (no DNS
@@ -18,6 +19,7 @@
 //! namespace, another schema) or the address cannot be bound, 2 bad arguments.
 
 mod chart;
+mod failed;
 mod http;
 mod overview;
 mod page;
@@ -64,7 +66,8 @@ pub struct DashboardArgs {
     /// The address to serve on (loopback by default; port 0 picks a free one).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Offer cancel and reschedule on task pages; needs a token (--token-file or
+    /// Offer the writes (cancel, reschedule, retry and discard failed tasks, pause and
+    /// resume); needs a token (--token-file or
     /// TICKWHEEL_DASHBOARD_TOKEN), which each write must carry.
     #[arg(long)]
     allow_writes: bool,
@@ -155,7 +158,7 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         "tickwheel dashboard: http://{listen}/ (namespace {:?}, {})",
         app.namespace,
         if app.writes.is_some() {
-            "cancel and reschedule enabled with the token"
+            "writes enabled with the token"
         } else {
             "read-only"
         }
@@ -281,8 +284,15 @@ fn respond(app: &App, req: &Request) -> Response {
     match (method, req.path.as_str()) {
         ("GET", "/") => overview::overview(app, req),
         ("GET", "/task") => task::task(app, req),
-        ("POST", "/cancel" | "/reschedule") => task::write(app, req),
-        ("GET", "/cancel" | "/reschedule") => page::error(405, "Writes are POST forms."),
+        ("GET", "/failed") => failed::failed(app, req),
+        ("POST", "/cancel" | "/reschedule" | "/retry" | "/discard") => task::write(app, req),
+        ("POST", "/retry-failed" | "/discard-failed") => failed::bulk_write(app, req),
+        ("POST", "/pause" | "/resume") => failed::pause_write(app, req),
+        (
+            "GET",
+            "/cancel" | "/reschedule" | "/retry" | "/discard" | "/retry-failed" | "/discard-failed"
+            | "/pause" | "/resume",
+        ) => page::error(405, "Writes are POST forms."),
         ("GET", _) => page::error(404, "No such page."),
         _ => page::error(405, "Only GET, HEAD and POST are served."),
     }

@@ -1,5 +1,6 @@
-//! `GET /?hours=N`: the namespace at a glance, the upcoming-tasks chart ([`chart`]), the
-//! shards, the tasks in flight and the live workers.
+//! `GET /?hours=N`: the namespace at a glance (failed and paused included, a banner when a
+//! shard is paused), the upcoming-tasks chart ([`chart`]), the shards, the tasks in flight,
+//! the live workers, and the pause and resume forms with `--allow-writes`.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use tickwheel_redis::{
 };
 
 use super::chart::chart;
+use super::failed::pause_forms;
 use super::http::{Request, Response};
 use super::page::{document, error, header, id_text, text, unavailable};
 use super::task::task_href;
@@ -50,6 +52,7 @@ pub fn overview(app: &App, req: &Request) -> Response {
         return gone;
     }
     let mut b = header(app, stats.now_ms);
+    paused_banner(&mut b, &stats);
     glance(&mut b, &stats, &upcoming);
     let choices: Vec<String> = HOURS
         .iter()
@@ -66,6 +69,7 @@ pub fn overview(app: &App, req: &Request) -> Response {
         chart(&upcoming, hours)
     );
     shards(&mut b, &stats);
+    pause_forms(&mut b, app, &stats);
     in_flight_table(&mut b, stats.now_ms, &in_flight);
     workers(&mut b, &stats);
     Response {
@@ -132,6 +136,35 @@ fn visible_at(t: &TaskInfo) -> u64 {
     }
 }
 
+/// A banner when any shard is paused: nothing is delivered from it until resumed.
+fn paused_banner(b: &mut String, stats: &Stats) {
+    let paused: Vec<String> = stats
+        .shards
+        .iter()
+        .filter(|s| s.paused)
+        .map(|s| s.shard.to_string())
+        .collect();
+    if paused.is_empty() {
+        return;
+    }
+    let which = if paused.len() == stats.shards.len() {
+        "Every shard is paused".to_string()
+    } else {
+        format!(
+            "Paused: shard{} {} of {}",
+            if paused.len() == 1 { "" } else { "s" },
+            paused.join(", "),
+            stats.shards.len()
+        )
+    };
+    let _ = write!(
+        b,
+        "<p class=\"banner\" id=\"paused-banner\">{which}. Workers claim nothing from a \
+         paused shard: its tasks wait until it is resumed (<code>tickwheel tasks resume</code>, \
+         or Resume below with --allow-writes).</p>"
+    );
+}
+
 /// The totals, and what the page cannot know.
 fn glance(b: &mut String, stats: &Stats, up: &Upcoming) {
     let next = match stats.next_run_at_ms() {
@@ -162,6 +195,23 @@ fn glance(b: &mut String, stats: &Stats, up: &Upcoming) {
             "Shards without a live lease",
             format!("{} of {}", stats.unowned(), stats.shards.len()),
         ),
+        (
+            "failed",
+            "Failed (kept until retried or discarded)",
+            format!(
+                "<a href=\"/failed\">{}</a>{}",
+                stats.failed(),
+                match stats.shards.iter().map(|s| s.trimmed).sum::<u64>() {
+                    0 => String::new(),
+                    n => format!(" ({n} more removed by the retention bound)"),
+                }
+            ),
+        ),
+        (
+            "paused",
+            "Shards paused",
+            format!("{} of {}", stats.paused(), stats.shards.len()),
+        ),
     ];
     b.push_str("<section><h2>At a glance</h2><table class=\"glance\">");
     for (id, label, value) in rows {
@@ -182,7 +232,8 @@ fn shards(b: &mut String, stats: &Stats) {
     b.push_str(
         "<section><h2>Shards</h2><table id=\"shards\"><thead><tr><th>Shard</th><th>Owner</th>\
          <th>Epoch</th><th>Lease left</th><th>Pending</th><th>In flight</th>\
-         <th>Past deadline</th><th>Next run-at</th></tr></thead><tbody>",
+         <th>Past deadline</th><th>Failed</th><th>Paused</th><th>Next run-at</th></tr></thead>\
+         <tbody>",
     );
     for s in &stats.shards {
         let owner = s.owner.as_deref().map_or("—".into(), text);
@@ -201,8 +252,19 @@ fn shards(b: &mut String, stats: &Stats) {
         let _ = write!(
             b,
             "<tr><td>{}</td><td class=\"owner\">{owner}</td><td>{}</td><td>{lease}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{next}</td></tr>",
-            s.shard, s.epoch, s.pending, s.in_flight, s.in_flight_expired
+             <td>{}</td><td>{}</td><td>{}</td><td class=\"failed\">{}</td>\
+             <td class=\"paused\">{}</td><td>{next}</td></tr>",
+            s.shard,
+            s.epoch,
+            s.pending,
+            s.in_flight,
+            s.in_flight_expired,
+            s.failed,
+            if s.paused {
+                "<span class=\"warn\">paused</span>"
+            } else {
+                "—"
+            }
         );
     }
     b.push_str("</tbody></table></section>");

@@ -1,6 +1,7 @@
 //! What every page shares: the layout, error pages, escaping ([`text`]: HTML, and control or
 //! bidirectional characters shown as `\u{..}`) and `HH:MM` for the chart (the other times for people are `crate::time`'s). The pages themselves:
-//! [`overview`](super::overview) (`/`), [`task`](super::task) (`/task?id=`, and the writes).
+//! [`overview`](super::overview) (`/`), [`task`](super::task) (`/task?id=`, and the writes),
+//! [`failed`](super::failed) (`/failed`, the bulk writes, pause and resume).
 
 use std::fmt::Write as _;
 use tickwheel_redis::Error;
@@ -68,7 +69,8 @@ pub fn namespace_gone(app: &App) -> Response {
 pub fn header(app: &App, now_ms: u64) -> String {
     format!(
         "<header><h1><a href=\"/\">tickwheel</a> · namespace <code id=\"namespace\">{ns}</code></h1>\
-         <p>{redis} · read at {now} (Redis clock) · {mode}</p>\
+         <p>{redis} · read at {now} (Redis clock) · {mode} · <a href=\"/\">Overview</a> · \
+         <a href=\"/failed\" id=\"failed-link\">Failed tasks</a></p>\
          <form method=\"get\" action=\"/task\" id=\"search\"><label>Task id \
          <input name=\"id\" size=\"40\" required></label> <label title=\"Read \\t, \\n, \
          \\\\ and \\u{{..}} as the pages show them\"><input type=\"checkbox\" name=\"escaped\" \
@@ -77,7 +79,7 @@ pub fn header(app: &App, now_ms: u64) -> String {
         redis = text(&app.redis),
         now = rfc3339(now_ms),
         mode = if app.writes.is_some() {
-            "<span class=\"warn\">cancel and reschedule enabled (token required)</span>"
+            "<span class=\"warn\">writes enabled (token required)</span>"
         } else {
             "read-only"
         },
@@ -132,6 +134,7 @@ text-align:left;vertical-align:top}thead th{border-bottom:1px solid #999}tbody t
 {background:#f4f4f4}table.glance th{font-weight:normal;color:#555}code,pre{font-family:ui-monospace,\
 monospace;overflow-wrap:anywhere}pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}\
 .note{color:#555;font-size:.92em}.warn{color:#a40}.redelivered{font-weight:bold}\
+.banner{background:#fee;border:1px solid #c66;padding:.5em;font-weight:bold}\
 svg text{font-size:11px;fill:#555}svg .plot{fill:#fafafa;stroke:#ccc}svg .grid{stroke:#ddd}\
 svg .bar{fill:#3a6ea5}form{margin:.4em 0}header p{margin:.2em 0;color:#555}";
 

@@ -1,11 +1,12 @@
-//! `GET /task?id=ID`: one task in full; `POST /cancel` and `POST /reschedule`: the writes,
+//! `GET /task?id=ID`: one task in full, with its error log; `POST /cancel`,
+//! `POST /reschedule`, and for a failed task `POST /retry` and `POST /discard`: the writes,
 //! refused (403) without `--allow-writes`, from another site, or without the token.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use tickwheel::cron::jiff::{SignedDuration, Timestamp};
-use tickwheel_redis::{Error, Recurrence, RunAt, TaskDetail, TaskState, MAX_ID_LEN};
+use tickwheel_redis::{Acted, Error, Recurrence, RunAt, TaskDetail, TaskState, MAX_ID_LEN};
 
 use super::http::{field, Request, Response};
 use super::page::{document, error, header, id_text, text, unavailable};
@@ -81,18 +82,20 @@ pub fn task(app: &App, req: &Request) -> Response {
         };
     };
     task_details(&mut b, &detail, now_ms);
-    b.push_str(&changes(app, &detail.info.id));
+    let failed = matches!(detail.info.state, TaskState::Failed { .. });
+    b.push_str(&changes(app, &detail.info.id, failed));
     Response {
         status: 200,
         body: document(&format!("task {}", escape(&detail.info.id)), &b),
     }
 }
 
-/// The cancel and reschedule forms with `--allow-writes`, else a note saying how to get them.
-fn changes(app: &App, id: &str) -> String {
+/// The cancel and reschedule forms (retry and discard for a failed task) with
+/// `--allow-writes`, else a note saying how to get them.
+fn changes(app: &App, id: &str, failed: bool) -> String {
     if app.writes.is_none() {
         return "<p class=\"note\" id=\"read-only\">Read-only: start the dashboard with \
-                <code>--allow-writes</code> and a token to cancel or reschedule tasks here.</p>"
+                <code>--allow-writes</code> and a token to change tasks here.</p>"
             .into();
     }
     let hidden = format!(
@@ -101,6 +104,17 @@ fn changes(app: &App, id: &str) -> String {
          autocomplete=\"off\"></label>",
         hex(id.as_bytes())
     );
+    if failed {
+        return format!(
+            "<section><h2>Change it</h2>\
+             <form method=\"post\" action=\"/retry\" id=\"retry\">{hidden} \
+             <button>Retry the task</button></form>\
+             <form method=\"post\" action=\"/discard\" id=\"discard\">{hidden} \
+             <button>Discard the task</button></form>\
+             <p class=\"note\">Retry: pending again at once, with fresh attempts (its errors \
+             are kept). Discard: its record and errors go.</p></section>"
+        );
+    }
     format!(
         "<section><h2>Change it</h2>\
          <form method=\"post\" action=\"/cancel\" id=\"cancel\">{hidden} \
@@ -279,6 +293,9 @@ pub fn write(app: &App, req: &Request) -> Response {
         Ok(id) => id,
         Err(r) => return r,
     };
+    if matches!(req.path.as_str(), "/retry" | "/discard") {
+        return failed_write(app, req.path == "/retry", id);
+    }
     let reschedule = req.path == "/reschedule";
     let run_at = if reschedule {
         match parse_run_at(field(&form, "at").unwrap_or("")) {
@@ -329,11 +346,65 @@ pub fn write(app: &App, req: &Request) -> Response {
     }
 }
 
+/// `POST /retry` and `POST /discard` of an authorized form: one failed task.
+fn failed_write(app: &App, retry: bool, id: &str) -> Response {
+    let Some(mut producer) = app.producer() else {
+        return error(403, "This dashboard is read-only.");
+    };
+    let done = if retry {
+        producer.retry_failed([id])
+    } else {
+        producer.discard_failed([id])
+    };
+    drop(producer);
+    let (verb, noun) = if retry {
+        ("retried", "retry")
+    } else {
+        ("discarded", "discard")
+    };
+    match done.map(|r| r.first().copied()) {
+        Ok(Some(Acted::Done)) => Response {
+            status: 200,
+            body: document(
+                verb,
+                &format!(
+                    "<h1>Task {verb}</h1><p id=\"result\">Task <code>{}</code> {verb}.</p>\
+                     <p><a href=\"{}\">The task</a> · <a href=\"/failed\">The failed tasks</a> \
+                     · <a href=\"/\">The overview</a></p>",
+                    id_text(id),
+                    text(&task_href(id))
+                ),
+            ),
+        },
+        Ok(Some(Acted::LiveTaskExists)) => error(
+            409,
+            &format!(
+                "Could not {noun} task {}: a live task has its id (scheduled again, or the \
+                 series of a recurring task). Discard the failed one, or cancel the live one \
+                 first.",
+                escape(id)
+            ),
+        ),
+        Ok(_) => app.namespace_gone().unwrap_or_else(|| {
+            error(
+                409,
+                &format!(
+                    "Could not {noun} task {}: it is not failed (never failed, retried or \
+                     discarded already, or removed by the retention bound).",
+                    escape(id)
+                ),
+            )
+        }),
+        Err(e @ Error::InvalidId { .. }) => error(400, &e.to_string()),
+        Err(e) => unavailable(&e),
+    }
+}
+
 /// The text `hex` stands for (two lowercase or uppercase digits a byte), if UTF-8: the
 /// `id_hex` of the write forms, which carry the id exactly whatever it holds (an attribute
 /// value cannot: a control character in it would be shown escaped, or mapped by the HTML
 /// parser).
-fn from_hex_text(hex: &str) -> Option<String> {
+pub(super) fn from_hex_text(hex: &str) -> Option<String> {
     if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
@@ -346,12 +417,12 @@ fn from_hex_text(hex: &str) -> Option<String> {
 
 /// The form of a write that may go ahead, or the 403 that refuses it: without
 /// `--allow-writes`, from another site, without the token.
-fn authorize(app: &App, req: &Request) -> Result<Vec<(String, String)>, Response> {
+pub(super) fn authorize(app: &App, req: &Request) -> Result<Vec<(String, String)>, Response> {
     if app.writes.is_none() {
         return Err(error(
             403,
-            "This dashboard is read-only: start it with --allow-writes and a token to cancel \
-             or reschedule tasks.",
+            "This dashboard is read-only: start it with --allow-writes and a token to change \
+             tasks.",
         ));
     }
     if let Err(why) = check_same_origin(req) {

@@ -1,14 +1,16 @@
 //! `tickwheel tasks`: see and steer the durable tasks of a `tickwheel-redis` namespace.
 //!
-//! `stats`, `ls`, `show` and `upcoming` read through [`tickwheel_redis::Inspector`]
-//! (read-only scripts, each call bounded, so reading never makes a running worker late);
-//! `cancel` and `reschedule` go through the [`tickwheel_redis::Producer`], and only with
-//! `--allow-writes` (besides whatever credentials the Redis URL carries). None of them
+//! `stats`, `ls`, `show`, `failed` and `upcoming` read through
+//! [`tickwheel_redis::Inspector`] (read-only scripts, each call bounded, so reading never
+//! makes a running worker late); the writes (`cancel`, `reschedule`, `run-now`,
+//! `retry-failed`, `discard-failed`, `pause`, `resume`) go through the
+//! [`tickwheel_redis::Producer`], and only with `--allow-writes` (besides whatever
+//! credentials the Redis URL carries). None of them
 //! creates a namespace: one that does not exist is an error. Every command prints a table for
 //! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]), and `--escaped`
 //! reads id arguments with the same escapes, so any id a table shows can be typed back.
-//! Exit status: 0 done, 1 failed (Redis unreachable, no such namespace or task, a task that
-//! could not be cancelled or rescheduled), 2 bad arguments. Errors are an `error: …` line on
+//! Exit status: 0 done, 1 failed (Redis unreachable, no such namespace or task, a named task
+//! that could not be cancelled, rescheduled, run, retried or discarded), 2 bad arguments. Errors are an `error: …` line on
 //! standard error, or with `--json` a JSON object there ([`render::error_json`]), usage
 //! errors included ([`usage_error`]).
 
@@ -21,7 +23,8 @@ use std::time::Duration;
 use crate::time;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use tickwheel_redis::{
-    Config, Error, Inspector, ListFilter, Producer, RunAt, StateFilter, MAX_ID_LEN, MAX_STEP,
+    Acted, Config, Error, FailedFilter, Inspector, ListFilter, Producer, RunAt, StateFilter,
+    MAX_ID_LEN, MAX_STEP,
 };
 
 /// `tickwheel tasks`'s arguments.
@@ -40,7 +43,8 @@ pub struct TasksArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
-    /// Let `cancel` and `reschedule` write (without it they refuse, exit status 2).
+    /// Let the writes (`cancel`, `reschedule`, `run-now`, `retry-failed`, `discard-failed`,
+    /// `pause`, `resume`) write (without it they refuse, exit status 2, nothing sent).
     #[arg(long, global = true)]
     allow_writes: bool,
     /// Read ID arguments with the escapes the tables print (`\n`, `\t`, `\\`, `\u{1b}`),
@@ -53,16 +57,32 @@ pub struct TasksArgs {
 
 #[derive(Debug, Subcommand)]
 enum TasksCommand {
-    /// Per shard: owner, epoch, lease time left, pending, in flight, next run-at; totals and
-    /// live workers.
+    /// Per shard: owner, epoch, lease time left, pending, in flight, failed, paused, next
+    /// run-at; totals and live workers.
     Stats,
     /// Pending and in-flight tasks: in flight first, then pending by run-at second.
     Ls(LsArgs),
-    /// One task: state, run-at, version, attempt, recurrence, payload size and preview.
+    /// One task: state, run-at, version, attempt, recurrence, payload size and preview, and
+    /// the errors of its failed attempts.
     Show {
         /// The task's id (with --escaped, as the tables print it).
         id: String,
     },
+    /// Failed tasks (oldest failure first): reason, attempts, failed-at, the last error.
+    Failed(FailedArgs),
+    /// Retry failed tasks: by id, or every one a filter selects (--all for all of them).
+    RetryFailed(FailedActionArgs),
+    /// Discard failed tasks: by id, or every one a filter selects (--all for all of them).
+    DiscardFailed(FailedActionArgs),
+    /// Run a pending task now (exit status 1 when it was not pending).
+    RunNow {
+        /// The task's id (with --escaped, as the tables print it).
+        id: String,
+    },
+    /// Pause the namespace (or some shards): workers claim nothing from them until resumed.
+    Pause(ShardsArgs),
+    /// Resume the namespace (or some shards).
+    Resume(ShardsArgs),
     /// Cancel pending tasks (exit status 1 when any was not pending).
     Cancel {
         /// The tasks' ids (with --escaped, as the tables print them).
@@ -103,6 +123,79 @@ struct LsArgs {
     /// Every task selected, however many (a progress bar on a terminal).
     #[arg(long)]
     all: bool,
+}
+
+/// Which failed tasks: the filter of `failed`, `retry-failed` and `discard-failed`.
+#[derive(Debug, Args)]
+struct FailedFilterArgs {
+    /// Only tasks one of whose kept errors contains this text (case-sensitive).
+    #[arg(long = "error", value_name = "TEXT")]
+    error: Option<String>,
+    /// Only tasks that failed at or after this instant (RFC 3339, or a duration from now:
+    /// -1h).
+    #[arg(long, value_name = "WHEN", value_parser = time::parse_instant, allow_hyphen_values = true)]
+    failed_after: Option<u64>,
+    /// Only tasks that failed before this instant (RFC 3339, or a duration from now).
+    #[arg(long, value_name = "WHEN", value_parser = time::parse_instant, allow_hyphen_values = true)]
+    failed_before: Option<u64>,
+    /// Only this shard (repeatable).
+    #[arg(long = "shard", value_name = "N")]
+    shards: Vec<u32>,
+}
+
+impl FailedFilterArgs {
+    fn is_empty(&self) -> bool {
+        self.error.is_none()
+            && self.failed_after.is_none()
+            && self.failed_before.is_none()
+            && self.shards.is_empty()
+    }
+
+    fn filter(&self, limit: Option<usize>) -> FailedFilter {
+        FailedFilter {
+            shards: (!self.shards.is_empty()).then(|| self.shards.clone()),
+            failed_after_ms: self.failed_after,
+            failed_before_ms: self.failed_before,
+            error_contains: self.error.clone(),
+            limit,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct FailedArgs {
+    #[command(flatten)]
+    filter: FailedFilterArgs,
+    /// At most this many tasks.
+    #[arg(long, default_value_t = 50, conflicts_with = "all",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Every failed task selected, however many.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
+struct FailedActionArgs {
+    /// The failed tasks' ids (with --escaped, as the tables print them); or none, and a
+    /// filter.
+    ids: Vec<String>,
+    #[command(flatten)]
+    filter: FailedFilterArgs,
+    /// At most this many tasks (with a filter).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
+    /// Every failed task (the filter's, or all of them without one): required to act on
+    /// the whole failed set.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
+struct ShardsArgs {
+    /// Only this shard (repeatable; without it, every shard).
+    #[arg(long = "shard", value_name = "N")]
+    shards: Vec<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -155,7 +248,9 @@ pub(crate) fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
 fn check(args: &mut TasksArgs) -> Result<(), String> {
     let escaped = args.escaped;
     match &mut args.command {
-        TasksCommand::Show { id } | TasksCommand::Reschedule(RescheduleArgs { id, .. }) => {
+        TasksCommand::Show { id }
+        | TasksCommand::RunNow { id }
+        | TasksCommand::Reschedule(RescheduleArgs { id, .. }) => {
             *id = parse_id(id, escaped)?;
         }
         TasksCommand::Cancel { ids } => {
@@ -163,6 +258,28 @@ fn check(args: &mut TasksArgs) -> Result<(), String> {
                 *id = parse_id(id, escaped)?;
             }
         }
+        TasksCommand::RetryFailed(a) | TasksCommand::DiscardFailed(a) => {
+            for id in a.ids.iter_mut() {
+                *id = parse_id(id, escaped)?;
+            }
+            check_window(&a.filter)?;
+            let named = !a.ids.is_empty();
+            if named && (!a.filter.is_empty() || a.all || a.limit.is_some()) {
+                return Err(
+                    "give ids, or a filter (--error, --failed-after, --failed-before, \
+                            --shard, --limit), not both"
+                        .into(),
+                );
+            }
+            if !named && a.filter.is_empty() && !a.all {
+                return Err(
+                    "no task selected: give ids, a filter (--error, --failed-after, \
+                            --failed-before, --shard), or --all for every failed task"
+                        .into(),
+                );
+            }
+        }
+        TasksCommand::Failed(f) => check_window(&f.filter)?,
         &mut TasksCommand::Ls(LsArgs {
             due_after: Some(after),
             due_before: Some(before),
@@ -178,6 +295,37 @@ fn check(args: &mut TasksArgs) -> Result<(), String> {
         _ => {}
     }
     Ok(())
+}
+
+/// A `--failed-after` / `--failed-before` window that can hold something.
+fn check_window(f: &FailedFilterArgs) -> Result<(), String> {
+    match (f.failed_after, f.failed_before) {
+        (Some(after), Some(before)) if after >= before => Err(format!(
+            "--failed-after {} is not before --failed-before {}: no task failed in that \
+             window (--failed-after is inclusive, --failed-before exclusive)",
+            time::rfc3339(after),
+            time::rfc3339(before)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The name of a command that writes, `None` for one that only reads.
+fn write_name(c: &TasksCommand) -> Option<&'static str> {
+    match c {
+        TasksCommand::Cancel { .. } => Some("cancel"),
+        TasksCommand::Reschedule(_) => Some("reschedule"),
+        TasksCommand::RetryFailed(_) => Some("retry-failed"),
+        TasksCommand::DiscardFailed(_) => Some("discard-failed"),
+        TasksCommand::RunNow { .. } => Some("run-now"),
+        TasksCommand::Pause(_) => Some("pause"),
+        TasksCommand::Resume(_) => Some("resume"),
+        TasksCommand::Stats
+        | TasksCommand::Ls(_)
+        | TasksCommand::Show { .. }
+        | TasksCommand::Failed(_)
+        | TasksCommand::Upcoming { .. } => None,
+    }
 }
 
 /// A command line clap refused: with `tickwheel tasks … --json`, the error as [`fail`]
@@ -236,16 +384,11 @@ pub fn run(mut args: TasksArgs) -> ExitCode {
     if let Err(message) = check(&mut args) {
         return fail(json, 2, &message);
     }
-    let writes = matches!(
-        args.command,
-        TasksCommand::Cancel { .. } | TasksCommand::Reschedule(_)
-    );
-    if writes && !args.allow_writes {
+    if let (Some(name), false) = (write_name(&args.command), args.allow_writes) {
         return fail(
             json,
             2,
-            "`cancel` and `reschedule` change tasks: add --allow-writes to let them \
-             (nothing was sent)",
+            &format!("`{name}` changes tasks: add --allow-writes to let it (nothing was sent)"),
         );
     }
     match execute(&args) {
@@ -284,7 +427,127 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
             let up = ins.upcoming(*per, *horizon).map_err(failed)?;
             render::upcoming(&up, json);
         }
+        TasksCommand::Failed(f) => {
+            let limit = (!f.all).then_some(f.limit as usize);
+            let tasks = ins.failed(&f.filter.filter(limit)).map_err(failed)?;
+            let now = ins.now_ms().map_err(failed)?;
+            render::failed(&tasks, now, json);
+        }
+        TasksCommand::RetryFailed(a) => {
+            act_on_failed(&cfg, a, Act::Retry, json).map_err(failed)??
+        }
+        TasksCommand::DiscardFailed(a) => {
+            act_on_failed(&cfg, a, Act::Discard, json).map_err(failed)??
+        }
+        TasksCommand::RunNow { id } => run_now(&cfg, &mut ins, id, json).map_err(failed)??,
+        TasksCommand::Pause(s) => pause(&cfg, &mut ins, &s.shards, true, json).map_err(failed)?,
+        TasksCommand::Resume(s) => pause(&cfg, &mut ins, &s.shards, false, json).map_err(failed)?,
     }
+    Ok(())
+}
+
+/// What `retry-failed` or `discard-failed` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    Retry,
+    Discard,
+}
+
+impl Act {
+    /// `retried`, `discarded`.
+    pub fn done(self) -> &'static str {
+        match self {
+            Act::Retry => "retried",
+            Act::Discard => "discarded",
+        }
+    }
+
+    /// `retry`, `discard`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Act::Retry => "retry",
+            Act::Discard => "discard",
+        }
+    }
+}
+
+/// `retry-failed` and `discard-failed`: by id (`Ok(Err(message))` when an id was not
+/// acted on), or by filter.
+fn act_on_failed(
+    cfg: &Config,
+    a: &FailedActionArgs,
+    act: Act,
+    json: bool,
+) -> Result<Result<(), String>, Error> {
+    let mut producer = Producer::connect(cfg)?;
+    if a.ids.is_empty() {
+        let filter = a.filter.filter(a.limit.map(|l| l as usize));
+        let report = match act {
+            Act::Retry => producer.retry_failed_where(&filter)?,
+            Act::Discard => producer.discard_failed_where(&filter)?,
+        };
+        render::bulk(act, &report, json);
+        return Ok(Ok(()));
+    }
+    let results = match act {
+        Act::Retry => producer.retry_failed(&a.ids)?,
+        Act::Discard => producer.discard_failed(&a.ids)?,
+    };
+    render::acted(act, &a.ids, &results, json);
+    let missed = results.iter().filter(|&&r| r != Acted::Done).count();
+    Ok(if missed > 0 {
+        Err(format!(
+            "{missed} of {} not {}: not failed (unknown, never failed, or retried or discarded \
+             already), or a live task has the id",
+            a.ids.len(),
+            act.done()
+        ))
+    } else {
+        Ok(())
+    })
+}
+
+/// `run-now`: `Ok(Err(message))` when the task was not pending.
+fn run_now(
+    cfg: &Config,
+    ins: &mut Inspector,
+    id: &str,
+    json: bool,
+) -> Result<Result<(), String>, Error> {
+    let mut producer = Producer::connect(cfg)?;
+    let moved = producer.run_now(id)?;
+    let after = ins.show(id)?;
+    render::ran_now(id, moved, after.as_ref(), json);
+    Ok(if moved {
+        Ok(())
+    } else {
+        Err(format!(
+            "\"{}\" not run now: not pending (unknown, already done, failed, or in flight)",
+            escape::escape(id)
+        ))
+    })
+}
+
+/// `pause` and `resume`: every shard, or those given; then each shard's state.
+fn pause(
+    cfg: &Config,
+    ins: &mut Inspector,
+    shards: &[u32],
+    paused: bool,
+    json: bool,
+) -> Result<(), Error> {
+    let mut producer = Producer::connect(cfg)?;
+    let changed = if shards.is_empty() {
+        if paused {
+            producer.pause()?
+        } else {
+            producer.resume()?
+        }
+    } else {
+        producer.pause_shards(shards, paused)?
+    };
+    let stats = ins.stats()?;
+    render::paused(paused, shards, changed, &stats, json);
     Ok(())
 }
 

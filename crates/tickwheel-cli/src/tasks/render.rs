@@ -6,9 +6,13 @@ use std::fmt::Write as _;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
-use tickwheel_redis::{Recurrence, Stats, TaskDetail, TaskInfo, TaskState, Upcoming};
+use tickwheel_redis::{
+    Acted, BulkReport, ErrorLog, FailedTask, Recurrence, Stats, TaskDetail, TaskInfo, TaskState,
+    Upcoming,
+};
 
 use super::escape::{escape, escape_bytes, hex, is_plain, needs_escape};
+use super::Act;
 use crate::time::{relative, rfc3339, span};
 
 /// Payload bytes a table shows.
@@ -123,6 +127,9 @@ fn stats_json(namespace: &str, s: &Stats) {
                 "buckets": sh.buckets,
                 "next_run_at": opt_time(sh.next_run_at_ms),
                 "next_run_at_exact": sh.next_run_at_exact,
+                "failed": sh.failed,
+                "paused": sh.paused,
+                "trimmed": sh.trimmed,
             })
         })
         .collect();
@@ -142,6 +149,8 @@ fn stats_json(namespace: &str, s: &Stats) {
             "in_flight_expired": s.in_flight_expired(),
             "next_run_at": opt_time(s.next_run_at_ms()),
             "live_workers": s.live_workers,
+            "failed": s.failed(),
+            "paused_shards": s.paused(),
         },
         "shards": shards,
         "workers": workers,
@@ -155,6 +164,8 @@ fn shard_table(s: &Stats) {
         "SHARD",
         "PENDING",
         "IN FLIGHT",
+        "FAILED",
+        "PAUSED",
         "EPOCH",
         "LEASE LEFT",
         "NEXT RUN-AT",
@@ -185,6 +196,8 @@ fn shard_table(s: &Stats) {
             } else {
                 sh.in_flight.to_string()
             },
+            sh.failed.to_string(),
+            if sh.paused { "paused" } else { "-" }.into(),
             sh.epoch.to_string(),
             sh.lease_left.map_or("lapsed".into(), span),
             next,
@@ -218,6 +231,18 @@ pub fn stats(namespace: &str, s: &Stats, json: bool) {
         s.in_flight(),
         s.in_flight_expired()
     );
+    say!(
+        "failed {}, paused shards {} of {}",
+        s.failed(),
+        s.paused(),
+        s.shards.len()
+    );
+    if s.paused() > 0 {
+        say!(
+            "PAUSED: workers claim nothing from the paused shards until `tickwheel tasks \
+             resume`"
+        );
+    }
     say!("");
     shard_table(s);
     if !s.workers.is_empty() {
@@ -247,7 +272,7 @@ fn visible_at(t: &TaskInfo) -> Option<u64> {
 }
 
 fn task_json(t: &TaskInfo) -> Value {
-    json!({
+    let mut v = json!({
         "id": t.id,
         "shard": t.shard,
         "state": state_name(t),
@@ -257,7 +282,208 @@ fn task_json(t: &TaskInfo) -> Value {
         "visible_at": opt_time(visible_at(t)),
         "payload_len": t.payload_len,
         "recurring": t.recurring,
+    });
+    if let TaskState::Failed { reason, .. } = t.state {
+        v["reason"] = Value::String(reason.as_str().into());
+    }
+    v
+}
+
+/// An error log as JSON: `{"failures", "first_failed", "errors": [{"attempt", "at",
+/// "error"}]}`.
+fn errors_json(log: &ErrorLog) -> Value {
+    let errors: Vec<Value> = log
+        .errors
+        .iter()
+        .map(|e| json!({ "attempt": e.attempt, "at": opt_time(Some(e.at_ms)), "error": e.error }))
+        .collect();
+    json!({
+        "failures": log.failures,
+        "first_failed": opt_time((log.first_failed_ms > 0).then_some(log.first_failed_ms)),
+        "errors": errors,
     })
+}
+
+/// The error texts a table shows at most, in characters (escaped).
+const ERROR_SHOWN: usize = 100;
+
+/// An error text for a table: escaped, on one line, cut to [`ERROR_SHOWN`] characters.
+fn short_error(text: &str) -> String {
+    let e = escape(text);
+    if e.chars().count() <= ERROR_SHOWN {
+        return e;
+    }
+    let cut: String = e.chars().take(ERROR_SHOWN - 1).collect();
+    format!("{cut}…")
+}
+
+/// `failed`: a table (failed-at, shard, reason, attempts, id, last error) or JSON.
+pub fn failed(tasks: &[FailedTask], now_ms: u64, json: bool) {
+    if json {
+        let v: Vec<Value> = tasks
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "shard": t.shard,
+                    "failed_at": opt_time(Some(t.failed_at_ms)),
+                    "reason": t.reason.as_str(),
+                    "attempts": t.attempts,
+                    "version": t.version,
+                    "due": opt_time(Some(t.due_ms)),
+                    "recurring": t.recurring,
+                    "payload_len": t.payload_len,
+                    "last_error": t.errors.errors.last().map(|e| e.error.clone()),
+                    "errors": errors_json(&t.errors),
+                })
+            })
+            .collect();
+        print_json(&Value::Array(v));
+        return;
+    }
+    let mut t = Table::new(&[
+        "FAILED AT (UTC)",
+        "",
+        "SHARD",
+        "REASON",
+        "ATTEMPTS",
+        "ID",
+        "LAST ERROR",
+    ]);
+    for f in tasks {
+        t.row(vec![
+            rfc3339(f.failed_at_ms),
+            relative(f.failed_at_ms, now_ms),
+            f.shard.to_string(),
+            f.reason.as_str().into(),
+            f.attempts.to_string(),
+            escape(&f.id),
+            f.errors
+                .errors
+                .last()
+                .map_or("-".into(), |e| short_error(&e.error)),
+        ]);
+    }
+    t.print();
+    say!("({} failed tasks)", tasks.len());
+}
+
+/// `retry-failed` / `discard-failed` by id.
+pub fn acted(act: Act, ids: &[String], results: &[Acted], json: bool) {
+    let name = |r: &Acted| match r {
+        Acted::Done => act.done(),
+        Acted::NotFailed => "not failed",
+        Acted::LiveTaskExists => "live task exists",
+    };
+    let count = |want: Acted| results.iter().filter(|&&r| r == want).count();
+    if json {
+        let v: Vec<Value> = ids
+            .iter()
+            .zip(results)
+            .map(|(id, r)| json!({ "id": id, "result": name(r).replace(' ', "_") }))
+            .collect();
+        print_json(&json!({
+            "action": act.verb(),
+            "examined": ids.len(),
+            "acted": count(Acted::Done),
+            "not_failed": count(Acted::NotFailed),
+            "live_task_exists": count(Acted::LiveTaskExists),
+            "tasks": v,
+        }));
+        return;
+    }
+    let mut t = Table::new(&["RESULT", "ID"]);
+    for (id, r) in ids.iter().zip(results) {
+        t.row(vec![name(r).into(), escape(id)]);
+    }
+    t.print();
+    say!(
+        "{} {} of {} (not failed {}, live task exists {})",
+        act.done(),
+        count(Acted::Done),
+        ids.len(),
+        count(Acted::NotFailed),
+        count(Acted::LiveTaskExists)
+    );
+}
+
+/// `retry-failed` / `discard-failed` by filter.
+pub fn bulk(act: Act, r: &BulkReport, json: bool) {
+    if json {
+        print_json(&json!({
+            "action": act.verb(),
+            "examined": r.examined,
+            "acted": r.acted,
+            "live_task_exists": r.live_task_exists,
+            "calls": r.calls,
+        }));
+        return;
+    }
+    let hint = if r.live_task_exists > 0 {
+        " (not retried: a live task has the id; discard the failed one, or cancel the live \
+         one first)"
+    } else {
+        ""
+    };
+    say!(
+        "examined {}, {} {}, live task exists {}{hint}",
+        r.examined,
+        act.done(),
+        r.acted,
+        r.live_task_exists
+    );
+}
+
+/// `run-now`.
+pub fn ran_now(id: &str, moved: bool, after: Option<&TaskDetail>, json: bool) {
+    let run_at = after.map(|t| t.info.due_ms());
+    if json {
+        print_json(&json!({
+            "id": id,
+            "run_now": moved,
+            "run_at": opt_time(run_at),
+            "version": after.map(|t| t.info.version()),
+        }));
+        return;
+    }
+    if moved {
+        let at = run_at.map_or("?".into(), rfc3339);
+        say!("run now: {} (run-at {at})", escape(id));
+    } else {
+        say!("not run now: {}", escape(id));
+    }
+}
+
+/// `pause` and `resume`: how many shards changed, and each shard's state after.
+pub fn paused(paused: bool, asked: &[u32], changed: u32, s: &Stats, json: bool) {
+    let verb = if paused { "paused" } else { "resumed" };
+    if json {
+        let shards: Vec<Value> = s
+            .shards
+            .iter()
+            .map(|sh| json!({ "shard": sh.shard, "paused": sh.paused }))
+            .collect();
+        print_json(&json!({
+            "action": if paused { "pause" } else { "resume" },
+            "asked": if asked.is_empty() { Value::String("all".into()) } else { json!(asked) },
+            "changed": changed,
+            "paused_shards": s.paused(),
+            "shards": shards,
+        }));
+        return;
+    }
+    let n = if asked.is_empty() {
+        s.shards.len()
+    } else {
+        asked.len()
+    };
+    say!(
+        "{verb} {changed} of {n} shard{} asked ({} already {verb}); paused now: {} of {}",
+        if n == 1 { "" } else { "s" },
+        n as u32 - changed.min(n as u32),
+        s.paused(),
+        s.shards.len()
+    );
 }
 
 /// `ls`, printed page by page: fixed-width columns and the id last, so that rows align
@@ -336,6 +562,7 @@ fn show_json(t: &TaskDetail, rec: Option<String>) {
     v["payload_preview_utf8"] = std::str::from_utf8(&t.payload_preview)
         .map_or(Value::Null, |s| Value::String(s.to_string()));
     v["payload_preview_complete"] = Value::Bool(t.payload_preview.len() as u64 == i.payload_len);
+    v["errors"] = errors_json(&t.errors);
     print_json(&v);
 }
 
@@ -356,9 +583,19 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
     let mut rows = vec![
         ("id", escape(&i.id)),
         ("shard", i.shard.to_string()),
-        ("state", state_name(i).to_string()),
         (
-            "due",
+            "state",
+            match i.state {
+                TaskState::Failed { reason, .. } => format!("failed ({})", reason.as_str()),
+                _ => state_name(i).to_string(),
+            },
+        ),
+        (
+            if matches!(i.state, TaskState::Failed { .. }) {
+                "failed at"
+            } else {
+                "due"
+            },
             format!("{} ({})", rfc3339(due), relative(due, now_ms)),
         ),
         ("version", i.version().to_string()),
@@ -383,6 +620,33 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
         say!("{k:<11} {v}");
     }
     preview(t);
+    error_log(&t.errors, now_ms);
+}
+
+/// `show`'s error log: the failed attempts counted, since when, and each kept error.
+fn error_log(log: &ErrorLog, now_ms: u64) {
+    if log.failures == 0 && log.errors.is_empty() {
+        return;
+    }
+    let since = if log.first_failed_ms > 0 {
+        format!(
+            " since {} ({})",
+            rfc3339(log.first_failed_ms),
+            relative(log.first_failed_ms, now_ms)
+        )
+    } else {
+        String::new()
+    };
+    say!("{:<11} {}{since}", "failures", log.failures);
+    for e in &log.errors {
+        say!(
+            "{:<11} attempt {}, {}: {}",
+            "error",
+            e.attempt,
+            rfc3339(e.at_ms),
+            escape(&e.error)
+        );
+    }
 }
 
 /// `show`'s payload: the first bytes, escaped, and in hex unless plain text.
