@@ -460,6 +460,17 @@ impl Inspector {
     /// or discarded). [`Error::InvalidId`] for an id no task can
     /// have.
     pub fn show(&mut self, id: &str) -> Result<Option<TaskDetail>, Error> {
+        self.detail(id, false)
+    }
+
+    /// The failed task with this id, as [`show`](Inspector::show) gives it, even when a live
+    /// task has the id too (a recurring series goes on after a failed run; a task scheduled
+    /// again after one failed). `None` when no failed task has the id.
+    pub fn show_failed(&mut self, id: &str) -> Result<Option<TaskDetail>, Error> {
+        self.detail(id, true)
+    }
+
+    fn detail(&mut self, id: &str, failed_only: bool) -> Result<Option<TaskDetail>, Error> {
         check_id(id)?;
         let shard = self.ns.shard_of(id);
         let reply = self.with_con(|con, ns, _| {
@@ -469,6 +480,7 @@ impl Inspector {
                     keys: &ns.shards[shard as usize],
                     id,
                     preview: PREVIEW_BYTES as u64,
+                    failed_only,
                 },
             )
         })?;

@@ -285,6 +285,8 @@ pub(crate) struct InspectTask<'a> {
     pub id: &'a str,
     /// Most payload bytes returned.
     pub preview: u64,
+    /// Read the failed set alone, even when a live task has the id.
+    pub failed_only: bool,
 }
 
 /// The reply to [`InspectTask`]: `None` for an unknown id.
@@ -308,7 +310,9 @@ impl Call for InspectTask<'_> {
 
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
-        cmd.arg(self.id).arg(self.preview);
+        cmd.arg(self.id)
+            .arg(self.preview)
+            .arg(super::flag(self.failed_only));
     }
 
     /// `{0}`, or `{state, version, attempt, due, visible at or failed at or -1,

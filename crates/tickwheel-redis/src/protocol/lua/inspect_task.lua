@@ -1,12 +1,14 @@
 -- INSPECT_TASK: one task, in full but for its payload.
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: id, preview (most payload bytes returned).
+-- ARGV: id, preview (most payload bytes returned), failed only (`1`: read the failed set
+-- alone, even when a live task has the id).
 -- Returns {0} unknown, else {1 pending | 2 in flight | 3 failed, version, attempt, due,
 -- visible at (in flight) or failed at (failed) or -1, recurrence, payload length, the
 -- payload's first `preview` bytes, error log (see `log_add`; empty when no attempt failed),
 -- failure reason (failed) or ''}. A live task answers before a failed one of the same id.
-local h = redis.call('HGET', KEYS[2], ARGV[1])
+local h = nil
+if ARGV[3] ~= '1' then h = redis.call('HGET', KEYS[2], ARGV[1]) end
 local state, vis, reason, log = 1, -1, '', nil
 if h then
   local s = in_flight(ARGV[1])

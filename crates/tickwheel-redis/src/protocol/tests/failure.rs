@@ -82,6 +82,7 @@ fn detail(con: &mut Con, keys: &ShardKeys, id: &str) -> TaskReply {
         keys,
         id,
         preview: 16,
+        failed_only: false,
     };
     invoke(con, &call).unwrap().expect("a task")
 }
