@@ -129,6 +129,19 @@ pub(crate) struct FailedCursor {
     pub skip: u64,
 }
 
+impl FailedCursor {
+    /// `more (1|0), next from, next skip` as both scans reply them: `None` when the range
+    /// is done.
+    fn decode(f: &mut Fields) -> Result<Option<FailedCursor>, Error> {
+        let more = f.int()? == 1;
+        let next = FailedCursor {
+            from_ms: f.u64()?,
+            skip: f.u64()?,
+        };
+        Ok(more.then_some(next))
+    }
+}
+
 /// FAILED_ACT (`failed_act.lua`) on named ids: per id 1 done, 0 not failed, 2 exists.
 pub(crate) struct FailedActIds<'a> {
     pub keys: &'a ShardKeys,
@@ -236,13 +249,8 @@ impl Call for FailedActScan<'_> {
     /// `{more, next from, next skip, acted, exists, examined}`.
     fn decode(&self, reply: Value) -> Result<ScanActed, Error> {
         let mut f = Fields::new("FAILED_ACT", reply)?;
-        let more = f.int()? == 1;
-        let next = FailedCursor {
-            from_ms: f.u64()?,
-            skip: f.u64()?,
-        };
         Ok(ScanActed {
-            next: more.then_some(next),
+            next: FailedCursor::decode(&mut f)?,
             acted: f.u64()?,
             exists: f.u64()?,
             examined: f.u64()?,
@@ -334,11 +342,7 @@ impl Call for InspectFailed<'_> {
     /// recurrence, payload length, preview}...}`.
     fn decode(&self, reply: Value) -> Result<FailedPage, Error> {
         let mut f = Fields::new("INSPECT_FAILED", reply)?;
-        let more = f.int()? == 1;
-        let next = FailedCursor {
-            from_ms: f.u64()?,
-            skip: f.u64()?,
-        };
+        let next = FailedCursor::decode(&mut f)?;
         let mut rows_f = f.nested()?;
         let mut rows = Vec::new();
         while !rows_f.is_empty() {
@@ -356,9 +360,6 @@ impl Call for InspectFailed<'_> {
                 preview: r.bytes()?,
             });
         }
-        Ok(FailedPage {
-            rows,
-            next: more.then_some(next),
-        })
+        Ok(FailedPage { rows, next })
     }
 }
