@@ -223,7 +223,7 @@ impl Config {
         self.failed_retention.validate()
     }
 
-    /// The claim horizon, ms: [`Config::claim_ahead`] (at most half the window, see
+    /// The claim-ahead, ms: [`Config::claim_ahead`] (at most half the window, see
     /// `validate`).
     pub(crate) fn ahead_ms(&self) -> u64 {
         self.claim_ahead.as_millis() as u64

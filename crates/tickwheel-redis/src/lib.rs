@@ -274,10 +274,10 @@ pub use inspect::{
     Stats, TaskDetail, TaskInfo, Upcoming, MAX_SLOTS, MAX_STEP, PREVIEW_BYTES,
 };
 pub use limits::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
-pub use producer::{Acted, BulkReport, Producer, Task};
+pub use producer::{Acted, BulkReport, Producer};
 pub use protocol::Scheduled;
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
-pub use task::{RunAt, TaskState};
+pub use task::{RunAt, Task, TaskState};
 pub use worker::{
     Delivery, Lateness, Outcome, Redelivery, RedeliveryCounts, ShardLoss, ShardStatus, StopHandle,
     Worker, WorkerEvent, WorkerSnapshot, WorkerStats, WorkerStatus,

@@ -5,73 +5,11 @@ use crate::namespace::{
     check_id, connect, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt, TaskState,
 };
 use crate::protocol::{self, Cancel, Reschedule, Schedule, ScheduleTask, Scheduled, State, When};
+use crate::task::Task;
 
 mod operate;
 use crate::recurrence::Recurrence;
 pub use operate::{Acted, BulkReport};
-
-/// One task of a bulk [`Producer::schedule_many`].
-#[derive(Clone, Copy, Debug)]
-pub struct Task<'a> {
-    /// The task's id; scheduling an existing id replaces that task.
-    pub id: &'a str,
-    /// When it runs.
-    pub run_at: RunAt,
-    /// The bytes handed to the handler.
-    pub payload: &'a [u8],
-    /// `Some` for a recurring task, stored as [`Producer::schedule_recurring`] stores it
-    /// (`run_at` is then its first run); `None` for a one-shot task.
-    pub recurrence: Option<&'a Recurrence>,
-    /// `Some` for a task that fails by a policy of its own, stored with it; `None` follows
-    /// the namespace's ([`Config::retry`], as the worker that delivers it has it).
-    pub retry: Option<RetryPolicy>,
-}
-
-impl<'a> Task<'a> {
-    /// A one-shot task (the struct literal works as well).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use tickwheel_redis::{Recurrence, RunAt, Task};
-    /// let once = Task::new("remind-7", RunAt::After(Duration::from_secs(60)), b"remind");
-    /// let every = Recurrence::Every(Duration::from_secs(60));
-    /// let ticking = Task::new("tick", RunAt::AtMillis(1_800_000_000_000), b"").recurring(&every);
-    /// assert!(once.recurrence.is_none() && ticking.recurrence.is_some());
-    /// ```
-    pub fn new(id: &'a str, run_at: RunAt, payload: &'a [u8]) -> Task<'a> {
-        Task {
-            id,
-            run_at,
-            payload,
-            recurrence: None,
-            retry: None,
-        }
-    }
-
-    /// The same task, recurring as `recurrence` says (`run_at` is then its first run).
-    pub fn recurring(self, recurrence: &'a Recurrence) -> Task<'a> {
-        Task {
-            recurrence: Some(recurrence),
-            ..self
-        }
-    }
-
-    /// The same task, retried by `policy` instead of the namespace's [`Config::retry`].
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use tickwheel_redis::{RetryPolicy, RunAt, Task};
-    /// let charge = Task::new("charge-9", RunAt::After(Duration::ZERO), b"9")
-    ///     .retry(RetryPolicy::fixed(3, Duration::from_secs(10)));
-    /// assert_eq!(charge.retry.unwrap().max_attempts, 3);
-    /// ```
-    pub fn retry(self, policy: RetryPolicy) -> Task<'a> {
-        Task {
-            retry: Some(policy),
-            ..self
-        }
-    }
-}
 
 /// Stores tasks in a namespace. Every call is one round trip (bulk: one pipeline), and returns
 /// `Ok` only once Redis has applied it. After a connection error the next call reconnects.

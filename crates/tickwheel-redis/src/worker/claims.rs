@@ -1,4 +1,4 @@
-//! Claims: what the schedule says is due within the claim horizon, claimed in one pipeline.
+//! Claims: what the schedule says is due within the claim-ahead, claimed in one pipeline.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,7 +13,7 @@ use crate::recurrence::Recurrence;
 const PAUSED_RECHECK_MS: u64 = 1000;
 
 impl Worker {
-    /// Claims everything due within the claim horizon in one pipeline (one script call per
+    /// Claims everything due within the claim-ahead in one pipeline (one script call per
     /// shard and batch, carrying the acknowledgements held so far) and puts the claims in the
     /// deliverer, to be handed out at their run-at: one write round trip per wake-up whatever
     /// the number of shards, which matters when every write waits for an fsync
@@ -128,7 +128,7 @@ impl Worker {
         }
     }
 
-    /// What to claim now: the schedule's tasks due by `until` (the claim horizon), with the
+    /// What to claim now: the schedule's tasks due by `until` (now plus the claim-ahead), with the
     /// instants the notices of those stored late arrived, and the claims whose reply was
     /// lost, still under the epoch they were sent with; by shard.
     #[allow(clippy::type_complexity)]

@@ -20,7 +20,7 @@ pub(crate) enum Local {
 }
 
 /// One node's clock as estimated: its clock minus the local clock, µs, a lower bound (see
-/// [`Clock::observe`]), and the local µs of the last sample.
+/// [`ServerClock::observe`]), and the local µs of the last sample.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NodeClock {
     pub(crate) offset_us: i64,
@@ -53,15 +53,15 @@ pub(crate) struct Nodes {
 /// claim replies carry it, and so do the clock thread's probes), so a shard that moves to
 /// another node (a resharding, a failover) cannot lend one node's clock to another's claims.
 #[derive(Clone, Debug)]
-pub(crate) struct Clock {
+pub(crate) struct ServerClock {
     pub(crate) time: TimeSource,
     pub(crate) local: Local,
     pub(crate) nodes: Arc<Mutex<Nodes>>,
 }
 
-impl Clock {
-    pub(crate) fn new(time: TimeSource) -> Clock {
-        Clock {
+impl ServerClock {
+    pub(crate) fn new(time: TimeSource) -> ServerClock {
+        ServerClock {
             time,
             local: Local::System,
             nodes: Arc::default(),
@@ -119,7 +119,7 @@ impl Clock {
         i
     }
 
-    /// Now by the clock of node `node` (an index from [`Clock::observe`]), µs since the Unix
+    /// Now by the clock of node `node` (an index from [`ServerClock::observe`]), µs since the Unix
     /// epoch, never ahead of that node's clock; `None` before any reading of it.
     pub(crate) fn node_now_us(&self, node: u32) -> Option<u64> {
         match &self.time {
@@ -135,7 +135,7 @@ impl Clock {
     /// Now by the namespace's clock, µs since the Unix epoch: the latest of the nodes'
     /// estimates (the local clock before any reading). It paces the I/O side (when to claim,
     /// to renew, to read); it may run ahead of some node's clock by as much as the node
-    /// clocks disagree, so deliveries go by [`Clock::node_now_us`] instead.
+    /// clocks disagree, so deliveries go by [`ServerClock::node_now_us`] instead.
     pub(crate) fn now_us(&self) -> u64 {
         match &self.time {
             TimeSource::Manual(t) => t.now_ms() * 1000,
@@ -174,7 +174,7 @@ impl Clock {
 /// again every 5 s and after an error.
 pub(crate) fn clock_loop(
     client: Endpoint,
-    clock: Clock,
+    clock: ServerClock,
     stop: Arc<AtomicBool>,
     io_timeout: Duration,
 ) {
@@ -194,7 +194,7 @@ pub(crate) fn clock_loop(
 fn probe_single(
     client: &redis::Client,
     con: &mut Option<redis::Connection>,
-    clock: &Clock,
+    clock: &ServerClock,
     io_timeout: Duration,
 ) {
     if con.is_none() {
@@ -224,7 +224,7 @@ struct ClusterProbe {
 
 impl ClusterProbe {
     /// One round: a reading of every primary's clock, each filed under the node it names.
-    fn probe(&mut self, client: &redis::cluster::ClusterClient, clock: &Clock) {
+    fn probe(&mut self, client: &redis::cluster::ClusterClient, clock: &ServerClock) {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
         if self.con.is_none() {
             self.con = client.get_connection().ok();

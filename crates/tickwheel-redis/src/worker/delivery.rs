@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::clock::Clock;
+use super::clock::ServerClock;
 use super::notices::Notice;
 use super::outcomes::Done;
 use super::{Redelivery, Worker};
@@ -131,7 +131,7 @@ impl Outcome {
 pub(crate) struct Held {
     pub(crate) delivery: Delivery,
     pub(crate) next: Option<Option<u64>>,
-    /// The node whose clock judged the claim (an index of [`Clock::node`]): the one its
+    /// The node whose clock judged the claim (an index of [`ServerClock::node`]): the one its
     /// delivery waits for.
     pub(crate) node: u32,
     /// Why it is delivered again, when its attempt is not the first.
@@ -142,7 +142,7 @@ pub(crate) struct Held {
 }
 
 /// A lease as the worker reckons it: the epoch, and the local instant (µs, see
-/// [`Clock::lease_us`]) until which no other worker can have taken the shard.
+/// [`ServerClock::lease_us`]) until which no other worker can have taken the shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lease {
     pub(crate) epoch: u64,
@@ -155,15 +155,15 @@ pub(crate) struct Lease {
 /// by the worker's reckoning: a worker that stalled past its lease delivers nothing more.
 #[derive(Debug)]
 pub(crate) struct Deliverer {
-    /// By node (index of [`Clock::node`]), in run-at order.
+    /// By node (index of [`ServerClock::node`]), in run-at order.
     pub(crate) ready: Vec<BTreeMap<(u64, u64), Held>>,
     pub(crate) seq: u64,
     pub(crate) leases: HashMap<u32, Lease>,
-    pub(crate) clock: Clock,
+    pub(crate) clock: ServerClock,
 }
 
 impl Deliverer {
-    pub(crate) fn new(clock: Clock) -> Deliverer {
+    pub(crate) fn new(clock: ServerClock) -> Deliverer {
         Deliverer {
             ready: Vec::new(),
             seq: 0,
@@ -311,7 +311,7 @@ pub(crate) fn deliver_loop(
     handler: &mut dyn FnMut(&Delivery) -> Outcome,
     rx: &Receiver<ToDeliverer>,
     done_tx: &Sender<Notice>,
-    clock: Clock,
+    clock: ServerClock,
 ) {
     let mut d = Deliverer::new(clock);
     // Outcomes go to the I/O thread in one message per round, not one per task.
@@ -360,7 +360,7 @@ pub(crate) struct Handoff {
 }
 
 impl Handoff {
-    pub(crate) fn new(clock: Clock) -> Handoff {
+    pub(crate) fn new(clock: ServerClock) -> Handoff {
         Handoff {
             local: Deliverer::new(clock),
             thread: None,

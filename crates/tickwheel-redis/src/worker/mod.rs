@@ -23,7 +23,7 @@ mod status;
 mod tests;
 mod window;
 
-use clock::{clock_loop, Clock};
+use clock::{clock_loop, ServerClock};
 use delivery::{deliver_loop, Handoff};
 pub use delivery::{Delivery, Outcome};
 use leases::Shards;
@@ -101,7 +101,7 @@ pub struct Worker {
     /// The notices, and the stop flags of the helper threads and of `run`.
     link: Link,
     /// The namespace's clock estimate (shared with `run`'s delivery thread).
-    clock: Clock,
+    clock: ServerClock,
     /// Claimed tasks waiting for their run-at, or in `run` the channel to the thread that
     /// holds them.
     handoff: Handoff,
@@ -133,7 +133,7 @@ fn spawn_helpers(
     client: &Endpoint,
     ns: &Namespace,
     tx: &Sender<Notice>,
-    clock: &Clock,
+    clock: &ServerClock,
     stop: &Arc<AtomicBool>,
 ) -> Result<(), Error> {
     let (c, channel, tx, s) = (client.clone(), ns.channel.clone(), tx.clone(), stop.clone());
@@ -172,7 +172,7 @@ impl Worker {
         let random = RandomState::new().hash_one(local_us());
         let id = format!("{}-{:016x}", std::process::id(), random);
         let link = Link::new();
-        let clock = Clock::new(cfg.time.clone());
+        let clock = ServerClock::new(cfg.time.clone());
         spawn_helpers(cfg, &client, &ns, &link.tx, &clock, &link.sub_stop)?;
         let mut w = Worker {
             cfg: cfg.clone(),

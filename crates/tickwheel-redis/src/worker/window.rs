@@ -147,7 +147,7 @@ impl Worker {
             return Err(Error::Protocol(format!("LOAD: {e}")));
         }
         // Pending tasks are armed at their run-at, in-flight ones at their visibility
-        // deadline plus the claim horizon (the wheel is polled that far ahead).
+        // deadline plus the claim-ahead (the wheel is polled that far ahead).
         for a in read.pending.into_iter().chain(read.in_flight) {
             self.schedule.arm(shard, a.id, a.at_ms, a.version);
         }

@@ -2,7 +2,7 @@ use super::*;
 
 use std::sync::atomic::AtomicU64;
 
-use super::clock::{Clock, Local};
+use super::clock::{Local, ServerClock};
 use super::delivery::{Deliverer, Held, Lease};
 use super::notices::parse_notice;
 use super::window::{Resume, ShardWindow};
@@ -10,11 +10,11 @@ use super::window::{Resume, ShardWindow};
 mod stats;
 
 /// A server-clock estimate over a virtual local clock (µs).
-fn virtual_clock(local_us: u64) -> (Clock, Arc<AtomicU64>) {
+fn virtual_clock(local_us: u64) -> (ServerClock, Arc<AtomicU64>) {
     let local = Arc::new(AtomicU64::new(local_us));
-    let clock = Clock {
+    let clock = ServerClock {
         local: Local::Manual(local.clone()),
-        ..Clock::new(TimeSource::Server)
+        ..ServerClock::new(TimeSource::Server)
     };
     (clock, local)
 }
@@ -237,7 +237,7 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
             .unwrap();
     }
     // One step takes the shards, reads the windows and claims everything (due within the
-    // claim horizon): each claim must sit in its shard's node's queue.
+    // claim-ahead): each claim must sit in its shard's node's queue.
     w.io_step(false).unwrap();
     let names: HashMap<u32, String> = w
         .clock
@@ -291,7 +291,7 @@ fn on_a_cluster_claims_are_filed_under_the_node_that_ran_them() {
     assert!(w.clock.lock().clocks.iter().all(Option::is_some));
 
     // The clock thread alone reads every primary, each under its own id.
-    let clock = Clock::new(TimeSource::Server);
+    let clock = ServerClock::new(TimeSource::Server);
     let stop = Arc::new(AtomicBool::new(false));
     let t = {
         let (client, clock, stop) = (Endpoint::of(&cfg).unwrap(), clock.clone(), stop.clone());
