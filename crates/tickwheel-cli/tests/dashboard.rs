@@ -1517,4 +1517,18 @@ fn failed_tasks_cannot_be_changed_without_the_flag() {
     let mut ins = Inspector::connect(&cfg).unwrap();
     let st = ins.stats().unwrap();
     assert_eq!((st.failed(), st.paused()), (2, 0));
+    // A live task takes the failed one's id: the task page shows the live one, the Failed
+    // view's link the failed one.
+    Producer::connect(&cfg)
+        .unwrap()
+        .schedule("job-1", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+    b.goto(&format!("{}/task?id=job-1", dash.url));
+    let state = "document.getElementById('state').textContent";
+    assert_eq!(b.eval(state), json!("pending"));
+    b.goto(&format!("{}/failed", dash.url));
+    let href = b.eval("document.querySelector('td.id a[href*=\"job-1\"]').getAttribute('href')");
+    assert_eq!(href, json!("/task?id=job-1&failed=1"));
+    b.goto(&format!("{}/task?id=job-1&failed=1", dash.url));
+    assert_eq!(b.eval(state), json!("failed (non_retryable)"));
 }

@@ -9,7 +9,7 @@ use tickwheel_redis::{BulkReport, Error, FailedFilter, FailedTask, Stats};
 
 use super::http::{field, Request, Response};
 use super::page::{document, error, header, id_text, text, unavailable};
-use super::task::{authorize, from_hex_text, task_href};
+use super::task::{authorize, failed_task_href, from_hex_text};
 use super::App;
 use crate::tasks::escape::hex;
 use crate::time::{relative, rfc3339};
@@ -129,7 +129,7 @@ fn failed_table(b: &mut String, tasks: &[FailedTask], now_ms: u64) {
             "<tr><td class=\"id\"><a href=\"{}\">{}</a></td><td>{}</td>\
              <td class=\"reason\">{}</td><td class=\"attempts\">{}</td>\
              <td class=\"failed-at\" title=\"{}\">{}</td><td class=\"error\">{last}</td></tr>",
-            text(&task_href(&t.id)),
+            text(&failed_task_href(&t.id)),
             id_text(&t.id),
             t.shard,
             t.reason.as_str(),

@@ -34,7 +34,8 @@ fn task_id(id: Option<&str>) -> Result<&str, Response> {
 }
 
 /// `GET /task?id=ID`: one task in full (`&escaped=1`: the id as the pages show it, its
-/// escapes read).
+/// escapes read; `&failed=1`: the failed task of that id, even when a live task has it too,
+/// as the Failed view links it).
 pub fn task(app: &App, req: &Request) -> Response {
     let unescaped;
     let given = match (req.query("id"), req.query("escaped")) {
@@ -54,7 +55,12 @@ pub fn task(app: &App, req: &Request) -> Response {
     let read = {
         let mut ins = app.inspector();
         // The page's "now" is Redis's clock.
-        ins.show(id).and_then(|found| Ok((found, ins.now_ms()?)))
+        let found = if req.query("failed").is_some() {
+            ins.show_failed(id)
+        } else {
+            ins.show(id)
+        };
+        found.and_then(|found| Ok((found, ins.now_ms()?)))
     };
     let (found, now_ms) = match read {
         Ok(r) => r,
@@ -465,6 +471,11 @@ pub fn task_href(id: &str) -> String {
         "/task?id={}",
         form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
     )
+}
+
+/// The link to a failed task's page: its failed record, whatever live task has the id.
+pub fn failed_task_href(id: &str) -> String {
+    format!("{}&failed=1", task_href(id))
 }
 
 #[cfg(test)]
