@@ -146,7 +146,7 @@ impl Worker {
         let waiting: Vec<u32> = due
             .keys()
             .copied()
-            .filter(|&s| self.shards.paused_or_resuming(s))
+            .filter(|&s| self.shards.paused_or_resuming(s, self.link.subscribed))
             .collect();
         for shard in waiting {
             let ids = due.remove(&shard).unwrap_or_default();

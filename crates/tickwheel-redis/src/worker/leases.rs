@@ -163,11 +163,13 @@ impl Shards {
     }
 
     /// Whether nothing of `shard` may be claimed now: it is paused, or back from a pause and
-    /// its window not yet read again (see [`Owned::resuming`]).
-    pub(crate) fn paused_or_resuming(&self, shard: u32) -> bool {
+    /// its window not yet read again (see [`Owned::resuming`]) while windows can be read
+    /// (`subscribed`; without notifications no window is read, and the wheel is claimed as
+    /// it stands rather than not at all).
+    pub(crate) fn paused_or_resuming(&self, shard: u32, subscribed: bool) -> bool {
         self.owned
             .get(&shard)
-            .is_some_and(|o| o.paused || o.resuming)
+            .is_some_and(|o| o.paused || (o.resuming && subscribed))
     }
 
     /// Extends the lease on `shard` (renewed) to `until_us`.
