@@ -116,8 +116,9 @@
 //! than a user callback and allocate nothing of their own:
 //!
 //! * `ServiceRef::schedule_waker(tick, Waker)`: a `Sleep`'s timer. It wakes the waker;
-//!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued (`false`
-//!   once it is not). At shutdown a pending one is woken.
+//!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued and
+//!   returns the `WakerId` the entry now holds (`None` once it is not). At shutdown a pending
+//!   one is woken.
 //! * `ServiceRef::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
 //!   `Expire::expire(Expiry::Fired)`; at shutdown a pending one gets
 //!   `expire(Expiry::Discarded)`.
@@ -156,7 +157,9 @@ pub use handle::TimerHandle;
 pub use recurring::{Recurrence, RecurringHandle};
 pub use stats::{LatenessHistogram, Stats};
 
-pub(crate) use callback::{Expire, Expiry};
+pub(crate) use callback::{Expire, Expiry, WakerId};
+#[cfg(test)]
+pub(crate) use state::manual_service;
 pub(crate) use state::ServiceRef;
 
 use self::core::{AtCap, Core};

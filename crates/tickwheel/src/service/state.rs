@@ -443,6 +443,12 @@ impl ServiceState {
         pending
     }
 
+    /// How many times producers took a shard's queue lock, over all shards (tests only).
+    #[cfg(test)]
+    pub(crate) fn producer_locks(&self) -> u64 {
+        self.shards.iter().map(|s| s.producer_locks.get()).sum()
+    }
+
     /// Whether shutdown has begun.
     #[inline]
     pub(crate) fn is_stopping(&self) -> bool {
@@ -507,6 +513,33 @@ impl ServiceRef {
     #[cfg(feature = "cron")]
     pub(crate) fn wall_clock(&self) -> std::sync::Arc<dyn crate::time::WallClock> {
         self.state().core.wall_clock()
+    }
+}
+
+/// A one-shard service on a virtual clock with no timer thread and no workers (a drain runs
+/// its wakers itself), for models of the futures layer: drive it with `drain_due`.
+#[cfg(test)]
+pub(crate) fn manual_service(
+    resolution: std::time::Duration,
+) -> (crate::time::ManualClock, ServiceRef) {
+    let clock = crate::time::ManualClock::new();
+    let ticks = crate::time::Ticks::new(clock.now(), resolution);
+    let core = Arc::new(Core::new(std::sync::Arc::new(clock.clone()), ticks, None));
+    let shard = Arc::new(Shard::new(core.clone(), super::QueueFlavor::Wheel));
+    let state = ServiceState::new(core, Box::new([shard]), 0, None, true);
+    (clock, ServiceRef::Owned(Arc::new(state)))
+}
+
+#[cfg(test)]
+impl ServiceRef {
+    /// Drains every timer due at `tick`, as the timer thread does (tests only).
+    pub(crate) fn drain_due(&self, tick: u64) -> usize {
+        self.state().drain_due(tick)
+    }
+
+    /// How many times producers took a shard's queue lock (tests only).
+    pub(crate) fn producer_locks(&self) -> u64 {
+        self.state().producer_locks()
     }
 }
 
