@@ -418,7 +418,8 @@ fn many_sleeps_on_a_local_pool_complete_exactly_at_their_tick() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = seed % 200;
-        let sleep = service.sleep(Duration::from_millis(delay));
+        // A spawned task outlives the borrow of `service`: an owned sleep.
+        let sleep = service.sleep(Duration::from_millis(delay)).into_owned();
         let done = done.clone();
         let clock = clock.clone();
         pool.spawner()
@@ -510,8 +511,8 @@ fn sleeps_from_different_shards_wake_in_deadline_order() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut sleeps = Vec::new();
     for j in 0..4 {
-        let batch: Vec<Sleep> = (0..PER_THREAD)
-            .map(|k| service.sleep((4 * k + j + 1) * MS))
+        let batch: Vec<Sleep<'static>> = (0..PER_THREAD)
+            .map(|k| service.sleep((4 * k + j + 1) * MS).into_owned())
             .collect();
         let log = log.clone();
         let polled = std::thread::spawn(move || {

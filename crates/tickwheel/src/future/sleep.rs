@@ -42,7 +42,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::service::{ServiceRef, TimerHandle, WakerId};
+use crate::service::{ServiceLink, TimerHandle, WakerId};
 use crate::time::NEVER;
 
 /// A future that completes at a deadline (never before it). Created by [`sleep`](fn@super::sleep),
@@ -51,6 +51,11 @@ use crate::time::NEVER;
 ///
 /// It registers its timer at its first poll, is `Send + Sync + Unpin`, and dropping it cancels
 /// the timer. See the [guarantees](crate::future#guarantees).
+///
+/// The lifetime is that of the [`TimerService`](crate::TimerService) it borrows when made by
+/// one of its methods (which thus touch no reference count: see
+/// [`into_owned`](Self::into_owned) to keep one longer); `'static` when made by the free
+/// functions, on the default service.
 ///
 /// ```
 /// use std::time::Duration;
@@ -68,8 +73,8 @@ use crate::time::NEVER;
 /// # use std::future::Future;
 /// ```
 #[must_use = "futures do nothing unless polled"]
-pub struct Sleep {
-    service: ServiceRef,
+pub struct Sleep<'a> {
+    service: ServiceLink<'a>,
     /// `None` when `now + delay` overflowed `Instant` (`Duration::MAX`): never.
     deadline: Option<Instant>,
     /// The first poll reads the clock to complete at once when the deadline has passed. Off
@@ -82,9 +87,9 @@ pub struct Sleep {
     timer: Option<(TimerHandle, WakerId)>,
 }
 
-impl Sleep {
+impl<'a> Sleep<'a> {
     /// A sleep until `deadline` (`None`: never) on `service`.
-    pub(crate) fn until(service: ServiceRef, deadline: Option<Instant>) -> Sleep {
+    pub(crate) fn until(service: ServiceLink<'a>, deadline: Option<Instant>) -> Sleep<'a> {
         Sleep {
             service,
             deadline,
@@ -94,7 +99,7 @@ impl Sleep {
     }
 
     /// A sleep of `delay` from now on `service` (`Duration::MAX`: never).
-    pub(crate) fn after(service: ServiceRef, delay: Duration) -> Sleep {
+    pub(crate) fn after(service: ServiceLink<'a>, delay: Duration) -> Sleep<'a> {
         let deadline = service.now().checked_add(delay);
         let mut sleep = Sleep::until(service, deadline);
         sleep.check_first_poll = delay < sleep.resolution();
@@ -155,9 +160,39 @@ impl Sleep {
             self.timer = None; // Fired (its task was woken) or discarded: re-register.
         }
     }
+
+    /// The same sleep, no longer borrowing the [`TimerService`](crate::TimerService) it was
+    /// made from: for a sleep that must outlive that borrow (a field of a struct that also
+    /// holds the service, a task spawned without it). It takes one reference count of the
+    /// service, which a borrowed sleep never touches. Its timer, if registered, is kept.
+    /// On the default service it costs nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tickwheel::{future::Sleep, TimerService};
+    ///
+    /// struct Idle {
+    ///     service: Arc<TimerService>,
+    ///     sleep: Sleep<'static>,
+    /// }
+    ///
+    /// let service = Arc::new(TimerService::new().unwrap());
+    /// let sleep = service.sleep(Duration::from_secs(30)).into_owned();
+    /// let idle = Idle { service, sleep };
+    /// # drop(idle);
+    /// ```
+    pub fn into_owned(mut self) -> Sleep<'static> {
+        Sleep {
+            service: self.service.to_owned_ref(),
+            deadline: self.deadline,
+            check_first_poll: self.check_first_poll,
+            timer: self.timer.take(), // `self` is dropped with nothing to cancel
+        }
+    }
 }
 
-impl Sleep {
+impl Sleep<'_> {
     /// Drops the timer of a sleep that is done by the clock. The clock can reach the deadline
     /// before the timer fires (the deadline sits inside its tick, and the timer thread fires
     /// at the tick's end): a timer left queued would later wake a task that already got
@@ -170,7 +205,7 @@ impl Sleep {
     }
 }
 
-impl Future for Sleep {
+impl Future for Sleep<'_> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -211,7 +246,7 @@ impl Future for Sleep {
     }
 }
 
-impl Drop for Sleep {
+impl Drop for Sleep<'_> {
     fn drop(&mut self) {
         if let Some((timer, _)) = self.timer.take() {
             // Removes the entry if it is still queued; a fired one is a stale key (no-op).
@@ -220,7 +255,7 @@ impl Drop for Sleep {
     }
 }
 
-impl fmt::Debug for Sleep {
+impl fmt::Debug for Sleep<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
