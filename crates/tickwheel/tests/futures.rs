@@ -418,7 +418,8 @@ fn many_sleeps_on_a_local_pool_complete_exactly_at_their_tick() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = seed % 200;
-        let sleep = service.sleep(Duration::from_millis(delay));
+        // A spawned task outlives the borrow of `service`: an owned sleep.
+        let sleep = service.sleep(Duration::from_millis(delay)).into_owned();
         let done = done.clone();
         let clock = clock.clone();
         pool.spawner()
@@ -510,8 +511,8 @@ fn sleeps_from_different_shards_wake_in_deadline_order() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut sleeps = Vec::new();
     for j in 0..4 {
-        let batch: Vec<Sleep> = (0..PER_THREAD)
-            .map(|k| service.sleep((4 * k + j + 1) * MS))
+        let batch: Vec<Sleep<'static>> = (0..PER_THREAD)
+            .map(|k| service.sleep((4 * k + j + 1) * MS).into_owned())
             .collect();
         let log = log.clone();
         let polled = std::thread::spawn(move || {
@@ -539,4 +540,113 @@ fn sleeps_from_different_shards_wake_in_deadline_order() {
         "deadlines (ms) in the order their wakers were woken"
     );
     drop(sleeps);
+}
+
+/// Not a test: the measurement behind `Builder::busy_wait`'s default. 10^4 tasks sleep
+/// 0.5-1.5 s in a loop in a 2-worker tokio runtime, on a service with each `busy_wait` of
+/// `TW_BUSY_WAIT_US` (microseconds, comma-separated; default `100,50,25,0`) and on tokio's own
+/// timer; it prints the process's CPU (cores, over the middle `TW_SECS` seconds, default 8)
+/// and how late the wake-ups came after their tick's start (tokio: after the deadline).
+///
+/// ```text
+/// cargo test --release -p tickwheel --test futures -- --ignored --nocapture sleepers_cpu
+/// ```
+#[test]
+#[ignore = "a measurement, not a test: run with --ignored --nocapture"]
+fn sleepers_cpu_and_lateness() {
+    let secs: u64 = std::env::var("TW_SECS").map_or(8, |s| s.parse().unwrap());
+    let caps = std::env::var("TW_BUSY_WAIT_US").unwrap_or_else(|_| "100,50,25,0".into());
+    for cap in caps
+        .split(',')
+        .map(|c| Some(c.trim().parse::<u64>().unwrap()))
+        .chain([None])
+    {
+        sleepers_run(cap, 10_000, secs);
+    }
+}
+
+/// The process's user + system CPU time, in seconds (Linux; 10 ms granularity).
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0.0;
+    };
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // utime and stime are fields 14 and 15; the parse skips field 3, the state letter.
+    f.get(10..12).map_or(0.0, |t| (t[0] + t[1]) / 100.0)
+}
+
+fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
+    let service = Arc::new(
+        tickwheel::TimerService::builder()
+            .busy_wait(Duration::from_micros(busy_wait_us.unwrap_or(0)))
+            .build()
+            .unwrap(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let from = Instant::now() + Duration::from_secs(2);
+    let to = from + Duration::from_secs(secs);
+    let end = to + Duration::from_secs(2);
+    let late: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let cores = rt.block_on(async {
+        let handles: Vec<_> = (0..tasks)
+            .map(|i| {
+                let (service, late) = (service.clone(), late.clone());
+                tokio::spawn(async move {
+                    let mut seed = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let mut mine = Vec::new();
+                    loop {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let d = Duration::from_millis(500 + seed % 1000);
+                        let deadline = Instant::now() + d;
+                        if deadline > end {
+                            break;
+                        }
+                        let due = if busy_wait_us.is_some() {
+                            service.sleep(d).await;
+                            let ticks = service.ticks();
+                            ticks.instant_of(ticks.deadline_tick(deadline)).unwrap()
+                        } else {
+                            tokio::time::sleep(d).await;
+                            deadline
+                        };
+                        let now = Instant::now();
+                        if (from..to).contains(&now) {
+                            mine.push(now.saturating_duration_since(due).as_micros() as u64);
+                        }
+                    }
+                    late.lock().unwrap().extend(mine);
+                })
+            })
+            .collect();
+        tokio::time::sleep_until(from.into()).await;
+        let cpu = process_cpu_secs();
+        tokio::time::sleep_until(to.into()).await;
+        let cpu = process_cpu_secs() - cpu;
+        for h in handles {
+            h.await.unwrap();
+        }
+        cpu / secs as f64
+    });
+    let mut late = std::mem::take(&mut *late.lock().unwrap());
+    late.sort_unstable();
+    let q = |p: f64| late[((late.len() - 1) as f64 * p) as usize];
+    let who = busy_wait_us.map_or("tokio timer".into(), |us| format!("busy_wait {us:>3} µs"));
+    println!(
+        "{who}: {cores:.3} cores, {} wake-ups, late µs p50 {} p90 {} p99 {} max {}",
+        late.len(),
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        late[late.len() - 1]
+    );
 }

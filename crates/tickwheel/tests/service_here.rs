@@ -73,7 +73,7 @@ fn callbacks_and_wakers_of_every_shard_run_in_one_deadline_order_on_the_draining
                 let at = 8 * k + 2 * j + 1;
                 let l = log.clone();
                 service.schedule(ms(at), move || record(&l, at));
-                let mut sleep = Box::pin(service.sleep(ms(at + 1)));
+                let mut sleep = Box::pin(service.sleep(ms(at + 1)).into_owned());
                 let filer = Arc::new(Filer {
                     log: log.clone(),
                     ms: at + 1,

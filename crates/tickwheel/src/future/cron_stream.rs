@@ -55,7 +55,7 @@ pub struct CronStream {
     clock: Arc<dyn WallClock>,
     /// The wall-clock time of the next item; `None`: the schedule is over.
     target: Option<SystemTime>,
-    sleep: Sleep,
+    sleep: Sleep<'static>,
     steps: Arc<StepSignal>,
     /// Keeps the step listener alive (the clock holds it weakly).
     _listener: Arc<dyn Fn() + Send + Sync>,

@@ -55,7 +55,7 @@ use crate::time::MissedTickBehavior;
 #[derive(Debug)]
 #[must_use = "an interval does nothing unless ticked"]
 pub struct Interval {
-    sleep: Sleep,
+    sleep: Sleep<'static>,
     period: Duration,
     missed: MissedTickBehavior,
 }
@@ -69,7 +69,7 @@ impl Interval {
     }
 
     /// An interval whose first tick is `start` (the sleep's deadline).
-    fn new(sleep: Sleep, period: Duration, resolution: Duration) -> Interval {
+    fn new(sleep: Sleep<'static>, period: Duration, resolution: Duration) -> Interval {
         let period = if period.is_zero() { resolution } else { period };
         Interval {
             sleep,

@@ -8,6 +8,14 @@
 //! names on a [`TimerService`] use that service and its clock (a
 //! [`ManualClock`](crate::time::ManualClock) service makes futures deterministic in tests).
 //!
+//! A [`Sleep`] or [`Timeout`] made by a method of a [`TimerService`] borrows the service
+//! (`Sleep<'a>`, `Timeout<'a, F>`): it reaches the service without a reference count, so
+//! workers making timeouts on one service at once share no count to bounce between their
+//! caches, and a timeout on an own service costs what one on the default service does. To keep
+//! one beyond the borrow, [`Sleep::into_owned`] and [`Timeout::into_owned`] take one count. The
+//! free functions give `'static` futures on the default service, which lives forever.
+//! [`Interval`] and [`CronStream`] always hold their service (they live long: one count each).
+//!
 //! # Guarantees
 //!
 //! * **Never early**: deadlines round up to the service's tick; a future completes only once
@@ -16,7 +24,8 @@
 //!   pending poll. Created and dropped unpolled, they take no lock and allocate nothing; a
 //!   [`Timeout`] whose future is ready at its first poll never registers a timer at all.
 //! * **No allocation** per registration: the task's `Waker` is kept in the queue entry itself
-//!   (the queue's storage is reused); one shard lock to register, to move and to cancel.
+//!   (the queue's storage is reused); one shard lock to register, to move and to cancel, and
+//!   none for a poll by the task whose waker the timer already holds (a clock read only).
 //! * **Drop cancels** the timer and frees its entry.
 //! * `Send + Sync + Unpin` (a [`Timeout`] is as `Send`/`Sync`/`Unpin` as its future).
 //! * **Never**: `Duration::MAX` and deadlines past the service's tick range never complete and
@@ -59,24 +68,24 @@ fn default_service() -> ServiceRef {
 
 /// A future that completes `duration` from now (rounded up to the next tick of the default
 /// service: never early). `Duration::MAX` never completes.
-pub fn sleep(duration: Duration) -> Sleep {
+pub fn sleep(duration: Duration) -> Sleep<'static> {
     Sleep::after(default_service(), duration)
 }
 
 /// A future that completes at `deadline` (at once if it has passed).
-pub fn sleep_until(deadline: Instant) -> Sleep {
+pub fn sleep_until(deadline: Instant) -> Sleep<'static> {
     Sleep::until(default_service(), Some(deadline))
 }
 
 /// Runs `future` with a deadline `duration` from now: its output, or [`Elapsed`] if the
 /// deadline passes first.
-pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<'static, F::IntoFuture> {
     Timeout::new(future.into_future(), sleep(duration))
 }
 
 /// Runs `future` with the deadline `deadline`: its output, or [`Elapsed`] if the deadline
 /// passes first.
-pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
+pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<'static, F::IntoFuture> {
     Timeout::new(future.into_future(), sleep_until(deadline))
 }
 
@@ -103,12 +112,12 @@ pub fn interval_at(start: Instant, period: Duration) -> Interval {
 /// ```
 pub trait FutureExt: Future + Sized {
     /// [`timeout`](fn@timeout)`(duration, self)`.
-    fn timeout(self, duration: Duration) -> Timeout<Self> {
+    fn timeout(self, duration: Duration) -> Timeout<'static, Self> {
         timeout(duration, self)
     }
 
     /// [`timeout_at`]`(deadline, self)`.
-    fn timeout_at(self, deadline: Instant) -> Timeout<Self> {
+    fn timeout_at(self, deadline: Instant) -> Timeout<'static, Self> {
         timeout_at(deadline, self)
     }
 }

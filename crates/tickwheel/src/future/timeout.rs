@@ -61,6 +61,14 @@ pin_project! {
     ///
     /// `Send`/`Sync`/`Unpin` exactly when the inner future is. Dropping it cancels its timer.
     ///
+    /// The lifetime is that of the [`TimerService`](crate::TimerService) it borrows when made
+    /// by [`TimerService::timeout`](crate::TimerService::timeout) or
+    /// [`timeout_at`](crate::TimerService::timeout_at): making, polling and dropping it touch
+    /// no reference count of the service, so a timeout on an own service costs what one on the
+    /// default service does. [`into_owned`](Self::into_owned) lifts the borrow (a timeout
+    /// kept in a struct beside the service, or spawned without it). `'static` when made by the
+    /// free functions or [`FutureExt`](super::FutureExt), on the default service.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tickwheel::future::timeout;
@@ -73,16 +81,38 @@ pin_project! {
     /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     /// ```
     #[must_use = "futures do nothing unless polled"]
-    pub struct Timeout<F> {
+    pub struct Timeout<'a, F> {
         #[pin]
         future: F,
-        sleep: Sleep,
+        sleep: Sleep<'a>,
     }
 }
 
-impl<F> Timeout<F> {
-    pub(crate) fn new(future: F, sleep: Sleep) -> Timeout<F> {
+impl<'a, F> Timeout<'a, F> {
+    pub(crate) fn new(future: F, sleep: Sleep<'a>) -> Timeout<'a, F> {
         Timeout { future, sleep }
+    }
+
+    /// The same timeout, no longer borrowing the [`TimerService`](crate::TimerService) it was
+    /// made from (one reference count of the service; see [`Sleep::into_owned`]). Its timer,
+    /// if registered, is kept.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tickwheel::TimerService;
+    ///
+    /// let service = Arc::new(TimerService::new().unwrap());
+    /// // A thread that outlives this scope's borrow of `service` takes an owned timeout.
+    /// let t = service.timeout(Duration::from_secs(1), async { 7 }).into_owned();
+    /// let out = std::thread::spawn(move || futures::executor::block_on(t)).join().unwrap();
+    /// assert_eq!(out, Ok(7));
+    /// ```
+    pub fn into_owned(self) -> Timeout<'static, F> {
+        Timeout {
+            future: self.future,
+            sleep: self.sleep.into_owned(),
+        }
     }
 
     /// The deadline (`None`: never, for `Duration::MAX`).
@@ -106,7 +136,7 @@ impl<F> Timeout<F> {
     }
 }
 
-impl<F: Future> Future for Timeout<F> {
+impl<F: Future> Future for Timeout<'_, F> {
     type Output = Result<F::Output, Elapsed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -121,7 +151,7 @@ impl<F: Future> Future for Timeout<F> {
     }
 }
 
-impl<F> fmt::Debug for Timeout<F> {
+impl<F> fmt::Debug for Timeout<'_, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Timeout")
             .field("sleep", &self.sleep)

@@ -432,6 +432,27 @@ unsafe fn drop_erased<F>(data: *mut Storage) {
     unsafe { ptr::drop_in_place(data.cast::<F>()) };
 }
 
+/// What [`Waker::will_wake`] compares of a waker: its data pointer and its vtable's address.
+/// A `Sleep` keeps the one of the waker in its queue entry, to see without the shard lock that
+/// a new poll brings a waker of the same task. Two wakers with equal ids are the same raw waker
+/// (the same task); while the entry holds its waker, that waker's data is alive, so no other
+/// waker can take its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WakerId {
+    data: usize,
+    vtable: usize,
+}
+
+impl WakerId {
+    #[inline]
+    pub(crate) fn of(waker: &Waker) -> WakerId {
+        WakerId {
+            data: waker.data() as usize,
+            vtable: std::ptr::from_ref(waker.vtable()) as usize,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Run under Miri by `.ci/run` (`cargo +nightly miri test --lib service::callback`).

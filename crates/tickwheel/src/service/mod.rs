@@ -115,17 +115,19 @@
 //! with no hand-off to a worker; both are `Callback`s, so they cost no more queue storage
 //! than a user callback and allocate nothing of their own:
 //!
-//! * `ServiceRef::schedule_waker(tick, Waker)`: a `Sleep`'s timer. It wakes the waker;
-//!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued (`false`
-//!   once it is not). At shutdown a pending one is woken.
-//! * `ServiceRef::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
+//! * `ServiceLink::schedule_waker(tick, Waker)`: a `Sleep`'s timer. It wakes the waker;
+//!   `TimerHandle::update_waker` swaps the waker in place while the entry is queued and
+//!   returns the `WakerId` the entry now holds (`None` once it is not). At shutdown a pending
+//!   one is woken.
+//! * `ServiceLink::schedule_notify(tick, Arc<dyn Expire>)`: a `Deadlines` timer. It calls
 //!   `Expire::expire(Expiry::Fired)`; at shutdown a pending one gets
 //!   `expire(Expiry::Discarded)`.
 //!
 //! `TimerHandle::cancel` removes either (`true`: it was not and will not be run),
-//! `TimerHandle::reset_tick` moves it. A `ServiceRef` (from `TimerService::service_ref`, or
+//! `TimerHandle::reset_tick` moves it. A `ServiceLink` (`TimerService::service_link`, which
+//! borrows the service; `service_ref`, a `ServiceRef` that holds a reference count; or
 //! `static_ref` for the lazily started [`TimerService::default_service`]) gives the ticks
-//! (`ServiceRef::ticks`) and the clock's time (`ServiceRef::now`). Wakers and `expire` must
+//! (`ServiceLink::ticks`) and the clock's time (`ServiceLink::now`). Wakers and `expire` must
 //! not block — they run on the thread that keeps every other timer on time; a panic in one is
 //! caught and ignored.
 
@@ -156,8 +158,10 @@ pub use handle::TimerHandle;
 pub use recurring::{Recurrence, RecurringHandle};
 pub use stats::{LatenessHistogram, Stats};
 
-pub(crate) use callback::{Expire, Expiry};
-pub(crate) use state::ServiceRef;
+pub(crate) use callback::{Expire, Expiry, WakerId};
+#[cfg(test)]
+pub(crate) use state::manual_service;
+pub(crate) use state::{ServiceLink, ServiceRef};
 
 use self::core::{AtCap, Core};
 use crate::sync::{Arc, Ordering};
@@ -540,13 +544,26 @@ impl TimerService {
 
     /// A `'static` reference to this service's state, for the futures layer.
     pub(crate) fn service_ref(&self) -> ServiceRef {
-        ServiceRef::Owned(self.state.clone())
+        ServiceLink::Owned(self.state.clone())
+    }
+
+    /// A reference to this service's state that borrows the service (no reference count), for
+    /// the futures layer.
+    #[inline]
+    pub(crate) fn service_link(&self) -> ServiceLink<'_> {
+        ServiceLink::Borrowed(&self.state)
+    }
+
+    /// How many references to this service's state exist (tests only).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn state_refs(&self) -> usize {
+        Arc::strong_count(&self.state)
     }
 
     /// Like [`service_ref`](Self::service_ref), without a reference count, for a service
     /// that lives forever.
     pub(crate) fn static_ref(&'static self) -> ServiceRef {
-        ServiceRef::Static(&self.state)
+        ServiceLink::Static(&self.state)
     }
 }
 

@@ -248,7 +248,7 @@ impl ServiceState {
         }
     }
 
-    /// The implementation of [`ServiceRef::schedule_notify`]: after shutdown the target is
+    /// The implementation of [`ServiceLink::schedule_notify`]: after shutdown the target is
     /// told `Discarded` and the handle is inert.
     #[inline]
     fn schedule_notify(&self, tick: u64, target: std::sync::Arc<dyn Expire>) -> TimerHandle {
@@ -256,7 +256,7 @@ impl ServiceState {
             .unwrap_or_else(|_| self.inert_handle())
     }
 
-    /// The implementation of [`ServiceRef::schedule_waker`]: after shutdown the waker is
+    /// The implementation of [`ServiceLink::schedule_waker`]: after shutdown the waker is
     /// woken at once and the handle is inert.
     #[inline]
     fn schedule_waker(&self, tick: u64, waker: Waker) -> TimerHandle {
@@ -443,6 +443,12 @@ impl ServiceState {
         pending
     }
 
+    /// How many times producers took a shard's queue lock, over all shards (tests only).
+    #[cfg(test)]
+    pub(crate) fn producer_locks(&self) -> u64 {
+        self.shards.iter().map(|s| s.producer_locks.get()).sum()
+    }
+
     /// Whether shutdown has begun.
     #[inline]
     pub(crate) fn is_stopping(&self) -> bool {
@@ -450,24 +456,41 @@ impl ServiceState {
     }
 }
 
-/// How the futures layer reaches a service after the `&TimerService` a future was made from
-/// is gone (a `Sleep` schedules at its first poll): the default service by `'static`
-/// reference (no reference count touched), any other by a clone of its state. It keeps
-/// the queues alive, not the threads: after shutdown it schedules nothing.
+/// How the futures layer reaches a service: the default service by `'static` reference, a
+/// service a future was made from by borrowing its `TimerService` (the methods of
+/// `on_service.rs`: no reference count touched, so two workers making futures on one service
+/// share no written cache line), or by a clone of its state where the future must outlive the
+/// borrow (`Interval`, `Deadlines`, `CronStream`, `into_owned`). It keeps the queues alive,
+/// not the threads: after shutdown it schedules nothing.
 #[derive(Clone)]
-pub(crate) enum ServiceRef {
+pub(crate) enum ServiceLink<'a> {
     /// A service that lives forever (the default one).
     Static(&'static ServiceState),
-    /// Any other service.
+    /// A service borrowed from its `TimerService`.
+    Borrowed(&'a Arc<ServiceState>),
+    /// Any service, by a reference count.
     Owned(Arc<ServiceState>),
 }
 
-impl ServiceRef {
+/// A [`ServiceLink`] that may outlive any borrow.
+pub(crate) type ServiceRef = ServiceLink<'static>;
+
+impl ServiceLink<'_> {
     #[inline]
     fn state(&self) -> &ServiceState {
         match self {
-            ServiceRef::Static(state) => state,
-            ServiceRef::Owned(state) => state,
+            ServiceLink::Static(state) => state,
+            ServiceLink::Borrowed(state) => state,
+            ServiceLink::Owned(state) => state,
+        }
+    }
+
+    /// The same service, without the borrow: a borrowed one is cloned (one reference count).
+    pub(crate) fn to_owned_ref(&self) -> ServiceRef {
+        match self {
+            ServiceLink::Static(state) => ServiceLink::Static(state),
+            ServiceLink::Borrowed(state) => ServiceLink::Owned(Arc::clone(state)),
+            ServiceLink::Owned(state) => ServiceLink::Owned(state.clone()),
         }
     }
 
@@ -507,6 +530,33 @@ impl ServiceRef {
     #[cfg(feature = "cron")]
     pub(crate) fn wall_clock(&self) -> std::sync::Arc<dyn crate::time::WallClock> {
         self.state().core.wall_clock()
+    }
+}
+
+/// A one-shard service on a virtual clock with no timer thread and no workers (a drain runs
+/// its wakers itself), for models of the futures layer: drive it with `drain_due`.
+#[cfg(test)]
+pub(crate) fn manual_service(
+    resolution: std::time::Duration,
+) -> (crate::time::ManualClock, ServiceRef) {
+    let clock = crate::time::ManualClock::new();
+    let ticks = crate::time::Ticks::new(clock.now(), resolution);
+    let core = Arc::new(Core::new(std::sync::Arc::new(clock.clone()), ticks, None));
+    let shard = Arc::new(Shard::new(core.clone(), super::QueueFlavor::Wheel));
+    let state = ServiceState::new(core, Box::new([shard]), 0, None, true);
+    (clock, ServiceLink::Owned(Arc::new(state)))
+}
+
+#[cfg(test)]
+impl ServiceLink<'_> {
+    /// Drains every timer due at `tick`, as the timer thread does (tests only).
+    pub(crate) fn drain_due(&self, tick: u64) -> usize {
+        self.state().drain_due(tick)
+    }
+
+    /// How many times producers took a shard's queue lock (tests only).
+    pub(crate) fn producer_locks(&self) -> u64 {
+        self.state().producer_locks()
     }
 }
 

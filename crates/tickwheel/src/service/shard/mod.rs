@@ -90,7 +90,7 @@ const DRAIN_SPINS: u32 = 1_000;
 #[cfg(loom)]
 const DRAIN_SPINS: u32 = 2;
 
-pub(crate) use super::callback::Callback;
+pub(crate) use super::callback::{Callback, WakerId};
 
 /// A due callback on its way to where it runs (a worker, or the timer thread itself), with
 /// the tick it was due at.
@@ -246,6 +246,10 @@ pub(crate) struct Shard {
     /// The queue's and `taken`'s length together (stored under the queue lock), for the
     /// high-water mark a cancel in the inbox takes.
     queued_len: AtomicUsize,
+    /// How many times a producer took the queue lock ([`lock_producer`](Self::lock_producer)):
+    /// tests assert which paths take none.
+    #[cfg(test)]
+    pub(crate) producer_locks: crate::sync::Counter,
 }
 
 impl Shard {
@@ -285,6 +289,8 @@ impl Shard {
             }),
             taken_len: AtomicUsize::new(0),
             queued_len: AtomicUsize::new(0),
+            #[cfg(test)]
+            producer_locks: crate::sync::Counter::new(),
         }
     }
 
@@ -376,28 +382,25 @@ impl Shard {
         removed.map(|entry| entry.callback)
     }
 
-    /// Makes a pending [`Callback::waker`] entry wake `waker`: `true` if it is still pending.
-    /// The waker is cloned only when it would not wake the same task; the one it replaces is
-    /// dropped after the lock is released (an executor's waker `Drop` is user code).
-    pub(crate) fn update_waker(&self, target: Target, waker: &Waker) -> bool {
+    /// Makes a pending [`Callback::waker`] entry wake `waker`: the [`WakerId`] of the waker the
+    /// entry now holds, `None` if it is no longer pending. The waker is cloned only when it
+    /// would not wake the same task; the one it replaces is dropped after the lock is released
+    /// (an executor's waker `Drop` is user code).
+    pub(crate) fn update_waker(&self, target: Target, waker: &Waker) -> Option<WakerId> {
         let mut st = self.lock_producer();
-        let Some(key) = self.resolve(&mut st, target) else {
-            return false;
-        };
-        let Some(slot) = st
+        let key = self.resolve(&mut st, target)?;
+        let slot = st
             .queue
             .get_mut(key)
-            .and_then(|entry| entry.callback.waker_mut())
-        else {
-            return false;
-        };
+            .and_then(|entry| entry.callback.waker_mut())?;
         if slot.will_wake(waker) {
-            return true;
+            return Some(WakerId::of(slot));
         }
         let old = std::mem::replace(slot, waker.clone());
+        let id = WakerId::of(slot);
         drop(st);
         drop(old);
-        true
+        Some(id)
     }
 
     /// Moves a pending timer to `tick`; `false` if it already fired or was cancelled.
@@ -437,6 +440,8 @@ impl Shard {
     /// is up, so a drain waits for at most the one producer operation in progress.
     #[inline]
     fn lock_producer(&self) -> MutexGuard<'_, ShardState> {
+        #[cfg(test)]
+        self.producer_locks.add(1);
         let mut round = 0;
         while self.drain_waiting.load(Ordering::Acquire) {
             backoff(round);

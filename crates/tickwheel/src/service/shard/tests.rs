@@ -158,7 +158,9 @@ fn loom_waker_swap_vs_fire_loses_no_wakeup() {
         let firer = race(&shard, |shard| fire_inline(shard, 1));
         // A `Sleep` polled again from another task brings `second`'s waker.
         let waker = Waker::from(second.clone());
-        let swapper = race(&shard, move |shard| shard.update_waker(key, &waker));
+        let swapper = race(&shard, move |shard| {
+            shard.update_waker(key, &waker).is_some()
+        });
         let swapped = swapper.join().unwrap();
         firer.join().unwrap();
         // Swapped first: the new task is woken. Fired first: the old one was, and the
@@ -201,7 +203,9 @@ fn a_waker_is_woken_not_dropped_when_discarded() {
     assert_eq!(all.len(), 1);
     all.into_iter().for_each(Callback::discard);
     assert_eq!(wakes(&count), 1);
-    assert!(!shard.update_waker(key, &Waker::from(count.clone())));
+    assert!(shard
+        .update_waker(key, &Waker::from(count.clone()))
+        .is_none());
 }
 
 #[test]
