@@ -870,3 +870,106 @@ pub fn analyze_poison(
     }
     r
 }
+
+/// The poison analysis can fail: a clean history passes, and each broken rule is counted.
+#[test]
+fn the_poison_analysis_counts_each_broken_rule() {
+    use tickwheel_redis::{AttemptError, ErrorLog, FailReason, FailedTask};
+    let pl = PoisonLimits {
+        max_attempts: 3,
+        retry_ms: 500,
+    };
+    let id = "poison-fail-1";
+    let plans = [TaskPlan {
+        id: id.into(),
+        run_at: 1000,
+        stored_at: 1,
+        poison: Some(Poison::Fail),
+        ..TaskPlan::default()
+    }];
+    let line = |attempt, at, due, version| Line {
+        id: id.into(),
+        due,
+        attempt,
+        at,
+        version,
+        shard: 0,
+        epoch: 1,
+        pid: 7,
+    };
+    let error = |attempt, at_ms| AttemptError {
+        attempt,
+        at_ms,
+        error: Poison::Fail.error(attempt),
+    };
+    let failed = FailedTask {
+        id: id.into(),
+        shard: 0,
+        failed_at_ms: 2110,
+        reason: FailReason::Exhausted,
+        errors: ErrorLog {
+            failures: 3,
+            first_failed_ms: 1005,
+            errors: vec![error(1, 1005), error(2, 1510), error(3, 2110)],
+        },
+        version: 1,
+        attempts: 3,
+        due_ms: 2010,
+        recurring: false,
+        payload_len: 0,
+        payload_preview: Vec::new(),
+    };
+    let clean = vec![
+        line(1, 1000, 1000, 1),
+        line(2, 1505, 1505, 1),
+        line(3, 2010, 2010, 1),
+        line(1, 5001, 5000, 2),
+    ];
+    let judge = |lines: &[Line], failed: &[FailedTask], faults: &[Fault]| {
+        analyze_poison(&plans, lines, failed, faults, 5000, pl)
+    };
+    let ok = judge(&clean, std::slice::from_ref(&failed), &[]);
+    assert!(ok.failures().is_empty(), "{ok}\n{:?}", ok.examples);
+    assert_eq!((ok.failed, ok.calls, ok.rerun), (1, 3, 1));
+
+    // A fourth call, unrecorded: beyond the maximum, unexplained; explained by a kill 0.5 s
+    // after it by the same worker.
+    let mut extra = clean.clone();
+    extra.push(line(4, 2700, 2610, 1));
+    let r = judge(&extra, std::slice::from_ref(&failed), &[]);
+    assert_eq!(r.beyond(Cause::Other), 1, "{r}");
+    assert!(!r.failures().is_empty());
+    let kill = Fault {
+        kind: Kind::Kill,
+        start: 3200,
+        end: 3200,
+        pid: 7,
+    };
+    let r = judge(&extra, std::slice::from_ref(&failed), &[kill]);
+    assert_eq!(
+        (r.beyond(Cause::Kill), r.beyond(Cause::Other)),
+        (1, 0),
+        "{r}"
+    );
+    assert!(r.failures().is_empty(), "{r}");
+
+    // A retry before its delay after the recorded failure, and one before its run-at.
+    let mut early = clean.clone();
+    early[1] = line(2, 1400, 1400, 1);
+    early[2] = line(3, 2009, 2010, 1);
+    assert_eq!(judge(&early, std::slice::from_ref(&failed), &[]).early, 2);
+
+    // Not in the failed set: lost. A wrong error text or reason.
+    assert_eq!(judge(&clean, &[], &[]).lost, 1);
+    let mut wrong = failed.clone();
+    wrong.errors.errors[1].error = "something else".into();
+    assert_eq!(judge(&clean, &[wrong], &[]).bad_errors, 1);
+    let mut wrong = failed.clone();
+    wrong.reason = FailReason::NonRetryable;
+    assert_eq!(judge(&clean, &[wrong], &[]).bad_errors, 1);
+
+    // Not run again after the operator's retry.
+    let r = judge(&clean[..3], std::slice::from_ref(&failed), &[]);
+    assert_eq!(r.rerun, 0);
+    assert!(!r.failures().is_empty());
+}
