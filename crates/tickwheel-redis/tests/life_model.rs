@@ -1,11 +1,13 @@
 //! A task's life against a model: on a real redis-server, a manual clock and `Worker::tick`,
 //! a seeded random sequence of operations (schedule with or without its own retry policy,
-//! cancel, reschedule, run now, advance the clock and tick with a handler whose outcome is
+//! one-shot or recurring every 300 or 700 ms, cancel, reschedule, run now, advance the clock and tick with a handler whose outcome is
 //! drawn per call: ack, fail, fail with its own delay, non-retryable, retry after, panic,
 //! leave; pause, resume, retry failed, discard failed) is checked after every step against a
 //! `BTreeMap` model of each id: its live task (pending with run-at, attempts, failures and
 //! errors; or in flight until its visibility timeout), its failed record (reason, failures,
-//! errors), or nothing.
+//! errors), or nothing. A recurring task is re-armed at its next run of its phase after an
+//! ack, and after a run that failed for good unless its policy stops the series; a failed
+//! record and the live series then share the id (a retry of the record is refused).
 //!
 //! Every handler call is checked as it is made: never before its run-at (or, in flight,
 //! before its visibility timeout ends), never while the namespace is paused, never once its
@@ -27,8 +29,8 @@ use std::time::Duration;
 
 use tickwheel_lab::SplitMix64;
 use tickwheel_redis::{
-    Acted, Delivery, FailReason, FailedFilter, Inspector, Outcome, Producer, RetryPolicy, RunAt,
-    Task, TaskState, Worker, ERRORS_KEPT,
+    Acted, Delivery, FailReason, FailedFilter, Inspector, Outcome, Producer, Recurrence,
+    RetryPolicy, RunAt, Task, TaskState, Worker, ERRORS_KEPT,
 };
 
 const T0: u64 = 1_000_000;
@@ -48,6 +50,30 @@ struct Live {
     policy: RetryPolicy,
     /// In flight (the handler said `Leave`): deliverable again from this instant.
     visible_at: Option<u64>,
+    /// A recurring task's period, ms.
+    every: Option<u64>,
+}
+
+impl Live {
+    fn new(run_at: u64, policy: RetryPolicy, every: Option<u64>, errors: Vec<String>) -> Live {
+        Live {
+            run_at,
+            attempts: 0,
+            failures: 0,
+            errors,
+            policy,
+            visible_at: None,
+            every,
+        }
+    }
+
+    /// A recurring task's next run after a delivery at `now` (see `Rule::next_after`): the
+    /// first run of its phase after both its run-at and now.
+    fn next_run(&self, now: u64) -> Option<u64> {
+        let p = self.every?;
+        let due = self.run_at;
+        Some(due + ((now.max(due) - due) / p + 1) * p)
+    }
 }
 
 /// A failed task's record.
@@ -59,6 +85,7 @@ struct Failed {
     attempt: u32,
     errors: Vec<String>,
     policy: RetryPolicy,
+    every: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -101,7 +128,10 @@ fn ns_policy() -> RetryPolicy {
 fn own_policy(rng: &mut SplitMix64) -> RetryPolicy {
     match rng.below(3) {
         0 => RetryPolicy::no_retry(),
-        1 => RetryPolicy::fixed(2, Duration::from_millis(150)),
+        1 => RetryPolicy {
+            stop_series_on_failure: rng.below(2) == 0,
+            ..RetryPolicy::fixed(2, Duration::from_millis(150))
+        },
         _ => RetryPolicy {
             max_attempts: 5,
             initial_delay: Duration::from_millis(30),
@@ -144,7 +174,12 @@ struct Figures {
     by_outcome: BTreeMap<&'static str, usize>,
     failed: [usize; 2],
     retried: usize,
+    /// Retries refused: a live task has the id (scheduled again, or the series goes on).
+    live_exists: usize,
     discarded: usize,
+    /// Recurring tasks scheduled, and their runs re-armed (after an ack or a failed run).
+    recurring: usize,
+    rearmed: usize,
     /// Calls of tasks left in flight (`Leave`), after their visibility timeout.
     redelivered: usize,
     paused_steps: usize,
@@ -176,25 +211,33 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
             0..=24 => {
                 let run_at = now + rng.below(1200);
                 let own = (rng.below(5) < 2).then(|| own_policy(&mut rng));
+                let every = (rng.below(8) == 0).then(|| [300, 700][rng.below(2) as usize]);
+                let rec = every.map(|ms| Recurrence::Every(Duration::from_millis(ms)));
                 let mut task = Task::new(&id, RunAt::AtMillis(run_at), b"x");
                 if let Some(o) = own {
                     task = task.retry(o);
                 }
+                if let Some(r) = &rec {
+                    task = task.recurring(r);
+                    fig.recurring += 1;
+                }
                 let replaced = p.schedule_many([task]).unwrap()[0].replaced;
                 assert_eq!(replaced, e.live.is_some(), "{ctx}: schedule replaced");
-                e.live = Some(Live {
+                e.live = Some(Live::new(
                     run_at,
-                    attempts: 0,
-                    failures: 0,
-                    errors: Vec::new(),
-                    policy: own.unwrap_or(ns_policy()),
-                    visible_at: None,
-                });
+                    own.unwrap_or(ns_policy()),
+                    every,
+                    Vec::new(),
+                ));
             }
             25..=31 => {
-                let pending = e.live.as_ref().is_some_and(|l| l.visible_at.is_none());
-                assert_eq!(p.cancel(&id).unwrap(), pending, "{ctx}: cancel");
-                if pending {
+                // A pending task, or a recurring one in flight (the series stops).
+                let gone = e
+                    .live
+                    .as_ref()
+                    .is_some_and(|l| l.visible_at.is_none() || l.every.is_some());
+                assert_eq!(p.cancel(&id).unwrap(), gone, "{ctx}: cancel");
+                if gone {
                     e.live = None;
                 }
             }
@@ -230,16 +273,12 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
                 let acted = p.retry_failed([&id]).unwrap()[0];
                 let want = match (&e.failed, &e.live) {
                     (None, _) => Acted::NotFailed,
-                    (Some(_), Some(_)) => Acted::LiveTaskExists,
+                    (Some(_), Some(_)) => {
+                        fig.live_exists += 1;
+                        Acted::LiveTaskExists
+                    }
                     (Some(f), None) => {
-                        e.live = Some(Live {
-                            run_at: now,
-                            attempts: 0,
-                            failures: 0,
-                            errors: f.errors.clone(),
-                            policy: f.policy,
-                            visible_at: None,
-                        });
+                        e.live = Some(Live::new(now, f.policy, f.every, f.errors.clone()));
                         e.failed = None;
                         fig.retried += 1;
                         Acted::Done
@@ -291,8 +330,12 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
     eprintln!("life model, seed {seed}, {steps} steps: {fig:?}");
     assert!(fig.calls > 100, "the run exercised the handler: {fig:?}");
     assert!(
-        fig.failed[0] > 3 && fig.failed[1] > 3 && fig.retried > 3 && fig.paused_steps > 3,
-        "and failures, retries and pauses: {fig:?}"
+        fig.failed[0] > 3
+            && fig.failed[1] > 3
+            && fig.retried > 0
+            && fig.paused_steps > 3
+            && fig.rearmed > 3,
+        "and failures, retries, pauses and series: {fig:?}"
     );
 }
 
@@ -392,8 +435,12 @@ fn tick(
             Did::Leave => ("leave", None),
         };
         *fig.by_outcome.entry(name).or_default() += 1;
+        let next = l.next_run(now);
         match did {
-            Did::Ack => e.live = None,
+            Did::Ack => {
+                e.live = next.map(|at| Live::new(at, l.policy, l.every, Vec::new()));
+                fig.rearmed += usize::from(next.is_some());
+            }
             Did::After(ms) => l.run_at = now + ms,
             Did::Leave => l.visible_at = Some(now + VISIBILITY_MS),
             Did::Fail(_) | Did::Fatal | Did::Panic => {
@@ -419,8 +466,13 @@ fn tick(
                         attempt,
                         errors: l.errors.clone(),
                         policy: l.policy,
+                        every: l.every,
                     });
-                    e.live = None;
+                    // A failed run of a series: the series goes on at its next run, unless
+                    // its policy stops it.
+                    let goes_on = next.filter(|_| !l.policy.stop_series_on_failure);
+                    e.live = goes_on.map(|at| Live::new(at, l.policy, l.every, Vec::new()));
+                    fig.rearmed += usize::from(goes_on.is_some());
                 }
             }
         }
