@@ -10,7 +10,8 @@
 //! record and the live series then share the id (a retry of the record is refused).
 //!
 //! Every handler call is checked as it is made: never before its run-at (or, in flight,
-//! before its visibility timeout ends), never while the namespace is paused, never once its
+//! before its visibility timeout ends), never while its shard is paused (the whole namespace
+//! or one shard, `Producer::pause_shards`), never once its
 //! policy's attempts have failed, with the attempt the model expects; and every task the
 //! model says is due is called. After every step each id's `Producer::state`, its live error
 //! log (`Inspector::show`) and the failed set (`Inspector::failed`: reason, failure count,
@@ -199,7 +200,18 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
     let mut model: BTreeMap<String, Entry> = (0..IDS)
         .map(|i| (format!("t{i}"), Entry::default()))
         .collect();
-    let mut paused = false;
+    // Each id's shard, learnt by storing it once (the model pauses shards one by one too).
+    let shard_of: BTreeMap<String, u32> = model
+        .keys()
+        .map(|id| {
+            p.schedule(id, RunAt::AtMillis(T0 + 3_600_000), b"")
+                .unwrap();
+            let shard = ins.show(id).unwrap().expect("just stored").info.shard;
+            assert!(p.cancel(id).unwrap());
+            (id.clone(), shard)
+        })
+        .collect();
+    let mut paused = vec![false; shards as usize];
     let mut now = T0;
     let mut fig = Figures::default();
     for step in 0..steps {
@@ -259,15 +271,31 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
                     l.run_at = to;
                 }
             }
-            44..=45 => {
-                let changed = p.pause().unwrap();
-                assert_eq!(changed, if paused { 0 } else { shards }, "{ctx}: pause");
-                paused = true;
-            }
-            46..=50 => {
-                let changed = p.resume().unwrap();
-                assert_eq!(changed, if paused { shards } else { 0 }, "{ctx}: resume");
-                paused = false;
+            44..=50 => {
+                // 44 pause all, 45 pause one shard, 46 ..= 48 resume all, 49 ..= 50 resume
+                // one shard (the id's).
+                let pause = what <= 45;
+                let one = what == 45 || what >= 49;
+                let which: Vec<u32> = if one {
+                    vec![shard_of[&id]]
+                } else {
+                    (0..shards).collect()
+                };
+                let changed = if one {
+                    p.pause_shards(&which, pause).unwrap()
+                } else if pause {
+                    p.pause().unwrap()
+                } else {
+                    p.resume().unwrap()
+                };
+                let want = which
+                    .iter()
+                    .filter(|&&s| paused[s as usize] != pause)
+                    .count();
+                assert_eq!(changed as usize, want, "{ctx}: pause {pause} of {which:?}");
+                for s in which {
+                    paused[s as usize] = pause;
+                }
             }
             51..=57 => {
                 let acted = p.retry_failed([&id]).unwrap()[0];
@@ -299,24 +327,39 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
             _ => {
                 now += rng.below(400);
                 time.set_ms(now);
-                if paused {
+                if paused.contains(&true) {
                     fig.paused_steps += 1;
                 }
-                tick(&mut w, &mut model, &mut rng, now, paused, &ctx, &mut fig);
+                let paused_ids = |id: &str| paused[shard_of[id] as usize];
+                tick(
+                    &mut w,
+                    &mut model,
+                    &mut rng,
+                    now,
+                    &paused_ids,
+                    &ctx,
+                    &mut fig,
+                );
             }
         }
         check(&mut p, &mut ins, &model, &ctx);
         common::check_layout(&s.url(), &ns, shards);
     }
     // The end: resume, leave time to every retry, and everything is acknowledged or failed.
-    if paused {
-        p.resume().unwrap();
-    }
+    p.resume().unwrap();
     for k in 0..40 {
         now += 300;
         time.set_ms(now);
         let ctx = format!("seed {seed}, drain {k}, at {}", now - T0);
-        tick(&mut w, &mut model, &mut rng, now, false, &ctx, &mut fig);
+        tick(
+            &mut w,
+            &mut model,
+            &mut rng,
+            now,
+            &|_| false,
+            &ctx,
+            &mut fig,
+        );
         check(&mut p, &mut ins, &model, &ctx);
         for (id, e) in &model {
             let stuck = e.live.as_ref().and_then(|l| l.visible_at);
@@ -347,7 +390,7 @@ fn tick(
     model: &mut BTreeMap<String, Entry>,
     rng: &mut SplitMix64,
     now: u64,
-    paused: bool,
+    paused: &dyn Fn(&str) -> bool,
     ctx: &str,
     fig: &mut Figures,
 ) {
@@ -399,7 +442,7 @@ fn tick(
     let mut called = std::collections::BTreeSet::new();
     for (id, attempt, did) in calls {
         let ctx = format!("{ctx}: call of {id} attempt {attempt} ({did:?})");
-        assert!(!paused, "{ctx}: a call while paused");
+        assert!(!paused(&id), "{ctx}: a call while its shard is paused");
         assert!(called.insert(id.clone()), "{ctx}: called twice in one tick");
         let e = model.get_mut(&id).expect("a known id");
         let l = e
@@ -477,10 +520,10 @@ fn tick(
             }
         }
     }
-    if paused {
-        return;
-    }
     for (id, e) in model.iter() {
+        if paused(id) {
+            continue;
+        }
         if let Some(l) = &e.live {
             // Due: pending at or before now (a task in flight comes back by the worker's
             // recovery scan, at a time the model does not pin down).
