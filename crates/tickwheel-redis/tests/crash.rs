@@ -11,6 +11,17 @@
 //! prints its figures (lost, early, after a successful cancel, stranded, duplicates by cause,
 //! lateness per fault kind and in fault-free stretches) and fails on the targets.
 //!
+//! Poison tasks ride along in the single-server run (1.5 % of the ids, run with the worker
+//! binary's `--poison`, a fixed policy of 3 attempts 500 ms apart): `poison-fail-*` fail,
+//! `poison-panic-*` panic, `poison-fatal-*` are non-retryable. Each must end in the failed
+//! set with its errors (`Inspector::failed`: reason, failure count and every error's text),
+//! none lost, none delivered before its run-at or its retry's, each called at most its
+//! maximum attempts plus the calls whose verdict a fault swallowed (a delivery logged but
+//! whose failure Redis never recorded, attributed as duplicates are: in flight at a kill, a
+//! stop, an outage; any other fails the test). Then the test creates the workers'
+//! `--heal-file` and retries them all (`Producer::retry_failed_where`, by error text): each
+//! must run again, under its new version, and be acknowledged.
+//!
 //! The p99 target of fault-free stretches (5 ms) is checked in release builds only: a debug
 //! build's unoptimized workers say nothing of the library's timing. Every other target holds
 //! in both.
@@ -28,9 +39,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use faults::{Call, Fault, Kind, Limits, TaskPlan};
+use faults::{Call, Fault, Kind, Limits, Poison, PoisonLimits, TaskPlan};
 use tickwheel_redis::server::{RedisCluster, RedisServer};
-use tickwheel_redis::{Config, Producer, RunAt, Task};
+use tickwheel_redis::{Config, FailedFilter, Inspector, Producer, RunAt, Task};
 
 /// The tests here start worker processes and time them: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -44,6 +55,11 @@ const WARMUP_MS: u64 = 3000;
 /// How far ahead of their run-at the test schedules tasks (odd, even indices).
 const NEAR_LEAD_MS: u64 = 3000;
 const FAR_LEAD_MS: u64 = 12_000;
+/// The poison tasks' retry policy (the workers' `--retry-max`, `--retry-ms`).
+const POISON: PoisonLimits = PoisonLimits {
+    max_attempts: 3,
+    retry_ms: 500,
+};
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -109,7 +125,7 @@ fn faults_lose_nothing_strand_nothing_and_cost_seconds() {
     let mut redis = common::server();
     let (url, dir) = (redis.url(), redis.dir().to_path_buf());
     let kinds = [Kind::Kill, Kind::Stop, Kind::Restart];
-    fault_test(&url, &dir, size, &kinds, Some(&mut redis));
+    fault_test(&url, &dir, size, &kinds, Some(&mut redis), true);
 }
 
 /// The same on a private 3-node Redis Cluster (16 shards spread over the nodes), with worker
@@ -125,25 +141,28 @@ fn faults_on_a_cluster_lose_nothing_and_strand_nothing() {
     };
     let url = Config::cluster(&cluster.seeds(), "x").url;
     let dir = cluster.nodes()[0].dir().to_path_buf();
-    fault_test(&url, &dir, size, &[Kind::Kill, Kind::Stop], None);
+    fault_test(&url, &dir, size, &[Kind::Kill, Kind::Stop], None, false);
 }
 
-/// Runs the workload with `size.cycles` faults (`kinds` in turn), then judges the logs.
+/// Runs the workload with `size.cycles` faults (`kinds` in turn), then judges the logs; with
+/// `poison`, poison tasks among them (see the module's docs).
 fn fault_test(
     url: &str,
     dir: &Path,
     size: Size,
     kinds: &[Kind],
     mut redis: Option<&mut RedisServer>,
+    poison: bool,
 ) {
     let ns = "faults";
     let mut cfg = Config::new(url, ns);
     cfg.shards = SHARDS;
     let producer = Producer::connect(&cfg).unwrap();
-    let mut workers = Workers::start(url, ns, dir, size.lease_ms);
+    let heal = poison.then(|| dir.join("heal"));
+    let mut workers = Workers::start(url, ns, dir, size.lease_ms, heal.clone());
     wait_balanced(url, ns);
     let t0 = now_ms() + 2000;
-    let plans = plan_tasks(size, t0);
+    let plans = plan_tasks(size, t0, poison);
     let mut run = Run {
         pump: Pump::new(&plans),
         plans,
@@ -171,12 +190,57 @@ fn fault_test(
     }
     run.pump_until(t0 + size.span_ms());
     run.drain(t0 + size.span_ms() + 2 * size.lease_ms + 20_000);
+    let healed = heal.map(|heal| heal_poison(&cfg, &mut run, &heal));
     let exited = workers.finish();
-    judge(size, &run, &workers.logs, exited);
+    judge(size, &run, &workers.logs, exited, healed);
 }
 
-fn judge(size: Size, run: &Run, logs: &[PathBuf], exited: Vec<String>) {
+/// The failed set as read after the run, and when the operator's retry was sent.
+struct Healed {
+    failed: Vec<tickwheel_redis::FailedTask>,
+    retried_at: u64,
+}
+
+/// Reads the failed set, creates the heal file and retries every poison task by its error
+/// text; waits until they ran again and were acknowledged (nothing stored, nothing failed).
+fn heal_poison(cfg: &Config, run: &mut Run, heal: &Path) -> Healed {
+    let mut ins = Inspector::connect(cfg).unwrap();
+    let failed = ins.failed(&FailedFilter::default()).unwrap();
+    std::fs::write(heal, b"").unwrap();
+    let retried_at = now_ms();
+    let filter = FailedFilter {
+        error_contains: Some("poison".into()),
+        ..FailedFilter::default()
+    };
+    let report = run.producer.retry_failed_where(&filter).unwrap();
+    assert_eq!(
+        report.acted,
+        failed.len() as u64,
+        "every failed task retried: {report:?}"
+    );
+    let settled = common::eventually(Duration::from_secs(30), || {
+        run.producer.len().ok() == Some(0) && ins.stats().is_ok_and(|s| s.failed() == 0)
+    });
+    assert!(
+        settled,
+        "the retried poison tasks never all ran and were acknowledged"
+    );
+    std::thread::sleep(Duration::from_millis(300)); // the last log lines
+    Healed { failed, retried_at }
+}
+
+fn judge(size: Size, run: &Run, logs: &[PathBuf], exited: Vec<String>, healed: Option<Healed>) {
     let lines = faults::read_logs(logs).unwrap();
+    let poison = healed.map(|h| {
+        faults::analyze_poison(
+            &run.plans,
+            &lines,
+            &h.failed,
+            &run.faults,
+            h.retried_at,
+            POISON,
+        )
+    });
     let report = faults::analyze(&run.plans, lines, &run.faults, size.limits());
     eprintln!(
         "fault test: {} tasks, {} cycles, {WORKERS} workers, lease {} ms\n{report}",
@@ -187,26 +251,43 @@ fn judge(size: Size, run: &Run, logs: &[PathBuf], exited: Vec<String>) {
     }
     let mut failures = report.failures(size.limits());
     failures.extend(exited);
+    let mut examples = report.examples.clone();
+    if let Some(p) = poison {
+        eprintln!("{p}");
+        failures.extend(p.failures());
+        examples.extend(p.examples);
+    }
     assert!(
         failures.is_empty(),
         "targets missed:\n  {}\nexamples:\n  {}",
         failures.join("\n  "),
-        report.examples.join("\n  ")
+        examples.join("\n  ")
     );
 }
 
 /// Every task's id and run-at, spread evenly over the run; one id in a thousand holds a
-/// space, a backslash, a tab and line breaks (the delivery log must keep it whole).
-fn plan_tasks(size: Size, t0: u64) -> Vec<TaskPlan> {
+/// space, a backslash, a tab and line breaks (the delivery log must keep it whole). With
+/// `poison`, 3 ids in 200 are poison tasks, one of each kind (none cancelled or rescheduled).
+fn plan_tasks(size: Size, t0: u64, poison: bool) -> Vec<TaskPlan> {
     (0..size.tasks)
-        .map(|i| TaskPlan {
-            id: if i % 1000 == 999 {
-                format!("task {i} \\ with\tspecials\r\n")
-            } else {
-                format!("task-{i}")
-            },
-            run_at: t0 + i * size.span_ms() / size.tasks,
-            ..TaskPlan::default()
+        .map(|i| {
+            let kind = match i % 200 {
+                13 => Some(Poison::Fail),
+                113 => Some(Poison::Panic),
+                57 => Some(Poison::Fatal),
+                _ => None,
+            }
+            .filter(|_| poison);
+            TaskPlan {
+                id: match kind {
+                    Some(k) => format!("{}{i}", k.prefix()),
+                    None if i % 1000 == 999 => format!("task {i} \\ with\tspecials\r\n"),
+                    None => format!("task-{i}"),
+                },
+                run_at: t0 + i * size.span_ms() / size.tasks,
+                poison: kind,
+                ..TaskPlan::default()
+            }
         })
         .collect()
 }
@@ -421,17 +502,20 @@ struct Workers {
     ns: String,
     dir: PathBuf,
     lease_ms: u64,
+    /// With poison tasks: the workers' `--heal-file`.
+    heal: Option<PathBuf>,
     procs: Vec<Proc>,
     logs: Vec<PathBuf>,
 }
 
 impl Workers {
-    fn start(url: &str, ns: &str, dir: &Path, lease_ms: u64) -> Workers {
+    fn start(url: &str, ns: &str, dir: &Path, lease_ms: u64, heal: Option<PathBuf>) -> Workers {
         let mut w = Workers {
             url: url.into(),
             ns: ns.into(),
             dir: dir.into(),
             lease_ms,
+            heal,
             procs: Vec::new(),
             logs: Vec::new(),
         };
@@ -445,7 +529,16 @@ impl Workers {
     fn spawn(&mut self) -> Proc {
         let log = self.dir.join(format!("deliveries-{}.log", self.logs.len()));
         self.logs.push(log.clone());
-        let child = Command::new(env!("CARGO_BIN_EXE_tickwheel-redis-worker"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tickwheel-redis-worker"));
+        if let Some(heal) = &self.heal {
+            cmd.args(["--poison", "--heal-file"]).arg(heal).args([
+                "--retry-max",
+                &POISON.max_attempts.to_string(),
+                "--retry-ms",
+                &POISON.retry_ms.to_string(),
+            ]);
+        }
+        let child = cmd
             .args(["--url", &self.url, "--namespace", &self.ns, "--log"])
             .arg(log)
             .args(["--lease-ms", &self.lease_ms.to_string()])

@@ -178,6 +178,10 @@ fn help_prints_the_usage_and_exits_0() {
             "--claim-ahead-ms",
             "--connect-timeout-ms",
             "--metrics",
+            "--retry-max",
+            "--retry-ms",
+            "--poison",
+            "--heal-file",
         ] {
             assert!(usage.contains(f), "{f} missing from the usage");
         }
@@ -189,7 +193,7 @@ fn help_prints_the_usage_and_exits_0() {
 /// required flag, an unknown argument, a flag without its value (never a silent default).
 #[test]
 fn a_bad_command_line_points_at_help() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--log", "/dev/null"],
             "--namespace is required (see --help)",
@@ -199,6 +203,14 @@ fn a_bad_command_line_points_at_help() {
         (
             &["--namespace", "x", "--log", "/dev/null", "--url"],
             "--url needs a value",
+        ),
+        (
+            &["--namespace", "x", "--log", "/dev/null", "--heal-file", "f"],
+            "--heal-file needs --poison",
+        ),
+        (
+            &["--namespace", "x", "--log", "/dev/null", "--retry-max", "x"],
+            "--retry-max \"x\": expected a number of attempts",
         ),
     ];
     for (args, want) in cases {

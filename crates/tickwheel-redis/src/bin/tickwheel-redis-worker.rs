@@ -4,6 +4,7 @@
 //! tickwheel-redis-worker --namespace NS --log FILE [--url redis://127.0.0.1:6379/]
 //!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
 //!     [--claim-ahead-ms 1000] [--connect-timeout-ms 60000] [--metrics [HOST:]PORT]
+//!     [--retry-max N] [--retry-ms MS] [--poison [--heal-file FILE]]
 //! ```
 //!
 //! `--namespace` and `--log` are required; `--url` defaults to the local Redis on its default
@@ -24,6 +25,20 @@
 //! exactly eight space-separated fields whatever the id, and an id without those characters is
 //! written as it is.
 //!
+//! `--retry-max N` and `--retry-ms MS` set a fixed retry policy (`RetryPolicy::fixed`: N
+//! failed attempts, MS apart; either alone takes the other's default, 25 attempts or 1000 ms).
+//!
+//! `--poison` (for fault tests of failing handlers) makes the handler fail by the id's prefix,
+//! after logging the delivery as any other:
+//! - `poison-fail-*`: `Outcome::fail("poison fail attempt N")`, N the delivery's attempt;
+//! - `poison-panic-*`: panics with `poison panic attempt N` (recorded as
+//!   `panicked: poison panic attempt N`; the panic hook keeps quiet about these);
+//! - `poison-fatal-*`: `Outcome::non_retryable("poison fatal")`.
+//!
+//! Every other id is acknowledged. With `--heal-file FILE`, poison ids are acknowledged too
+//! once FILE exists (looked at on each poison delivery): a test creates it, then retries the
+//! failed tasks (`Producer::retry_failed_where`) and sees them run again and succeed.
+//!
 //! SIGTERM or SIGINT stops the worker cleanly: it finishes the delivery in hand, sends its
 //! acknowledgements, puts back the tasks it claimed ahead and never delivered (pending again
 //! at their run-at, the attempt undone), releases its shards (so other workers take them at
@@ -34,7 +49,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tickwheel_redis::{Config, Outcome, Worker};
+use tickwheel_redis::{Config, Outcome, RetryPolicy, Worker};
 
 fn main() -> ExitCode {
     match run() {
@@ -73,6 +88,14 @@ Options:
   --connect-timeout-ms MS   wait this long for Redis at start [default: 60000]
   --metrics [HOST:]PORT     serve Prometheus metrics at http://HOST:PORT/metrics
                             (a bare PORT is on 127.0.0.1)
+  --retry-max N             a fixed retry policy: N failed attempts, then the failed set
+                            [default with --retry-ms: 25]
+  --retry-ms MS             ... MS apart [default with --retry-max: 1000]
+  --poison                  fail by id prefix (for fault tests): poison-fail-* returns
+                            a failure \"poison fail attempt N\", poison-panic-* panics
+                            \"poison panic attempt N\", poison-fatal-* is non-retryable
+                            \"poison fatal\"; other ids are acknowledged
+  --heal-file FILE          with --poison: once FILE exists, poison ids are acknowledged
   -h, --help                print this and exit
 
 Example:
@@ -87,6 +110,36 @@ struct Args {
     cfg: Config,
     log: String,
     metrics: Option<String>,
+    poison: Option<Poison>,
+}
+
+/// `--poison`: failing handlers by id prefix (see the header).
+struct Poison {
+    heal_file: Option<String>,
+}
+
+impl Poison {
+    /// What the handler does with `d` besides logging it: `None` to acknowledge it.
+    fn outcome(&self, d: &tickwheel_redis::Delivery) -> Option<Outcome> {
+        let kind = d.id.strip_prefix("poison-")?;
+        if self
+            .heal_file
+            .as_ref()
+            .is_some_and(|f| std::path::Path::new(f).exists())
+        {
+            return None;
+        }
+        let n = d.attempt;
+        if kind.starts_with("fail-") {
+            Some(Outcome::fail(format!("poison fail attempt {n}")))
+        } else if kind.starts_with("panic-") {
+            panic!("poison panic attempt {n}");
+        } else if kind.starts_with("fatal-") {
+            Some(Outcome::non_retryable("poison fatal"))
+        } else {
+            None
+        }
+    }
 }
 
 /// The command line, parsed: `None` for `--help`.
@@ -96,6 +149,8 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut cfg = Config::new("", "");
     cfg.connect_timeout = Duration::from_secs(60);
     let mut metrics = None;
+    let (mut retry_max, mut retry_ms) = (None, None);
+    let (mut poison, mut heal_file) = (false, None);
     while let Some(a) = args.next() {
         let flag = a.as_str();
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -116,17 +171,47 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             "--claim-ahead-ms" => cfg.claim_ahead = ms(value()?)?,
             "--connect-timeout-ms" => cfg.connect_timeout = ms(value()?)?,
             "--metrics" => metrics = Some(metrics_addr_of(value()?)?),
+            "--retry-max" => {
+                let v = value()?;
+                retry_max = Some(
+                    v.parse::<u32>()
+                        .map_err(|_| format!("{flag} {v:?}: expected a number of attempts"))?,
+                );
+            }
+            "--retry-ms" => retry_ms = Some(ms(value()?)?),
+            "--poison" => poison = true,
+            "--heal-file" => heal_file = Some(value()?),
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
     cfg.url = url.unwrap_or_else(|| DEFAULT_URL.to_string());
     cfg.namespace = ns.ok_or("--namespace is required (see --help)")?;
     let log = log.ok_or("--log is required (see --help)")?;
-    Ok(Some(Args { cfg, log, metrics }))
+    if retry_max.is_some() || retry_ms.is_some() {
+        cfg.retry = RetryPolicy::fixed(
+            retry_max.unwrap_or(25),
+            retry_ms.unwrap_or(Duration::from_secs(1)),
+        );
+    }
+    if heal_file.is_some() && !poison {
+        return Err("--heal-file needs --poison (see --help)".into());
+    }
+    let poison = poison.then_some(Poison { heal_file });
+    Ok(Some(Args {
+        cfg,
+        log,
+        metrics,
+        poison,
+    }))
 }
 
 fn run() -> Result<(), String> {
-    let Args { cfg, log, metrics } = match parse_args(std::env::args().skip(1))? {
+    let Args {
+        cfg,
+        log,
+        metrics,
+        poison,
+    } = match parse_args(std::env::args().skip(1))? {
         None => {
             print!("{USAGE}");
             return Ok(());
@@ -147,11 +232,17 @@ fn run() -> Result<(), String> {
         None => None,
     };
     stop_on_signals(worker.stop_handle())?;
+    if poison.is_some() {
+        quiet_poison_panics();
+    }
     let pid = std::process::id();
     let mut failed = None;
     worker
         .run(|d| match file.write_all(log_line(d, pid).as_bytes()) {
-            Ok(()) => Outcome::Ack,
+            Ok(()) => poison
+                .as_ref()
+                .and_then(|p| p.outcome(d))
+                .unwrap_or(Outcome::Ack),
             Err(e) => {
                 failed.get_or_insert(e);
                 Outcome::Leave
@@ -162,6 +253,17 @@ fn run() -> Result<(), String> {
         Some(e) => Err(format!("{log}: {e}")),
         None => Ok(()),
     }
+}
+
+/// Panics of `poison-panic-*` tasks are expected: the default hook reports every other.
+fn quiet_poison_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>();
+        if !msg.is_some_and(|m| m.starts_with("poison panic attempt ")) {
+            default(info);
+        }
+    }));
 }
 
 /// SIGTERM and SIGINT stop the worker (it then releases its shards).

@@ -13,9 +13,14 @@
 //! - The end of a fault: the SIGKILL itself (the replacement starts at once), the SIGCONT, or
 //!   the moment Redis answers a read again after its restart (its append-only file loaded).
 //! - A task due in a *fault-free stretch* is one no fault holds.
+//!
+//! *Poison* tasks (the worker binary's `--poison`: ids `poison-fail-*`, `poison-panic-*`,
+//! `poison-fatal-*`) fail on purpose; [`analyze_poison`] judges them: each must end in the
+//! failed set with the errors of its attempts, called at most its maximum attempts plus
+//! deliveries whose verdict a fault swallowed, never before its run-at or its retry's.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -145,6 +150,56 @@ pub struct TaskPlan {
     pub cancel: Option<Call>,
     /// The call and the new run-at.
     pub reschedule: Option<(Call, u64)>,
+    /// A poison task: how its handler fails (its id carries the prefix).
+    pub poison: Option<Poison>,
+}
+
+/// How a poison task's handler fails (see the worker binary's `--poison`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Poison {
+    /// `poison-fail-*`: `Outcome::fail("poison fail attempt N")`.
+    Fail,
+    /// `poison-panic-*`: panics with `poison panic attempt N`.
+    Panic,
+    /// `poison-fatal-*`: `Outcome::non_retryable("poison fatal")`.
+    Fatal,
+}
+
+impl Poison {
+    pub const ALL: [Poison; 3] = [Poison::Fail, Poison::Panic, Poison::Fatal];
+
+    /// The id prefix the worker binary knows it by.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Poison::Fail => "poison-fail-",
+            Poison::Panic => "poison-panic-",
+            Poison::Fatal => "poison-fatal-",
+        }
+    }
+
+    /// The error recorded for its failed attempt `attempt`.
+    pub fn error(self, attempt: u32) -> String {
+        match self {
+            Poison::Fail => format!("poison fail attempt {attempt}"),
+            Poison::Panic => format!("panicked: poison panic attempt {attempt}"),
+            Poison::Fatal => "poison fatal".into(),
+        }
+    }
+
+    /// Handler calls (failed attempts) before it is in the failed set.
+    pub fn max_calls(self, max_attempts: u32) -> u32 {
+        match self {
+            Poison::Fatal => 1,
+            _ => max_attempts,
+        }
+    }
+
+    pub fn reason(self) -> tickwheel_redis::FailReason {
+        match self {
+            Poison::Fatal => tickwheel_redis::FailReason::NonRetryable,
+            _ => tickwheel_redis::FailReason::Exhausted,
+        }
+    }
 }
 
 impl TaskPlan {
@@ -256,8 +311,11 @@ pub fn analyze(plans: &[TaskPlan], lines: Vec<Line>, faults: &[Fault], l: Limits
         let ds = by_id.remove(&p.id).unwrap_or_default();
         count_calls(p, &mut r);
         check_task(p, &ds, faults, l, &mut r);
-        count_duplicates(p, &ds, faults, &mut r);
-        count_outage(&ds, faults, &mut r);
+        // A poison task's repeats are its retries: `analyze_poison` judges them.
+        if p.poison.is_none() {
+            count_duplicates(p, &ds, faults, &mut r);
+            count_outage(&ds, faults, &mut r);
+        }
     }
     r.strangers = by_id.values().map(Vec::len).sum();
     r.calm.sort_unstable();
@@ -599,4 +657,319 @@ fn the_delivery_log_keeps_any_id_whole() {
     assert_eq!((l.due, l.attempt, l.at, l.pid), (5, 1, 6, 99));
     assert!(parse_line("a b 5 1 6 7 2 3 99").is_err());
     assert!(unescape_id("a\\x").is_err());
+}
+
+/// The poison tasks' retry policy, as the workers were given it.
+#[derive(Clone, Copy, Debug)]
+pub struct PoisonLimits {
+    pub max_attempts: u32,
+    pub retry_ms: u64,
+}
+
+/// The poison tasks' figures.
+#[derive(Debug, Default)]
+pub struct PoisonReport {
+    /// Poison tasks scheduled, by kind.
+    pub tasks: BTreeMap<Poison, usize>,
+    /// In the failed set (before the operator's retry), with the right reason.
+    pub failed: usize,
+    /// Neither in the failed set nor ever acknowledged.
+    pub lost: usize,
+    /// In the failed set with a wrong reason, failure count or error text, or an error
+    /// whose attempt was never logged.
+    pub bad_errors: usize,
+    /// Deliveries before their logged run-at, or before the retry delay after the failure
+    /// recorded before them.
+    pub early: usize,
+    /// Handler calls before the operator's retry.
+    pub calls: usize,
+    /// Calls beyond the maximum, each a delivery whose failure was never recorded, by what
+    /// it was caught in.
+    pub beyond_max: BTreeMap<Cause, usize>,
+    /// Retried by the operator and delivered again under the new version.
+    pub rerun: usize,
+    pub examples: Vec<String>,
+}
+
+impl PoisonReport {
+    pub fn beyond(&self, c: Cause) -> usize {
+        self.beyond_max.get(&c).copied().unwrap_or(0)
+    }
+
+    /// The targets this run misses.
+    pub fn failures(&self) -> Vec<String> {
+        let total: usize = self.tasks.values().sum();
+        let mut out = Vec::new();
+        for (n, what) in [
+            (self.lost, "poison tasks neither failed nor acknowledged"),
+            (
+                self.bad_errors,
+                "poison tasks with a wrong reason or errors",
+            ),
+            (self.early, "poison deliveries early"),
+            (
+                self.beyond(Cause::Other),
+                "poison calls beyond the maximum not in flight at a kill, a stop or an outage",
+            ),
+        ] {
+            if n > 0 {
+                out.push(format!("{n} {what} (target 0)"));
+            }
+        }
+        if self.failed != total {
+            out.push(format!("{} of {total} poison tasks failed", self.failed));
+        }
+        if self.rerun != total {
+            out.push(format!(
+                "{} of {total} poison tasks ran again after the operator's retry",
+                self.rerun
+            ));
+        }
+        out
+    }
+
+    fn example(
+        &mut self,
+        what: &str,
+        id: &str,
+        ds: &[&Line],
+        f: Option<&tickwheel_redis::FailedTask>,
+    ) {
+        if self.examples.len() < 8 {
+            let at: Vec<(u64, u64, u32, u32)> =
+                ds.iter().map(|d| (d.at, d.due, d.attempt, d.pid)).collect();
+            let errs = f.map(|f| {
+                (
+                    f.reason,
+                    f.errors.failures,
+                    f.errors
+                        .errors
+                        .iter()
+                        .map(|e| (e.attempt, e.at_ms, e.error.clone()))
+                        .collect::<Vec<_>>(),
+                )
+            });
+            self.examples.push(format!(
+                "{what}: {id:?} delivered (at, due, attempt, pid) {at:?} failed {errs:?}"
+            ));
+        }
+    }
+}
+
+impl fmt::Display for PoisonReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = |k| self.tasks.get(&k).copied().unwrap_or(0);
+        writeln!(
+            f,
+            "poison tasks: {} fail, {} panic, {} fatal; {} handler calls before the retry",
+            n(Poison::Fail),
+            n(Poison::Panic),
+            n(Poison::Fatal),
+            self.calls
+        )?;
+        writeln!(
+            f,
+            "poison: failed {}, lost {}, early {}, wrong reason/errors {}",
+            self.failed, self.lost, self.early, self.bad_errors
+        )?;
+        write!(
+            f,
+            "poison calls beyond the maximum: in flight at a kill {}, at a stop {}, Redis outage \
+             {}, other {}; retried by the operator and ran again {}",
+            self.beyond(Cause::Kill),
+            self.beyond(Cause::Stop),
+            self.beyond(Cause::Outage),
+            self.beyond(Cause::Other),
+            self.rerun
+        )
+    }
+}
+
+/// Judges the poison tasks: `failed` is the failed set as read before the operator's retry
+/// (sent at `retried_at`), `lines` every delivery logged until the retried tasks ran again.
+pub fn analyze_poison(
+    plans: &[TaskPlan],
+    lines: &[Line],
+    failed: &[tickwheel_redis::FailedTask],
+    faults: &[Fault],
+    retried_at: u64,
+    pl: PoisonLimits,
+) -> PoisonReport {
+    let mut r = PoisonReport::default();
+    let failed: HashMap<&str, &tickwheel_redis::FailedTask> =
+        failed.iter().map(|f| (f.id.as_str(), f)).collect();
+    let mut by_id: HashMap<&str, Vec<&Line>> = HashMap::new();
+    for l in lines {
+        by_id.entry(l.id.as_str()).or_default().push(l);
+    }
+    for p in plans {
+        let Some(kind) = p.poison else { continue };
+        *r.tasks.entry(kind).or_default() += 1;
+        let mut ds = by_id.remove(p.id.as_str()).unwrap_or_default();
+        ds.sort_by_key(|d| d.at);
+        let before: Vec<&Line> = ds.iter().copied().filter(|d| d.at < retried_at).collect();
+        r.calls += before.len();
+        let Some(f) = failed.get(p.id.as_str()).copied() else {
+            r.lost += 1;
+            r.example("lost", &p.id, &ds, None);
+            continue;
+        };
+        let max = kind.max_calls(pl.max_attempts);
+        let kept = (max as usize).min(tickwheel_redis::ERRORS_KEPT);
+        let texts_ok = f.errors.errors.len() == kept
+            && f.errors
+                .errors
+                .iter()
+                .all(|e| e.error == kind.error(e.attempt));
+        if f.reason != kind.reason() || f.errors.failures != max || !texts_ok {
+            r.bad_errors += 1;
+            r.example("wrong reason or errors", &p.id, &ds, Some(f));
+        } else {
+            r.failed += 1;
+        }
+        // Each recorded failure matches one logged call; the other calls are beyond the
+        // maximum, their verdict lost with the worker or the connection that carried it.
+        let mut recorded: BTreeSet<u32> = f.errors.errors.iter().map(|e| e.attempt).collect();
+        for d in &before {
+            if !recorded.remove(&d.attempt) {
+                *r.beyond_max.entry(cause(d, faults)).or_default() += 1;
+                if cause(d, faults) == Cause::Other {
+                    r.example("unexplained call beyond the maximum", &p.id, &ds, Some(f));
+                }
+            }
+        }
+        if !recorded.is_empty() {
+            r.bad_errors += 1;
+            r.example(
+                "a failure recorded for a call never logged",
+                &p.id,
+                &ds,
+                Some(f),
+            );
+        }
+        // Never before its run-at, nor before the retry delay after the last failure
+        // recorded before it.
+        let early = ds.iter().filter(|d| {
+            let after = f.errors.errors.iter().rev().find(|e| e.at_ms < d.at);
+            d.at < d.due
+                || after.is_some_and(|e| d.at < e.at_ms + pl.retry_ms && d.version == f.version)
+        });
+        let early = early.count();
+        if early > 0 {
+            r.early += early;
+            r.example("early", &p.id, &ds, Some(f));
+        }
+        if ds
+            .iter()
+            .any(|d| d.at >= retried_at && d.version > f.version)
+        {
+            r.rerun += 1;
+        } else {
+            r.example("not run again after the retry", &p.id, &ds, Some(f));
+        }
+    }
+    r
+}
+
+/// The poison analysis can fail: a clean history passes, and each broken rule is counted.
+#[test]
+fn the_poison_analysis_counts_each_broken_rule() {
+    use tickwheel_redis::{AttemptError, ErrorLog, FailReason, FailedTask};
+    let pl = PoisonLimits {
+        max_attempts: 3,
+        retry_ms: 500,
+    };
+    let id = "poison-fail-1";
+    let plans = [TaskPlan {
+        id: id.into(),
+        run_at: 1000,
+        stored_at: 1,
+        poison: Some(Poison::Fail),
+        ..TaskPlan::default()
+    }];
+    let line = |attempt, at, due, version| Line {
+        id: id.into(),
+        due,
+        attempt,
+        at,
+        version,
+        shard: 0,
+        epoch: 1,
+        pid: 7,
+    };
+    let error = |attempt, at_ms| AttemptError {
+        attempt,
+        at_ms,
+        error: Poison::Fail.error(attempt),
+    };
+    let failed = FailedTask {
+        id: id.into(),
+        shard: 0,
+        failed_at_ms: 2110,
+        reason: FailReason::Exhausted,
+        errors: ErrorLog {
+            failures: 3,
+            first_failed_ms: 1005,
+            errors: vec![error(1, 1005), error(2, 1510), error(3, 2110)],
+        },
+        version: 1,
+        attempts: 3,
+        due_ms: 2010,
+        recurring: false,
+        payload_len: 0,
+        payload_preview: Vec::new(),
+    };
+    let clean = vec![
+        line(1, 1000, 1000, 1),
+        line(2, 1505, 1505, 1),
+        line(3, 2010, 2010, 1),
+        line(1, 5001, 5000, 2),
+    ];
+    let judge = |lines: &[Line], failed: &[FailedTask], faults: &[Fault]| {
+        analyze_poison(&plans, lines, failed, faults, 5000, pl)
+    };
+    let ok = judge(&clean, std::slice::from_ref(&failed), &[]);
+    assert!(ok.failures().is_empty(), "{ok}\n{:?}", ok.examples);
+    assert_eq!((ok.failed, ok.calls, ok.rerun), (1, 3, 1));
+
+    // A fourth call, unrecorded: beyond the maximum, unexplained; explained by a kill 0.5 s
+    // after it by the same worker.
+    let mut extra = clean.clone();
+    extra.push(line(4, 2700, 2610, 1));
+    let r = judge(&extra, std::slice::from_ref(&failed), &[]);
+    assert_eq!(r.beyond(Cause::Other), 1, "{r}");
+    assert!(!r.failures().is_empty());
+    let kill = Fault {
+        kind: Kind::Kill,
+        start: 3200,
+        end: 3200,
+        pid: 7,
+    };
+    let r = judge(&extra, std::slice::from_ref(&failed), &[kill]);
+    assert_eq!(
+        (r.beyond(Cause::Kill), r.beyond(Cause::Other)),
+        (1, 0),
+        "{r}"
+    );
+    assert!(r.failures().is_empty(), "{r}");
+
+    // A retry before its delay after the recorded failure, and one before its run-at.
+    let mut early = clean.clone();
+    early[1] = line(2, 1400, 1400, 1);
+    early[2] = line(3, 2009, 2010, 1);
+    assert_eq!(judge(&early, std::slice::from_ref(&failed), &[]).early, 2);
+
+    // Not in the failed set: lost. A wrong error text or reason.
+    assert_eq!(judge(&clean, &[], &[]).lost, 1);
+    let mut wrong = failed.clone();
+    wrong.errors.errors[1].error = "something else".into();
+    assert_eq!(judge(&clean, &[wrong], &[]).bad_errors, 1);
+    let mut wrong = failed.clone();
+    wrong.reason = FailReason::NonRetryable;
+    assert_eq!(judge(&clean, &[wrong], &[]).bad_errors, 1);
+
+    // Not run again after the operator's retry.
+    let r = judge(&clean[..3], std::slice::from_ref(&failed), &[]);
+    assert_eq!(r.rerun, 0);
+    assert!(!r.failures().is_empty());
 }
