@@ -2,9 +2,13 @@
 
 use std::time::Duration;
 
+use std::collections::HashSet;
+
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
+use redis::cluster_routing::{Route, SlotAddr};
 use redis::{
-    Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisResult, Value,
+    Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisError, RedisResult,
+    Value,
 };
 
 use crate::config::{Config, CLUSTER_SCHEME};
@@ -81,7 +85,9 @@ impl Endpoint {
 
 /// A connection to one server or to a Redis Cluster. Single commands and scripts go through
 /// [`ConnectionLike`] (a Cluster connection routes them by their first key's slot and follows
-/// `MOVED`/`ASK`); pipelines go through [`query_pipe`], which a Cluster splits by node.
+/// `MOVED`/`ASK`); pipelines go through [`send_pipe`] or [`query_pipe`], which a Cluster
+/// splits by node and which follow redirections too (`redis`'s cluster pipeline does not:
+/// it hands a `MOVED` reply back, and its slot map stays stale).
 pub(crate) enum Con {
     Single(Connection),
     Cluster(Box<ClusterConnection>),
@@ -128,21 +134,342 @@ impl ConnectionLike for Con {
     }
 }
 
-/// Runs a pipeline: in one round trip on one server; on a Cluster as a cluster pipeline, which
-/// sends each command to the node of its slot (one round trip per node involved) and returns
-/// the replies in the pipeline's order. Every command here touches one shard's keys, so each
-/// is routable on its own.
-pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> RedisResult<T> {
-    match con {
-        Con::Single(c) => pipe.query(c),
-        Con::Cluster(c) => {
-            let mut cp = ClusterPipeline::new();
-            for cmd in pipe.cmd_iter() {
-                cp.add_command(cmd.clone());
+/// What one command of a pipeline got from [`send_pipe`]. Every command sent here is one
+/// script call (or a read), applied atomically: either it ran to its end or not at all.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Its reply: it ran (a script: applied).
+    Reply(Value),
+    /// It ran (applied), but its reply is lost: on a Cluster, the slot map changed between
+    /// the check [`send_pipe`] makes and the pipeline, and `redis`'s cluster pipeline
+    /// hands back only the error replies of a pipeline that got any.
+    Ran,
+    /// An error reply given before it ran (see [`not_run`]: `NOSCRIPT`, `OOM`, `BUSY`,
+    /// `LOADING`, `READONLY`, `MASTERDOWN`, `NOREPLICAS`, a redirection or `CROSSSLOT`):
+    /// not applied.
+    Refused(RedisError),
+    /// Any other error reply: a script that failed while running (it may have written
+    /// before it failed): in doubt.
+    Failed(RedisError),
+    /// Never sent (the connection broke first): not applied.
+    Unsent,
+    /// Sent, but the connection failed before its reply came: applied or not.
+    Lost,
+}
+
+/// Whether an error reply says the command did not run: the server refused it before
+/// running it, or redirected it.
+pub(crate) fn not_run(e: &RedisError) -> bool {
+    e.is_cluster_error()
+        || matches!(
+            e.code(),
+            Some(
+                "NOSCRIPT"
+                    | "OOM"
+                    | "BUSY"
+                    | "LOADING"
+                    | "READONLY"
+                    | "MASTERDOWN"
+                    | "NOREPLICAS"
+                    | "CROSSSLOT"
+            )
+        )
+}
+
+/// Whether an error reply is one to follow: a Cluster's redirection (`MOVED`, `ASK`), a
+/// slot in flux (`TRYAGAIN`, `CLUSTERDOWN`) or a write sent to a replica (`READONLY`, from a
+/// stale slot map). The command did not run, and can run once the topology is read again.
+fn to_follow(e: &RedisError) -> bool {
+    e.is_cluster_error() || e.code() == Some("READONLY")
+}
+
+/// How many times a Cluster pipeline is sent again for commands redirected meanwhile.
+const ROUNDS: usize = 16;
+
+/// Sends commands as a pipeline, following a Cluster's topology: the one place every
+/// pipelined call (producer, inspector, worker) goes through. Returns what each command
+/// got, in order, and the connection error that stopped it, if any (the connection is then
+/// in doubt: drop it).
+///
+/// On one server: one round trip. On a Cluster: `redis`'s cluster pipeline sends each
+/// command to the node of its slot (one round trip per node), by the connection's slot
+/// map; but it neither follows a `MOVED`/`ASK` reply nor reads the slot map again, and when
+/// any command got an error reply it hands back only the errors (the replies of the
+/// commands that ran are lost). So first the slot of every command is checked with a read
+/// (see [`probe`]: one per slot, in one pipeline, safe to send again): a
+/// redirection there is sent alone through the cluster connection's own logic (on `MOVED`
+/// it reads the slot map again and goes to the new owner; on `ASK` it sends `ASKING`; on
+/// `TRYAGAIN`/`CLUSTERDOWN` it waits), and the check repeats until every slot answers. Then
+/// the commands go as one cluster pipeline. Should the topology change in between, the
+/// commands that got a redirection did not run and are sent again (checked first), and
+/// those that ran are [`Answer::Ran`]: no command that ran is ever sent again.
+///
+/// A command answered `NOSCRIPT` did not run either: the scripts are loaded again (on every
+/// primary: a replica promoted by a failover may not have them) and those commands, only
+/// them, sent again once.
+pub(crate) fn send_pipe(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<RedisError>) {
+    let (mut answers, broken) = send_once(con, cmds);
+    if broken.is_some() {
+        return (answers, broken);
+    }
+    let noscript: Vec<usize> = answers
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| matches!(a, Answer::Refused(e) if e.code() == Some("NOSCRIPT")))
+        .map(|(i, _)| i)
+        .collect();
+    if noscript.is_empty() {
+        return (answers, None);
+    }
+    if let Err(e) = crate::protocol::scripts::scripts().load_all(con) {
+        let server = matches!(e.kind(), redis::ErrorKind::Server(_));
+        return (answers, (!server).then_some(e));
+    }
+    let again: Vec<Cmd> = noscript.iter().map(|&i| cmds[i].clone()).collect();
+    let (replies, broken) = send_once(con, &again);
+    for (i, a) in noscript.into_iter().zip(replies) {
+        answers[i] = a;
+    }
+    (answers, broken)
+}
+
+/// [`send_pipe`] without reloading scripts.
+fn send_once(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<RedisError>) {
+    let mut answers: Vec<Answer> = cmds.iter().map(|_| Answer::Unsent).collect();
+    if cmds.is_empty() {
+        return (answers, None);
+    }
+    let broken = match con {
+        Con::Single(c) => {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for cmd in cmds {
+                pipe.add_command(cmd.clone());
             }
-            cp.query(c)
+            match pipe.query::<Vec<Value>>(c) {
+                Ok(replies) if replies.len() == cmds.len() => {
+                    for (a, v) in answers.iter_mut().zip(replies) {
+                        *a = reply(v);
+                    }
+                    None
+                }
+                Ok(replies) => Some(miscount(&mut answers, replies.len())),
+                Err(e) => {
+                    answers.iter_mut().for_each(|a| *a = Answer::Lost);
+                    Some(e)
+                }
+            }
+        }
+        Con::Cluster(c) => cluster_send(c, cmds, &mut answers),
+    };
+    (answers, broken)
+}
+
+/// A reply of a pipeline with `ignore_errors`: a value or an error reply.
+fn reply(v: Value) -> Answer {
+    match v {
+        Value::ServerError(e) => classify(e.into()),
+        v => Answer::Reply(v),
+    }
+}
+
+/// A pipeline that answered another number of replies than it had commands: all in doubt.
+fn miscount(answers: &mut [Answer], got: usize) -> RedisError {
+    let sent = answers.len();
+    answers.iter_mut().for_each(|a| *a = Answer::Lost);
+    RedisError::from((
+        redis::ErrorKind::Client,
+        "a pipeline answered another number of commands than it sent",
+        format!("{got} replies to {sent} commands"),
+    ))
+}
+
+/// [`send_pipe`] on a Cluster.
+fn cluster_send(
+    c: &mut ClusterConnection,
+    cmds: &[Cmd],
+    answers: &mut [Answer],
+) -> Option<RedisError> {
+    let mut todo: Vec<usize> = (0..cmds.len()).collect();
+    let mut last = None;
+    for _ in 0..ROUNDS {
+        match check_slots(c, todo.iter().map(|&i| &cmds[i])) {
+            // A node new to these slots (a promoted replica) may lack the scripts, and a
+            // `NOSCRIPT` reply in the pipeline would lose the others' replies: load them.
+            Ok(true) => {
+                if let Err(e) = crate::protocol::scripts::scripts().load_all(c) {
+                    return Some(e);
+                }
+            }
+            Ok(false) => {}
+            Err(e) => return Some(e),
+        }
+        let mut pipe = ClusterPipeline::new();
+        for &i in &todo {
+            pipe.add_command(cmds[i].clone());
+        }
+        let e = match pipe.query::<Vec<Value>>(c) {
+            Ok(replies) if replies.len() == todo.len() => {
+                for (&i, v) in todo.iter().zip(replies) {
+                    answers[i] = reply(v);
+                }
+                return None;
+            }
+            Ok(replies) => {
+                let e = miscount(answers, replies.len());
+                return Some(e);
+            }
+            Err(e) => e,
+        };
+        let Some(errors) = e.clone().into_server_errors() else {
+            todo.iter().for_each(|&i| answers[i] = Answer::Lost);
+            return Some(e);
+        };
+        // Error replies for some commands: the others ran, their replies lost.
+        let mut failed = vec![None; todo.len()];
+        for (pos, err) in errors.iter() {
+            if let Some(slot) = failed.get_mut(*pos) {
+                *slot = Some(RedisError::from(err.clone()));
+            }
+        }
+        let mut again = Vec::new();
+        for (&i, err) in todo.iter().zip(failed) {
+            match err {
+                None => answers[i] = Answer::Ran,
+                Some(err) if to_follow(&err) => {
+                    again.push(i);
+                    last = Some(err);
+                }
+                Some(err) => answers[i] = classify(err),
+            }
+        }
+        todo = again;
+        if todo.is_empty() {
+            return None;
         }
     }
+    // Still redirected after every round: not run.
+    let e = last.expect("a round left commands only after a redirection");
+    for &i in &todo {
+        answers[i] = Answer::Refused(e.clone());
+    }
+    None
+}
+
+/// The first key of a command: of `EVALSHA`/`EVAL`/`FCALL` the first of its keys (none when
+/// `numkeys` is 0), of any other command its first argument.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let arg = |i: usize| match cmd.args_iter().nth(i) {
+        Some(redis::Arg::Simple(a)) => Some(a),
+        _ => None,
+    };
+    let name = arg(0)?;
+    let scripted = [
+        &b"EVALSHA"[..],
+        b"EVAL",
+        b"EVALSHA_RO",
+        b"EVAL_RO",
+        b"FCALL",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n));
+    if scripted {
+        let keys: usize = std::str::from_utf8(arg(2)?).ok()?.parse().ok()?;
+        return if keys > 0 { arg(3) } else { None };
+    }
+    arg(1)
+}
+
+/// A command that checks which node serves `key`'s slot and changes nothing: a script that
+/// returns 1, declaring `key`. Routed as a write (to the slot's primary: `redis` may send a
+/// read such as `EXISTS` to a replica, which answers it even with a stale slot map), and
+/// answered `MOVED`/`ASK` by a node that does not serve the slot.
+fn probe(key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg("return 1").arg(1).arg(key);
+    cmd
+}
+
+/// Checks the connection's slot map for the slots of `cmds` with a [`probe`] per slot, one
+/// pipeline; each redirection is followed by the cluster connection
+/// (which reads the slot map again), until every slot answers. `true` when it followed one.
+fn check_slots<'a>(
+    c: &mut ClusterConnection,
+    cmds: impl Iterator<Item = &'a Cmd>,
+) -> RedisResult<bool> {
+    let mut seen = HashSet::new();
+    let mut probes = ClusterPipeline::new();
+    let mut keys = Vec::new();
+    for cmd in cmds {
+        if let Some(key) = first_key(cmd) {
+            if seen.insert(Route::with_key(key, SlotAddr::Master)) {
+                probes.add_command(probe(key));
+                keys.push(key);
+            }
+        }
+    }
+    if keys.is_empty() {
+        return Ok(false);
+    }
+    let mut r = Ok(false);
+    for round in 0..ROUNDS {
+        let e = match probes.query::<Vec<Value>>(c) {
+            Ok(_) => return Ok(round > 0),
+            Err(e) => e,
+        };
+        let Some(errors) = e.clone().into_server_errors() else {
+            return Err(e);
+        };
+        let follow = errors
+            .iter()
+            .find(|(_, err)| to_follow(&RedisError::from(err.clone())));
+        let Some(&(pos, _)) = follow else {
+            return Err(e);
+        };
+        // Sent alone, the probe follows the redirection and refreshes the slot map.
+        let key = keys.get(pos).copied().unwrap_or_default();
+        r = probe(key).query::<Value>(c).map(|_| true);
+        if let Err(e) = &r {
+            if !to_follow(e) {
+                return r;
+            }
+        }
+    }
+    r
+}
+
+/// What an error reply says of its command.
+fn classify(e: RedisError) -> Answer {
+    if not_run(&e) {
+        Answer::Refused(e)
+    } else {
+        Answer::Failed(e)
+    }
+}
+
+/// Runs a pipeline through [`send_pipe`] (which follows a Cluster's topology) and reads its
+/// replies as `T`: an error for a broken connection, or else the first error reply.
+pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> RedisResult<T> {
+    let cmds: Vec<Cmd> = pipe.cmd_iter().cloned().collect();
+    let (answers, broken) = send_pipe(con, &cmds);
+    if let Some(e) = broken {
+        return Err(e);
+    }
+    let mut values = Vec::with_capacity(answers.len());
+    for a in answers {
+        match a {
+            Answer::Reply(v) => values.push(v),
+            Answer::Refused(e) | Answer::Failed(e) => return Err(e),
+            Answer::Ran | Answer::Unsent | Answer::Lost => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a pipeline's reply is lost (the Cluster's topology changed meanwhile): \
+                     call again",
+                )))
+            }
+        }
+    }
+    Ok(redis::from_redis_value(Value::Array(values))?)
 }
 
 /// Reply decoding helpers.

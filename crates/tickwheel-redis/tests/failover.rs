@@ -1,0 +1,114 @@
+//! A graceful failover (`CLUSTER FAILOVER`: a replica takes over its primary's slots) under a
+//! `Producer`, an `Inspector` and a `Worker` that connected before it: every call to the moved
+//! slots gets `MOVED` from the old primary, and each must follow the new topology at once
+//! (issue #35: bulk calls kept failing with `MOVED` for as long as the client lived). A
+//! Cluster of 3 primaries with a replica each, on loopback ports, on a manual clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use tickwheel_redis::server::RedisCluster;
+use tickwheel_redis::{
+    Config, Delivery, Inspector, ManualTime, Outcome, Producer, RunAt, Task, Worker,
+};
+
+const T0: u64 = 1_000_000;
+const SHARDS: u32 = 12;
+/// How long after `cluster_state:ok` every call must succeed.
+const FOLLOW: Duration = Duration::from_secs(1);
+
+fn tasks(ids: &[String], at: u64) -> impl Iterator<Item = Task<'_>> {
+    ids.iter()
+        .map(move |id| Task::new(id, RunAt::AtMillis(at), id.as_bytes()))
+}
+
+/// Runs `f`, which must succeed within [`FOLLOW`] of `ok` (the client library retries
+/// redirections itself; the test does not).
+fn within<T>(what: &str, ok: Instant, f: impl FnOnce() -> Result<T, tickwheel_redis::Error>) -> T {
+    let r = f();
+    let late = ok.elapsed();
+    match r {
+        Ok(v) => {
+            eprintln!("{what}: answered {late:?} after cluster_state:ok");
+            assert!(
+                late <= FOLLOW,
+                "{what}: answered {late:?} after cluster_state:ok"
+            );
+            v
+        }
+        Err(e) => panic!("{what} after a graceful failover ({late:?} after cluster_state:ok): {e}"),
+    }
+}
+
+fn tick(w: &mut Worker, got: &mut BTreeMap<String, u32>) -> Result<usize, tickwheel_redis::Error> {
+    w.tick(&mut |d: &Delivery| {
+        *got.entry(d.id.clone()).or_default() += 1;
+        Outcome::Ack
+    })
+}
+
+#[test]
+fn every_call_follows_a_graceful_failover() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
+    };
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), "fo");
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+
+    let before: Vec<String> = (0..300).map(|i| format!("b{i}")).collect();
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule_many(tasks(&before, T0 + 5_000)).unwrap();
+    assert_eq!(p.len().unwrap(), 300);
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..4 {
+        tick(&mut w, &mut got).unwrap();
+        time.advance(Duration::from_millis(500));
+    }
+    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+
+    // The graceful failover of one primary: a third of the slots move to its replica.
+    let replica = c.replicas().unwrap()[0];
+    c.failover(replica, Duration::from_secs(20)).unwrap();
+    let ok = Instant::now();
+
+    // The producer's first calls to the moved slots are bulk calls.
+    let after: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
+    let stored = within("schedule_many", ok, || {
+        p.schedule_many(tasks(&after, T0 + 5_000))
+    });
+    assert!(stored.iter().all(|s| !s.replaced));
+    assert_eq!(within("len", ok, || p.len()), 600);
+    let cancelled = within("cancel_many", ok, || p.cancel_many(&after[..100]));
+    assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+    let moved = within("reschedule_many", ok, || {
+        p.reschedule_many(
+            before[..100]
+                .iter()
+                .map(|id| (id, RunAt::AtMillis(T0 + 6_000))),
+        )
+    });
+    assert!(moved.iter().all(|&m| m), "{moved:?}");
+    assert_eq!(within("len", ok, || p.len()), 500);
+
+    // A fresh inspector sees the new topology.
+    let mut i = Inspector::connect(&cfg).unwrap();
+    let stats = within("Inspector::stats", ok, || i.stats());
+    assert_eq!(stats.pending(), 500);
+
+    // The worker, connected before the failover, follows too and delivers everything once.
+    time.set_ms(T0 + 7_000);
+    within("Worker::tick", ok, || tick(&mut w, &mut got));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 500 && Instant::now() < deadline {
+        w.reload_windows();
+        tick(&mut w, &mut got).unwrap();
+    }
+    let want: BTreeSet<String> = before.iter().chain(&after[100..]).cloned().collect();
+    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert!(got.values().all(|&n| n == 1), "exactly once");
+    assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+}
