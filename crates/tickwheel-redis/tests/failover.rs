@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use tickwheel_redis::server::RedisCluster;
 use tickwheel_redis::{
-    Config, Delivery, Inspector, ManualTime, Outcome, Producer, RunAt, Task, Worker,
+    Applied, Config, Delivery, Error, Inspector, ManualTime, Outcome, Producer, RunAt, Task,
+    TaskState, Worker,
 };
 
 const T0: u64 = 1_000_000;
@@ -111,4 +112,52 @@ fn every_call_follows_a_graceful_failover() {
     assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
     assert!(got.values().all(|&n| n == 1), "exactly once");
     assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+}
+
+/// A bulk call that fails part way says what each task got ([`Error::Partial`]), so that a
+/// caller sends again only what was not applied: here one shard's task hash holds a string,
+/// so its script call fails while running (in doubt), and the other shards' calls store
+/// their tasks.
+#[test]
+fn a_bulk_call_failing_part_way_says_what_it_stored() {
+    let s = tickwheel_redis::server::RedisServer::start().unwrap();
+    let mut cfg = Config::new(s.url(), "part");
+    cfg.shards = 4;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let i = Inspector::connect(&cfg).unwrap();
+    let mut con = redis::Client::open(s.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("SET")
+        .arg("tw:{part:0}:tasks")
+        .arg("not a hash")
+        .exec(&mut con)
+        .unwrap();
+
+    let ids: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
+    let e = p.schedule_many(tasks(&ids, 4_000_000_000_000)).unwrap_err();
+    let Error::Partial { applied, source } = &e else {
+        panic!("not a Partial error: {e}");
+    };
+    assert!(source.to_string().contains("WRONGTYPE"), "{e}");
+    assert_eq!(applied.len(), ids.len());
+    for (id, a) in ids.iter().zip(applied) {
+        let want = if i.shard_of(id) == 0 {
+            Applied::Unknown
+        } else {
+            Applied::Yes
+        };
+        assert_eq!(*a, want, "{id}");
+        if want == Applied::Yes {
+            assert!(
+                matches!(p.state(id).unwrap(), TaskState::Pending { .. }),
+                "{id}"
+            );
+        }
+    }
+    assert_eq!(e.not_applied(), Some(vec![]), "{e}");
+    // The same call on one task: the cause itself.
+    let zero = ids.iter().find(|id| i.shard_of(id) == 0).unwrap();
+    assert!(matches!(p.cancel(zero), Err(Error::Redis(_))));
 }
