@@ -10,6 +10,7 @@ use redis::{
     Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisError, RedisResult,
     Value,
 };
+use redis::{ErrorKind, ServerErrorKind};
 
 use crate::config::{Config, CLUSTER_SCHEME};
 use crate::error::Error;
@@ -195,18 +196,23 @@ const ROUNDS: usize = 16;
 /// command to the node of its slot (one round trip per node), by the connection's slot
 /// map; but it neither follows a `MOVED`/`ASK` reply nor reads the slot map again, and when
 /// any command got an error reply it hands back only the errors (the replies of the
-/// commands that ran are lost). So first the slot of every command is checked with a read
-/// (see [`probe`]: one per slot, in one pipeline, safe to send again): a
-/// redirection there is sent alone through the cluster connection's own logic (on `MOVED`
-/// it reads the slot map again and goes to the new owner; on `ASK` it sends `ASKING`; on
-/// `TRYAGAIN`/`CLUSTERDOWN` it waits), and the check repeats until every slot answers. Then
-/// the commands go as one cluster pipeline. Should the topology change in between, the
-/// commands that got a redirection did not run and are sent again (checked first), and
-/// those that ran are [`Answer::Ran`]: no command that ran is ever sent again.
+/// commands that ran are lost). So first the slot of every command is checked with a
+/// [`probe`] (one per slot, in one pipeline; it changes nothing, so it is safe to send
+/// again): a redirected probe is sent alone through the cluster connection's own logic,
+/// which on `MOVED` reads the slot map again, and the check repeats until every slot
+/// answers; after such a change the scripts are loaded again (on every node: a promoted
+/// replica may lack them, and a `NOSCRIPT` reply would lose the other replies). Then the
+/// commands go as one cluster pipeline. Should the topology change in between, the
+/// commands redirected did not run: on `MOVED` they go again in the next round (checked
+/// first), on `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` after a wait (10 ms doubling to 200 ms),
+/// on `ASK` (a slot being migrated) each alone through the cluster connection (which sends
+/// `ASKING` first); and those that ran are [`Answer::Ran`]. No command that ran is sent
+/// again by this function. (A command sent alone through the cluster connection may be,
+/// by `redis`, after an I/O error: the same as for every single command on a Cluster.)
+/// Still redirected after 16 rounds: [`Answer::Refused`].
 ///
-/// A command answered `NOSCRIPT` did not run either: the scripts are loaded again (on every
-/// primary: a replica promoted by a failover may not have them) and those commands, only
-/// them, sent again once.
+/// A command answered `NOSCRIPT` did not run either: the scripts are loaded again and
+/// those commands, only them, sent again once.
 pub(crate) fn send_pipe(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<RedisError>) {
     let (mut answers, broken) = send_once(con, cmds);
     if broken.is_some() {
@@ -253,7 +259,10 @@ fn send_once(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<RedisError>) {
                     }
                     None
                 }
-                Ok(replies) => Some(miscount(&mut answers, replies.len())),
+                Ok(replies) => {
+                    answers.iter_mut().for_each(|a| *a = Answer::Lost);
+                    Some(miscount(cmds.len(), replies.len()))
+                }
                 Err(e) => {
                     answers.iter_mut().for_each(|a| *a = Answer::Lost);
                     Some(e)
@@ -273,10 +282,9 @@ fn reply(v: Value) -> Answer {
     }
 }
 
-/// A pipeline that answered another number of replies than it had commands: all in doubt.
-fn miscount(answers: &mut [Answer], got: usize) -> RedisError {
-    let sent = answers.len();
-    answers.iter_mut().for_each(|a| *a = Answer::Lost);
+/// The error of a pipeline that answered another number of replies than it had commands
+/// (all of them in doubt).
+fn miscount(sent: usize, got: usize) -> RedisError {
     RedisError::from((
         redis::ErrorKind::Client,
         "a pipeline answered another number of commands than it sent",
@@ -292,7 +300,7 @@ fn cluster_send(
 ) -> Option<RedisError> {
     let mut todo: Vec<usize> = (0..cmds.len()).collect();
     let mut last = None;
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         match check_slots(c, todo.iter().map(|&i| &cmds[i])) {
             // A node new to these slots (a promoted replica) may lack the scripts, and a
             // `NOSCRIPT` reply in the pipeline would lose the others' replies: load them.
@@ -316,8 +324,8 @@ fn cluster_send(
                 return None;
             }
             Ok(replies) => {
-                let e = miscount(answers, replies.len());
-                return Some(e);
+                todo.iter().for_each(|&i| answers[i] = Answer::Lost);
+                return Some(miscount(todo.len(), replies.len()));
             }
             Err(e) => e,
         };
@@ -333,10 +341,27 @@ fn cluster_send(
             }
         }
         let mut again = Vec::new();
+        let mut wait = false;
         for (&i, err) in todo.iter().zip(failed) {
             match err {
                 None => answers[i] = Answer::Ran,
+                // A slot being migrated, this key moved already: the command goes alone
+                // through the cluster connection, which sends `ASKING` first to the
+                // importing node (the slot map stays as it is until the migration ends).
+                Some(err) if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+                    match c.req_command(&cmds[i]) {
+                        Ok(v) => answers[i] = reply(v),
+                        Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => {
+                            answers[i] = classify(e)
+                        }
+                        Err(e) => {
+                            answers[i] = Answer::Lost;
+                            return Some(e);
+                        }
+                    }
+                }
                 Some(err) if to_follow(&err) => {
+                    wait |= !matches!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved));
                     again.push(i);
                     last = Some(err);
                 }
@@ -346,6 +371,12 @@ fn cluster_send(
         todo = again;
         if todo.is_empty() {
             return None;
+        }
+        if wait {
+            // `TRYAGAIN` (a multi-key script during a migration), `CLUSTERDOWN`, `READONLY`:
+            // the cluster settles in a moment. 10 ms doubling, at most 200 ms (16 rounds:
+            // about 2.5 s in all).
+            std::thread::sleep(Duration::from_millis((10u64 << round.min(5)).min(200)));
         }
     }
     // Still redirected after every round: not run.

@@ -272,8 +272,14 @@ impl RedisCluster {
         let deadline = Instant::now() + timeout;
         let client = redis::Client::open(self.nodes[node].url().as_str())?;
         let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut con)?;
+        // A manual failover the primary does not take part in within 5 s (Redis's
+        // CLUSTER_MF_TIMEOUT: say, just after its own promotion) is given up: ask again.
+        let mut asked: Option<Instant> = None;
         while !self.is_primary(node)? {
+            if asked.is_none_or(|t| t.elapsed() > Duration::from_secs(6)) {
+                let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut con)?;
+                asked = Some(Instant::now());
+            }
             if Instant::now() > deadline {
                 return Err(Error::Server(format!(
                     "node {node} is not a primary {timeout:?} after CLUSTER FAILOVER"

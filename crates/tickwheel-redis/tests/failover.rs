@@ -72,9 +72,7 @@ fn every_call_follows_a_graceful_failover() {
     assert_eq!(w.owned_shards().len(), SHARDS as usize);
 
     // The graceful failover of one primary: a third of the slots move to its replica.
-    let replica = c.replicas().unwrap()[0];
-    c.failover(replica, Duration::from_secs(20)).unwrap();
-    let ok = Instant::now();
+    let ok = failover(&c, 0);
 
     // The producer's first calls to the moved slots are bulk calls.
     let after: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
@@ -100,18 +98,50 @@ fn every_call_follows_a_graceful_failover() {
     let stats = within("Inspector::stats", ok, || i.stats());
     assert_eq!(stats.pending(), 500);
 
-    // The worker, connected before the failover, follows too and delivers everything once.
-    time.set_ms(T0 + 7_000);
+    // The worker, connected before the failover, follows too.
+    time.set_ms(T0 + 3_000);
     within("Worker::tick", ok, || tick(&mut w, &mut got));
+
+    // Each other bulk call as the first call after a failover of its own (the issue saw
+    // `len` fail as well): another replica promoted each time.
+    let ok = failover(&c, 1);
+    assert!(got.is_empty(), "nothing is due yet: {got:?}");
+    assert_eq!(within("len, first", ok, || p.len()), 500);
+    let ok = failover(&c, 2);
+    let cancelled = within("cancel_many, first", ok, || p.cancel_many(&after[100..150]));
+    assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+    let ok = failover(&c, 3);
+    let moved = within("reschedule_many, first", ok, || {
+        p.reschedule_many(
+            after[150..200]
+                .iter()
+                .map(|id| (id, RunAt::AtMillis(T0 + 6_500))),
+        )
+    });
+    assert!(moved.iter().all(|&m| m), "{moved:?}");
+    let ok = Instant::now();
+    within("Worker::tick", ok, || tick(&mut w, &mut got));
+
+    // Everything is delivered once.
+    time.set_ms(T0 + 7_000);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while got.len() < 500 && Instant::now() < deadline {
+    while got.len() < 450 && Instant::now() < deadline {
         w.reload_windows();
         tick(&mut w, &mut got).unwrap();
     }
-    let want: BTreeSet<String> = before.iter().chain(&after[100..]).cloned().collect();
+    let want: BTreeSet<String> = before.iter().chain(&after[150..]).cloned().collect();
     assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
     assert!(got.values().all(|&n| n == 1), "exactly once");
     assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+}
+
+/// Promotes a replica (the `k`-th, modulo their number) with `CLUSTER FAILOVER`; returns
+/// when the cluster is ok again.
+fn failover(c: &RedisCluster, k: usize) -> Instant {
+    let replicas = c.replicas().unwrap();
+    let node = replicas[k % replicas.len()];
+    c.failover(node, Duration::from_secs(20)).unwrap();
+    Instant::now()
 }
 
 /// A bulk call that fails part way says what each task got ([`Error::Partial`]), so that a
