@@ -209,7 +209,9 @@ const ROUNDS: usize = 16;
 /// `ASKING` first); and those that ran are [`Answer::Ran`]. No command that ran is sent
 /// again by this function. (A command sent alone through the cluster connection may be,
 /// by `redis`, after an I/O error: the same as for every single command on a Cluster.)
-/// Still redirected after 16 rounds: [`Answer::Refused`].
+/// Still redirected after 16 rounds: [`Answer::Refused`]. A pipeline of plain reads only
+/// (`HLEN`, ...) skips the first check and, on a redirection, is sent again whole (after
+/// the check): reads are safe to repeat, and the check would double their cost.
 ///
 /// A command answered `NOSCRIPT` did not run either: the scripts are loaded again and
 /// those commands, only them, sent again once.
@@ -300,8 +302,15 @@ fn cluster_send(
 ) -> Option<RedisError> {
     let mut todo: Vec<usize> = (0..cmds.len()).collect();
     let mut last = None;
+    // Reads can be sent again: a pipeline of reads only is checked after a redirection only.
+    let reads = cmds.iter().all(is_read);
     for round in 0..ROUNDS {
-        match check_slots(c, todo.iter().map(|&i| &cmds[i])) {
+        let checked = if reads && round == 0 {
+            Ok(false)
+        } else {
+            check_slots(c, todo.iter().map(|&i| &cmds[i]))
+        };
+        match checked {
             // A node new to these slots (a promoted replica) may lack the scripts, and a
             // `NOSCRIPT` reply in the pipeline would lose the others' replies: load them.
             Ok(true) => {
@@ -344,6 +353,7 @@ fn cluster_send(
         let mut wait = false;
         for (&i, err) in todo.iter().zip(failed) {
             match err {
+                None if reads => again.push(i),
                 None => answers[i] = Answer::Ran,
                 // A slot being migrated, this key moved already: the command goes alone
                 // through the cluster connection, which sends `ASKING` first to the
@@ -385,6 +395,28 @@ fn cluster_send(
         answers[i] = Answer::Refused(e.clone());
     }
     None
+}
+
+/// Whether a command only reads (a plain read command, not a script): safe to send again.
+fn is_read(cmd: &Cmd) -> bool {
+    const READS: [&[u8]; 12] = [
+        b"HLEN",
+        b"HGET",
+        b"HMGET",
+        b"HGETALL",
+        b"HEXISTS",
+        b"EXISTS",
+        b"GET",
+        b"ZCARD",
+        b"ZSCORE",
+        b"ZRANGE",
+        b"ZRANGEBYSCORE",
+        b"SCARD",
+    ];
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(name)) => READS.iter().any(|r| name.eq_ignore_ascii_case(r)),
+        _ => false,
+    }
 }
 
 /// The first key of a command: of `EVALSHA`/`EVAL`/`FCALL` the first of its keys (none when

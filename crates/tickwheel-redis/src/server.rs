@@ -60,8 +60,19 @@ impl RedisServer {
             binary,
             cluster,
         };
-        s.spawn()?;
-        Ok(s)
+        // The port was free when chosen, but another process may take it (or, in a Cluster,
+        // its bus port, 10 000 above) before the server binds it: then it exits at once,
+        // and another port is tried.
+        let mut tries = 0;
+        loop {
+            match s.spawn() {
+                Err(Error::Server(m)) if m.contains("exited at start") && tries < 4 => {
+                    tries += 1;
+                    s.port = free_port()?;
+                }
+                r => return r.map(|()| s),
+            }
+        }
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
