@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
 use redis::cluster_routing::{Route, SlotAddr};
@@ -10,7 +11,7 @@ use redis::{
     Client, Cmd, Connection, ConnectionLike, FromRedisValue, Pipeline, RedisError, RedisResult,
     Value,
 };
-use redis::{ErrorKind, ServerErrorKind};
+use redis::{ErrorKind, Script, ServerErrorKind};
 
 use crate::config::{Config, CLUSTER_SCHEME};
 use crate::error::Error;
@@ -141,9 +142,10 @@ impl ConnectionLike for Con {
 pub(crate) enum Answer {
     /// Its reply: it ran (a script: applied).
     Reply(Value),
-    /// It ran (applied), but its reply is lost: on a Cluster, the slot map changed between
-    /// the check [`send_pipe`] makes and the pipeline, and `redis`'s cluster pipeline
-    /// hands back only the error replies of a pipeline that got any.
+    /// It ran (applied), but its reply is lost: on a Cluster, the slot map changed (or a
+    /// node lost its scripts) between the check [`send_pipe`] makes and the pipeline, and
+    /// `redis`'s cluster pipeline hands back only the error replies of a pipeline that got
+    /// any.
     Ran,
     /// An error reply given before it ran (see [`not_run`]: `NOSCRIPT`, `OOM`, `BUSY`,
     /// `LOADING`, `READONLY`, `MASTERDOWN`, `NOREPLICAS`, a redirection or `CROSSSLOT`):
@@ -200,8 +202,9 @@ const ROUNDS: usize = 16;
 /// [`probe`] (one per slot, in one pipeline; it changes nothing, so it is safe to send
 /// again): a redirected probe is sent alone through the cluster connection's own logic,
 /// which on `MOVED` reads the slot map again, and the check repeats until every slot
-/// answers; after such a change the scripts are loaded again (on every node: a promoted
-/// replica may lack them, and a `NOSCRIPT` reply would lose the other replies). Then the
+/// answers; a probe answered `NOSCRIPT` loads the scripts again (on every node: a promoted
+/// replica or a restarted node lacks them, and a `NOSCRIPT` reply in the pipeline would
+/// lose the other replies). Then the
 /// commands go as one cluster pipeline. Should the topology change in between, the
 /// commands redirected did not run: on `MOVED` they go again in the next round (checked
 /// first), on `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` after a wait (10 ms doubling to 200 ms),
@@ -306,20 +309,12 @@ fn cluster_send(
     let reads = cmds.iter().all(is_read);
     for round in 0..ROUNDS {
         let checked = if reads && round == 0 {
-            Ok(false)
+            Ok(())
         } else {
             check_slots(c, todo.iter().map(|&i| &cmds[i]))
         };
-        match checked {
-            // A node new to these slots (a promoted replica) may lack the scripts, and a
-            // `NOSCRIPT` reply in the pipeline would lose the others' replies: load them.
-            Ok(true) => {
-                if let Err(e) = crate::protocol::scripts::scripts().load_all(c) {
-                    return Some(e);
-                }
-            }
-            Ok(false) => {}
-            Err(e) => return Some(e),
+        if let Err(e) = checked {
+            return Some(e);
         }
         let mut pipe = ClusterPipeline::new();
         for &i in &todo {
@@ -443,23 +438,41 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
     arg(1)
 }
 
-/// A command that checks which node serves `key`'s slot and changes nothing: a script that
-/// returns 1, declaring `key`. Routed as a write (to the slot's primary: `redis` may send a
-/// read such as `EXISTS` to a replica, which answers it even with a stale slot map), and
-/// answered `MOVED`/`ASK` by a node that does not serve the slot.
+/// The probe's script: `return 1`, loaded after the crate's scripts, so a node that has it
+/// has them (a restart or `SCRIPT FLUSH` empties the cache whole; a promoted replica never
+/// had it).
+fn probe_script() -> &'static Script {
+    static PROBE: OnceLock<Script> = OnceLock::new();
+    PROBE.get_or_init(|| Script::new("return 1"))
+}
+
+/// A command that checks which node serves `key`'s slot, and that the node has the
+/// crate's scripts, and changes nothing: `EVALSHA` of [`probe_script`], declaring `key`.
+/// Routed as a write (to the slot's primary: `redis` may send a read such as `EXISTS` to a
+/// replica, which answers it even with a stale slot map); answered `MOVED`/`ASK` by a node
+/// that does not serve the slot, `NOSCRIPT` by one whose script cache is empty.
 fn probe(key: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg("return 1").arg(1).arg(key);
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(probe_script().get_hash()).arg(1).arg(key);
     cmd
 }
 
-/// Checks the connection's slot map for the slots of `cmds` with a [`probe`] per slot, one
-/// pipeline; each redirection is followed by the cluster connection
-/// (which reads the slot map again), until every slot answers. `true` when it followed one.
+/// Loads the crate's scripts, then the probe's, on every node.
+fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
+    crate::protocol::scripts::scripts().load_all(c)?;
+    probe_script().prepare_invoke().load(c)?;
+    Ok(())
+}
+
+/// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`,
+/// with a [`probe`] per slot in one pipeline, until every slot answers: a redirected probe
+/// is sent alone through the cluster connection, which follows it and reads the slot map
+/// again; a `NOSCRIPT` (a promoted replica, a restarted node) loads the scripts on every
+/// node. A `NOSCRIPT` reply in the real pipeline would lose the other commands' replies.
 fn check_slots<'a>(
     c: &mut ClusterConnection,
     cmds: impl Iterator<Item = &'a Cmd>,
-) -> RedisResult<bool> {
+) -> RedisResult<()> {
     let mut seen = HashSet::new();
     let mut probes = ClusterPipeline::new();
     let mut keys = Vec::new();
@@ -472,33 +485,49 @@ fn check_slots<'a>(
         }
     }
     if keys.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
-    let mut r = Ok(false);
-    for round in 0..ROUNDS {
+    let mut last = None;
+    for _ in 0..ROUNDS {
         let e = match probes.query::<Vec<Value>>(c) {
-            Ok(_) => return Ok(round > 0),
+            Ok(_) => return Ok(()),
             Err(e) => e,
         };
         let Some(errors) = e.clone().into_server_errors() else {
             return Err(e);
         };
-        let follow = errors
-            .iter()
-            .find(|(_, err)| to_follow(&RedisError::from(err.clone())));
-        let Some(&(pos, _)) = follow else {
-            return Err(e);
-        };
-        // Sent alone, the probe follows the redirection and refreshes the slot map.
-        let key = keys.get(pos).copied().unwrap_or_default();
-        r = probe(key).query::<Value>(c).map(|_| true);
-        if let Err(e) = &r {
-            if !to_follow(e) {
-                return r;
+        let mut noscript = false;
+        let mut follow = None;
+        for (pos, err) in errors.iter() {
+            let err = RedisError::from(err.clone());
+            if err.code() == Some("NOSCRIPT") {
+                noscript = true;
+            } else if to_follow(&err) {
+                follow.get_or_insert(*pos);
+            } else {
+                return Err(err);
             }
         }
+        if let Some(pos) = follow {
+            // Sent alone, the probe follows the redirection and refreshes the slot map.
+            let key = keys.get(pos).copied().unwrap_or_default();
+            match probe(key).query::<Value>(c) {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("NOSCRIPT") => noscript = true,
+                Err(e) if to_follow(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if noscript {
+            load_scripts(c)?;
+        }
     }
-    r
+    Err(last.unwrap_or_else(|| {
+        RedisError::from((
+            redis::ErrorKind::Client,
+            "the Cluster's slot map did not settle",
+        ))
+    }))
 }
 
 /// What an error reply says of its command.

@@ -476,8 +476,9 @@ impl<T> Groups<T> {
                 },
                 Answer::Ran => {
                     first.get_or_insert(Error::Protocol(
-                        "a script call ran but its reply is lost (the Cluster's topology \
-                         changed during the call)"
+                        "a script call ran but its reply is lost (on a Cluster, another call \
+                         of the pipeline got an error reply: a topology change or a node that \
+                         lost its scripts during the call)"
                             .into(),
                     ));
                     (None, Applied::Yes)

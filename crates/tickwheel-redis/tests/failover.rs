@@ -133,6 +133,24 @@ fn every_call_follows_a_graceful_failover() {
     assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
     assert!(got.values().all(|&n| n == 1), "exactly once");
     assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+
+    // A node that lost its scripts (a restart, `SCRIPT FLUSH`): a bulk call reloads them
+    // and stores every task once (a `NOSCRIPT` in a cluster pipeline would lose the other
+    // nodes' replies).
+    let primary = (0..c.nodes().len())
+        .find(|&n| c.is_primary(n).unwrap())
+        .unwrap();
+    for node in &c.nodes()[primary..=primary] {
+        let mut con = redis::Client::open(node.url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("SCRIPT").arg("FLUSH").exec(&mut con).unwrap();
+    }
+    let flushed: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
+    let stored = p.schedule_many(tasks(&flushed, T0 + 60_000)).unwrap();
+    assert!(stored.iter().all(|s| !s.replaced));
+    assert_eq!(p.len().unwrap(), 100);
 }
 
 /// Promotes a replica (the `k`-th, modulo their number) with `CLUSTER FAILOVER`; returns
