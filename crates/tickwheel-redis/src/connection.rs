@@ -599,3 +599,54 @@ pub(crate) fn bytes(v: Value) -> Result<Vec<u8>, Error> {
 pub(crate) fn string(v: Value) -> Result<String, Error> {
     String::from_utf8(bytes(v)?).map_err(|_| Error::Protocol("id is not UTF-8".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_keys_and_reads() {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("abc").arg(2).arg("k1").arg("k2").arg("argv");
+        assert_eq!(first_key(&eval), Some(&b"k1"[..]));
+        let mut none = redis::cmd("evalsha");
+        none.arg("abc").arg(0).arg("argv");
+        assert_eq!(first_key(&none), None);
+        let mut hlen = redis::cmd("HLEN");
+        hlen.arg("tw:{ns:3}:tasks");
+        assert_eq!(first_key(&hlen), Some(&b"tw:{ns:3}:tasks"[..]));
+        assert!(is_read(&hlen));
+        assert!(!is_read(&eval));
+        assert_eq!(
+            first_key(&probe(b"tw:{ns:3}:due")),
+            Some(&b"tw:{ns:3}:due"[..])
+        );
+    }
+
+    #[test]
+    fn error_replies_say_whether_the_command_ran() {
+        let reply = |text: &str| -> RedisError {
+            match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap() {
+                Value::ServerError(e) => e.into(),
+                v => panic!("not an error: {v:?}"),
+            }
+        };
+        for ran_not in [
+            "MOVED 3999 127.0.0.1:6381",
+            "ASK 3999 127.0.0.1:6381",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "NOSCRIPT No matching script",
+            "OOM command not allowed",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            assert!(not_run(&reply(ran_not)), "{ran_not}");
+            assert!(matches!(classify(reply(ran_not)), Answer::Refused(_)));
+        }
+        let wrongtype = reply("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert!(!not_run(&wrongtype));
+        assert!(matches!(classify(wrongtype), Answer::Failed(_)));
+        assert!(to_follow(&reply("MOVED 1 127.0.0.1:1")));
+        assert!(!to_follow(&reply("NOSCRIPT x")));
+    }
+}
