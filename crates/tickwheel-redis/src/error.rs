@@ -71,6 +71,51 @@ pub enum Error {
     },
     /// `redis-server` could not be started (the `server` module of feature `testing`).
     Server(String),
+    /// A bulk call ([`Producer::schedule_many`](crate::Producer::schedule_many),
+    /// `cancel_many`, `reschedule_many`, `retry_failed`, `discard_failed`) failed after
+    /// some of its items were, or may have been, applied: what each item got, in the order
+    /// given, and the first error. A bulk call's other errors mean that no item was
+    /// applied. Retry exactly the items that are [`Applied::No`]; an [`Applied::Unknown`]
+    /// one should be looked up first ([`Producer::state`](crate::Producer::state)).
+    Partial {
+        /// For each item of the call, in the order given.
+        applied: Vec<Applied>,
+        /// The first error.
+        source: Box<Error>,
+    },
+}
+
+/// Whether an item of a failed bulk call was applied: see [`Error::Partial`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Applied {
+    /// Applied (its script call ran to its end: a task stored, cancelled or moved); its
+    /// reply is not returned.
+    Yes,
+    /// Not applied: its script call was never sent, or Redis refused it before running it
+    /// (a Cluster's redirection that could not be followed, `NOSCRIPT`, `OOM`, `READONLY`,
+    /// ...). Safe to send again.
+    No,
+    /// Sent, but no reply came (the connection failed), or its script failed while
+    /// running: applied or not.
+    Unknown,
+}
+
+impl Error {
+    /// The items of a failed bulk call not applied, to call again with: their positions in
+    /// the call. `None` when the error is not [`Error::Partial`] (then no item was applied).
+    pub fn not_applied(&self) -> Option<Vec<usize>> {
+        match self {
+            Error::Partial { applied, .. } => Some(
+                applied
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| **a == Applied::No)
+                    .map(|(i, _)| i)
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -126,6 +171,18 @@ impl fmt::Display for Error {
                 write!(f, "cannot start the worker's {thread} thread: {source}")
             }
             Error::Server(m) => write!(f, "{m}"),
+            Error::Partial { applied, source } => {
+                let n = |w: Applied| applied.iter().filter(|&&a| a == w).count();
+                write!(
+                    f,
+                    "bulk call failed part way ({} of {} items applied, {} not, {} unknown): \
+                     {source}",
+                    n(Applied::Yes),
+                    applied.len(),
+                    n(Applied::No),
+                    n(Applied::Unknown)
+                )
+            }
         }
     }
 }
@@ -135,6 +192,7 @@ impl std::error::Error for Error {
         match self {
             Error::Redis(e) => Some(e),
             Error::Thread { source, .. } => Some(source),
+            Error::Partial { source, .. } => Some(&**source),
             _ => None,
         }
     }

@@ -54,8 +54,11 @@
 //!   ahead: before each delivery it checks that its lease still holds, counting the lease
 //!   from the moment it *sent* the renewal (Redis extends it later than that), less a
 //!   twentieth for clock-rate differences.
-//! - **Idempotent producers.** Scheduling an existing id replaces that task, so a producer
-//!   retries a failed call safely. [`Producer::cancel`] returns `true` exactly when the task
+//! - **Errors that say what was stored.** Scheduling an existing id replaces that task (a new
+//!   version, delivered again even if the old one ran), so a producer retries only what a
+//!   failed call did not store: a bulk call that stored part of its tasks says which
+//!   ([`Error::Partial`]), and a single call is in doubt only after a broken connection (see
+//!   [`Producer`], *What an error says*). [`Producer::cancel`] returns `true` exactly when the task
 //!   was pending and will not be delivered. A task claimed ahead of its run-at is in flight:
 //!   it will be delivered, so `cancel` answers `false` during the last
 //!   [`Config::claim_ahead`] before its run-at, and replacing it then leaves the claimed
@@ -264,7 +267,7 @@ mod worker;
 pub mod bench;
 
 pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME};
-pub use error::Error;
+pub use error::{Applied, Error};
 pub use failure::{
     AttemptError, ErrorLog, FailReason, FailedCounts, Retention, RetryPolicy, ERRORS_KEPT,
     MAX_ERROR_LEN,

@@ -1,5 +1,7 @@
 //! The producer side: schedule, replace, cancel, reschedule, look up.
 
+use crate::connection::{send_pipe, Answer};
+use crate::error::Applied;
 use crate::failure::RetryPolicy;
 use crate::namespace::{
     check_id, connect, query_pipe, Con, Config, Endpoint, Error, Namespace, RunAt, TaskState,
@@ -13,6 +15,32 @@ pub use operate::{Acted, BulkReport};
 
 /// Stores tasks in a namespace. Every call is one round trip (bulk: one pipeline), and returns
 /// `Ok` only once Redis has applied it. After a connection error the next call reconnects.
+///
+/// # What an error says, and what is safe to send again
+///
+/// Each task of a call is stored (cancelled, moved) by one script call, which Redis applies
+/// whole or not at all. On a Redis Cluster every call follows the topology: a `MOVED` or
+/// `ASK` reply (a failover, a slot migration) or `TRYAGAIN`/`CLUSTERDOWN` means the script
+/// did not run, so the call is sent again to the slot's new owner, and a script that ran is
+/// never sent twice.
+///
+/// * A single call ([`schedule`](Producer::schedule), [`cancel`](Producer::cancel), ...)
+///   that fails with an error reply from Redis was not applied. One that fails because the
+///   connection broke (or timed out) may have been: look it up
+///   ([`state`](Producer::state)) before sending it again.
+/// * A bulk call ([`schedule_many`](Producer::schedule_many), `cancel_many`,
+///   `reschedule_many`, `retry_failed`, `discard_failed`) that fails after some of its
+///   script calls ran returns [`Error::Partial`]: for each item, in the order given,
+///   [`Applied::Yes`], [`Applied::No`] or [`Applied::Unknown`]
+///   ([`Error::not_applied`] lists the positions to send again). Any other error from a
+///   bulk call means that no item was applied.
+/// * Scheduling again a task that was stored is *not* harmless: it replaces the task with a
+///   new version, and one that ran meanwhile (delivered and acknowledged) is stored again
+///   and runs again. So after a failed `schedule_many`, send again only the
+///   [`Applied::No`] tasks; for an [`Applied::Unknown`] one, `state` tells whether it is
+///   stored (pending or in flight), but not whether it was stored and has run since: if
+///   that matters, let the handler de-duplicate by id and version. Cancelling or
+///   rescheduling again is harmless (a task no longer pending answers `false`).
 pub struct Producer {
     cfg: Config,
     client: Endpoint,
@@ -60,7 +88,15 @@ impl Producer {
         }
         let con = self.con.as_mut().expect("connected above");
         let r = f(con, &self.ns);
-        if let Err(Error::Redis(e)) = &r {
+        let redis_error = match &r {
+            Err(Error::Redis(e)) => Some(e),
+            Err(Error::Partial { source, .. }) => match &**source {
+                Error::Redis(e) => Some(e),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(e) = redis_error {
             // Anything but an error reply from the server leaves the connection in doubt.
             if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
                 self.con = None;
@@ -159,9 +195,29 @@ impl Producer {
     /// given (replace by id, a new version, the owning worker told of tasks inside its loaded
     /// window: one notification per script call, however many tasks it names). Every id,
     /// payload, run-at and recurrence is checked before anything is sent. `Ok` means every
-    /// task is stored; on `Err` some may be, and calling again with the same tasks is safe
-    /// (same ids replace). Returns what each task stored, in the order given: an id given
+    /// task is stored. Returns what each task stored, in the order given: an id given
     /// twice replaces its earlier task, as two calls to `schedule` would.
+    ///
+    /// On `Err`: [`Error::Partial`] when some tasks were (or may have been) stored, saying
+    /// which, task by task; any other error means none was. Send again only the tasks not
+    /// stored ([`Error::not_applied`]): a task stored again is a new version, delivered
+    /// again even if the first one already ran (see [`Producer`], *What an error says*).
+    ///
+    /// ```no_run
+    /// # use tickwheel_redis::{Config, Error, Producer, RunAt, Task};
+    /// # let mut p = Producer::connect(&Config::new("redis://127.0.0.1/", "orders"))?;
+    /// let ids = ["a", "b", "c"];
+    /// let task = |id| Task::new(id, RunAt::AtMillis(1_800_000_000_000), b"");
+    /// let mut todo: Vec<&str> = ids.to_vec();
+    /// while let Err(e) = p.schedule_many(todo.iter().map(|&id| task(id))) {
+    ///     todo = match e.not_applied() {
+    ///         Some(left) => left.into_iter().map(|i| todo[i]).collect(),
+    ///         None => todo, // nothing was stored: all again (after a pause, say)
+    ///     };
+    /// #   break;
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn schedule_many<'a, I>(&mut self, tasks: I) -> Result<Vec<Scheduled>, Error>
     where
         I: IntoIterator<Item = Task<'a>>,
@@ -189,15 +245,16 @@ impl Producer {
     /// pending or in flight (the run in hand can then no longer be acknowledged nor delivered
     /// again), so no further run is delivered.
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
-        Ok(self.cancel_many([id])?[0])
+        Ok(self.cancel_many([id]).map_err(single)?[0])
     }
 
     /// Cancels many tasks in one pipeline (one round trip: under `appendfsync always`, one
     /// fsync instead of one per task): ids are grouped by shard, up to [`Config::batch`] per
     /// script call. Returns, for each id in the order given, what
     /// [`cancel`](Producer::cancel) would return (an id given twice: `false` the second
-    /// time). Every id is checked before anything is sent; on `Err` some may be cancelled,
-    /// and calling again is safe.
+    /// time). Every id is checked before anything is sent; on `Err` some may be cancelled
+    /// ([`Error::Partial`] says which), and calling again is safe (a task cancelled already
+    /// answers `false`).
     pub fn cancel_many<S, I>(&mut self, ids: I) -> Result<Vec<bool>, Error>
     where
         S: AsRef<str>,
@@ -222,14 +279,15 @@ impl Producer {
     /// new version): `true` when it was pending, `false` for an unknown id or a task in
     /// flight.
     pub fn reschedule(&mut self, id: &str, run_at: RunAt) -> Result<bool, Error> {
-        Ok(self.reschedule_many([(id, run_at)])?[0])
+        Ok(self.reschedule_many([(id, run_at)]).map_err(single)?[0])
     }
 
     /// Moves many pending tasks in one pipeline, grouped by shard, up to [`Config::batch`]
     /// per script call, each as [`reschedule`](Producer::reschedule) would, in the order
     /// given. Returns, for each move in that order, whether the task was pending and moved.
-    /// Every id and run-at is checked before anything is sent; on `Err` some may have moved,
-    /// and calling again is safe.
+    /// Every id and run-at is checked before anything is sent; on `Err` some may have moved
+    /// ([`Error::Partial`] says which), and calling again is safe (it moves them again, to
+    /// the same run-at, with a new version).
     pub fn reschedule_many<S, I>(&mut self, moves: I) -> Result<Vec<bool>, Error>
     where
         S: AsRef<str>,
@@ -282,6 +340,15 @@ impl Producer {
     }
 }
 
+/// The error of a bulk call of one item, as a single call's: its cause ([`Error::Partial`]
+/// says no more than that the one item may have been applied).
+fn single(e: Error) -> Error {
+    match e {
+        Error::Partial { source, .. } => *source,
+        e => e,
+    }
+}
+
 /// The items of a bulk call grouped by shard, each with its position in the call, for one
 /// script call per shard and batch, and the replies put back in the call's order.
 struct Groups<T> {
@@ -309,8 +376,10 @@ impl<T> Groups<T> {
     }
 
     /// Sends one script call per shard and up to `batch` of its items, made by `call` from
-    /// the shard and those items, all in one pipeline. Returns the replies, one per item, in
-    /// the order the items were pushed.
+    /// the shard and those items, all in one pipeline ([`send_pipe`]: it follows a
+    /// Cluster's topology and never sends a call twice once it ran). Returns the replies,
+    /// one per item, in the order the items were pushed; on an error after some call ran
+    /// (or may have), [`Error::Partial`] with what each item got.
     fn invoke<'g, C, R>(
         &'g self,
         con: &mut Con,
@@ -326,8 +395,66 @@ impl<T> Groups<T> {
             .flat_map(|(s, items)| items.chunks(self.batch).map(move |c| (s as u32, c)))
             .map(|(shard, items)| call(shard, items))
             .collect();
-        let replies = protocol::invoke_all(con, &calls)?;
-        self.scatter(replies)
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cmds: Vec<redis::Cmd> = calls.iter().map(protocol::command).collect();
+        let (answers, broken) = send_pipe(con, &cmds);
+        let mut first: Option<Error> = broken.map(Error::Redis);
+        let mut replies = Vec::with_capacity(calls.len());
+        let mut applied = Vec::with_capacity(calls.len());
+        for (c, answer) in calls.iter().zip(answers) {
+            let (reply, a) = match answer {
+                Answer::Reply(v) => match c.decode(v) {
+                    Ok(r) => (Some(r), Applied::Yes),
+                    Err(e) => {
+                        first.get_or_insert(e);
+                        (None, Applied::Yes)
+                    }
+                },
+                Answer::Ran => {
+                    first.get_or_insert(Error::Protocol(
+                        "a script call ran but its reply is lost (on a Cluster, another call \
+                         of the pipeline got an error reply: a topology change or a node that \
+                         lost its scripts during the call)"
+                            .into(),
+                    ));
+                    (None, Applied::Yes)
+                }
+                Answer::Refused(e) => {
+                    first.get_or_insert(Error::Redis(e));
+                    (None, Applied::No)
+                }
+                Answer::Failed(e) => {
+                    first.get_or_insert(Error::Redis(e));
+                    (None, Applied::Unknown)
+                }
+                Answer::Unsent => (None, Applied::No),
+                Answer::Lost => (None, Applied::Unknown),
+            };
+            replies.push(reply.unwrap_or_default());
+            applied.push(a);
+        }
+        match first {
+            None => self.scatter(replies),
+            Some(e) if applied.iter().all(|&a| a == Applied::No) => Err(e),
+            Some(e) => Err(Error::Partial {
+                applied: self.per_item(&applied),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    /// What each call got, spread over its items, in the order the items were pushed.
+    fn per_item(&self, per_call: &[Applied]) -> Vec<Applied> {
+        let mut out = vec![Applied::No; self.len];
+        let calls = self.index.iter().flat_map(|idx| idx.chunks(self.batch));
+        for (idx, &a) in calls.zip(per_call) {
+            for &i in idx {
+                out[i] = a;
+            }
+        }
+        out
     }
 
     /// The replies of [`invoke`](Groups::invoke)'s calls, one per item, in the order the

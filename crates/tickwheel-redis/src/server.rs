@@ -60,8 +60,19 @@ impl RedisServer {
             binary,
             cluster,
         };
-        s.spawn()?;
-        Ok(s)
+        // The port was free when chosen, but another process may take it (or, in a Cluster,
+        // its bus port, 10 000 above) before the server binds it: then it exits at once,
+        // and another port is tried.
+        let mut tries = 0;
+        loop {
+            match s.spawn() {
+                Err(Error::Server(m)) if m.contains("exited at start") && tries < 4 => {
+                    tries += 1;
+                    s.port = free_port()?;
+                }
+                r => return r.map(|()| s),
+            }
+        }
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
@@ -157,7 +168,9 @@ impl RedisServer {
 
 /// A Redis Cluster of private `redis-server` nodes (each as [`RedisServer`] starts one, with
 /// `--cluster-enabled yes` and its `nodes.conf` in its own directory), its slots spread evenly
-/// over the nodes by `redis-cli --cluster create`, no replicas. Killed on drop.
+/// over the primaries by `redis-cli --cluster create`; no replicas ([`start`](RedisCluster::start))
+/// or some per primary ([`start_with_replicas`](RedisCluster::start_with_replicas), for
+/// failovers: [`failover`](RedisCluster::failover)). Killed on drop.
 ///
 /// `redis-cli` is taken from `PATH`, or the path in `TICKWHEEL_REDIS_CLI`; Debian's
 /// `redis-server` package ships it (as `redis-tools`).
@@ -170,12 +183,20 @@ impl RedisCluster {
     /// Starts `n` nodes (at least 3, as Redis Cluster requires), forms the cluster and waits
     /// until every node reports `cluster_state:ok`.
     pub fn start(n: usize) -> Result<RedisCluster, Error> {
-        if n < 3 {
+        RedisCluster::start_with_replicas(n, 0)
+    }
+
+    /// Starts `primaries` primaries (at least 3) and `replicas` replicas of each, forms the
+    /// cluster (`redis-cli --cluster create ... --cluster-replicas <replicas>`, which picks
+    /// which node serves which) and waits until every node reports `cluster_state:ok` and
+    /// every replica's link to its primary is up.
+    pub fn start_with_replicas(primaries: usize, replicas: usize) -> Result<RedisCluster, Error> {
+        if primaries < 3 {
             return Err(Error::Server(
                 "a Redis Cluster needs at least 3 nodes".into(),
             ));
         }
-        let nodes = (0..n)
+        let nodes = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(true))
             .collect::<Result<Vec<_>, _>>()?;
         let cli = std::env::var("TICKWHEEL_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
@@ -183,7 +204,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| match e.kind() {
@@ -202,24 +223,82 @@ impl RedisCluster {
             )));
         }
         let cluster = RedisCluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for node in &cluster.nodes {
-            let client = redis::Client::open(node.url().as_str())?;
-            let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        cluster.wait_ok(Duration::from_secs(30))?;
+        Ok(cluster)
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and every replica's link to its
+    /// primary is up (`master_link_status:up`).
+    pub fn wait_ok(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        for i in 0..self.nodes.len() {
             loop {
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con)?;
-                if info.lines().any(|l| l.trim() == "cluster_state:ok") {
+                let info = self.info(i, "CLUSTER", "INFO")?;
+                let repl = self.info(i, "INFO", "replication")?;
+                let ok = info.lines().any(|l| l.trim() == "cluster_state:ok")
+                    && (repl.lines().any(|l| l.trim() == "role:master")
+                        || repl.lines().any(|l| l.trim() == "master_link_status:up"));
+                if ok {
                     break;
                 }
                 if Instant::now() > deadline {
                     return Err(Error::Server(format!(
-                        "the cluster did not reach cluster_state:ok: {info}"
+                        "node {i} is not ready within {timeout:?}: {info}{repl}"
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        Ok(cluster)
+        Ok(())
+    }
+
+    /// A node's answer to `<cmd> <arg>` (e.g. `CLUSTER INFO`, `INFO replication`) as text.
+    fn info(&self, node: usize, cmd: &str, arg: &str) -> Result<String, Error> {
+        let client = redis::Client::open(self.nodes[node].url().as_str())?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        Ok(redis::cmd(cmd).arg(arg).query(&mut con)?)
+    }
+
+    /// Whether node `node` is a primary now (`INFO replication` says `role:master`).
+    pub fn is_primary(&self, node: usize) -> Result<bool, Error> {
+        let repl = self.info(node, "INFO", "replication")?;
+        Ok(repl.lines().any(|l| l.trim() == "role:master"))
+    }
+
+    /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now.
+    pub fn replicas(&self) -> Result<Vec<usize>, Error> {
+        let mut out = Vec::new();
+        for i in 0..self.nodes.len() {
+            if !self.is_primary(i)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A graceful failover: `CLUSTER FAILOVER` on replica `node`, which then takes over its
+    /// primary's slots (the old primary becomes its replica). Waits until `node` is a primary
+    /// and every node reports `cluster_state:ok` (see [`wait_ok`](RedisCluster::wait_ok)).
+    pub fn failover(&self, node: usize, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let client = redis::Client::open(self.nodes[node].url().as_str())?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        // A manual failover the primary does not take part in within 5 s (Redis's
+        // CLUSTER_MF_TIMEOUT: say, just after its own promotion) is given up: ask again.
+        let mut asked: Option<Instant> = None;
+        while !self.is_primary(node)? {
+            if asked.is_none_or(|t| t.elapsed() > Duration::from_secs(6)) {
+                let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut con)?;
+                asked = Some(Instant::now());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Server(format!(
+                    "node {node} is not a primary {timeout:?} after CLUSTER FAILOVER"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.wait_ok(deadline.saturating_duration_since(Instant::now()))
     }
 
     /// The nodes.

@@ -1,0 +1,211 @@
+//! A graceful failover (`CLUSTER FAILOVER`: a replica takes over its primary's slots) under a
+//! `Producer`, an `Inspector` and a `Worker` that connected before it: every call to the moved
+//! slots gets `MOVED` from the old primary, and each must follow the new topology at once
+//! (issue #35: bulk calls kept failing with `MOVED` for as long as the client lived). A
+//! Cluster of 3 primaries with a replica each, on loopback ports, on a manual clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use tickwheel_redis::server::RedisCluster;
+use tickwheel_redis::{
+    Applied, Config, Delivery, Error, Inspector, ManualTime, Outcome, Producer, RunAt, Task,
+    TaskState, Worker,
+};
+
+const T0: u64 = 1_000_000;
+const SHARDS: u32 = 12;
+/// How long after `cluster_state:ok` every call must succeed.
+const FOLLOW: Duration = Duration::from_secs(1);
+
+fn tasks(ids: &[String], at: u64) -> impl Iterator<Item = Task<'_>> {
+    ids.iter()
+        .map(move |id| Task::new(id, RunAt::AtMillis(at), id.as_bytes()))
+}
+
+/// Runs `f`, which must succeed within [`FOLLOW`] of `ok` (the client library retries
+/// redirections itself; the test does not).
+fn within<T>(what: &str, ok: Instant, f: impl FnOnce() -> Result<T, tickwheel_redis::Error>) -> T {
+    let r = f();
+    let late = ok.elapsed();
+    match r {
+        Ok(v) => {
+            eprintln!("{what}: answered {late:?} after cluster_state:ok");
+            assert!(
+                late <= FOLLOW,
+                "{what}: answered {late:?} after cluster_state:ok"
+            );
+            v
+        }
+        Err(e) => panic!("{what} after a graceful failover ({late:?} after cluster_state:ok): {e}"),
+    }
+}
+
+fn tick(w: &mut Worker, got: &mut BTreeMap<String, u32>) -> Result<usize, tickwheel_redis::Error> {
+    w.tick(&mut |d: &Delivery| {
+        *got.entry(d.id.clone()).or_default() += 1;
+        Outcome::Ack
+    })
+}
+
+#[test]
+fn every_call_follows_a_graceful_failover() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
+    };
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), "fo");
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+
+    let before: Vec<String> = (0..300).map(|i| format!("b{i}")).collect();
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule_many(tasks(&before, T0 + 5_000)).unwrap();
+    assert_eq!(p.len().unwrap(), 300);
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..4 {
+        tick(&mut w, &mut got).unwrap();
+        time.advance(Duration::from_millis(500));
+    }
+    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+
+    // The graceful failover of one primary: a third of the slots move to its replica.
+    let ok = failover(&c, 0);
+
+    // The producer's first calls to the moved slots are bulk calls.
+    let after: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
+    let stored = within("schedule_many", ok, || {
+        p.schedule_many(tasks(&after, T0 + 5_000))
+    });
+    assert!(stored.iter().all(|s| !s.replaced));
+    assert_eq!(within("len", ok, || p.len()), 600);
+    let cancelled = within("cancel_many", ok, || p.cancel_many(&after[..100]));
+    assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+    let moved = within("reschedule_many", ok, || {
+        p.reschedule_many(
+            before[..100]
+                .iter()
+                .map(|id| (id, RunAt::AtMillis(T0 + 6_000))),
+        )
+    });
+    assert!(moved.iter().all(|&m| m), "{moved:?}");
+    assert_eq!(within("len", ok, || p.len()), 500);
+
+    // A fresh inspector sees the new topology.
+    let mut i = Inspector::connect(&cfg).unwrap();
+    let stats = within("Inspector::stats", ok, || i.stats());
+    assert_eq!(stats.pending(), 500);
+
+    // The worker, connected before the failover, follows too.
+    time.set_ms(T0 + 3_000);
+    within("Worker::tick", ok, || tick(&mut w, &mut got));
+
+    // Each other bulk call as the first call after a failover of its own (the issue saw
+    // `len` fail as well): another replica promoted each time.
+    let ok = failover(&c, 1);
+    assert!(got.is_empty(), "nothing is due yet: {got:?}");
+    assert_eq!(within("len, first", ok, || p.len()), 500);
+    let ok = failover(&c, 2);
+    let cancelled = within("cancel_many, first", ok, || p.cancel_many(&after[100..150]));
+    assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+    let ok = failover(&c, 3);
+    let moved = within("reschedule_many, first", ok, || {
+        p.reschedule_many(
+            after[150..200]
+                .iter()
+                .map(|id| (id, RunAt::AtMillis(T0 + 6_500))),
+        )
+    });
+    assert!(moved.iter().all(|&m| m), "{moved:?}");
+    let ok = Instant::now();
+    within("Worker::tick", ok, || tick(&mut w, &mut got));
+
+    // Everything is delivered once.
+    time.set_ms(T0 + 7_000);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 450 && Instant::now() < deadline {
+        w.reload_windows();
+        tick(&mut w, &mut got).unwrap();
+    }
+    let want: BTreeSet<String> = before.iter().chain(&after[150..]).cloned().collect();
+    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert!(got.values().all(|&n| n == 1), "exactly once");
+    assert!(p.is_empty().unwrap(), "every delivery acknowledged");
+
+    // A node that lost its scripts (a restart, `SCRIPT FLUSH`): a bulk call reloads them
+    // and stores every task once (a `NOSCRIPT` in a cluster pipeline would lose the other
+    // nodes' replies).
+    let primary = (0..c.nodes().len())
+        .find(|&n| c.is_primary(n).unwrap())
+        .unwrap();
+    for node in &c.nodes()[primary..=primary] {
+        let mut con = redis::Client::open(node.url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("SCRIPT").arg("FLUSH").exec(&mut con).unwrap();
+    }
+    let flushed: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
+    let stored = p.schedule_many(tasks(&flushed, T0 + 60_000)).unwrap();
+    assert!(stored.iter().all(|s| !s.replaced));
+    assert_eq!(p.len().unwrap(), 100);
+}
+
+/// Promotes a replica (the `k`-th, modulo their number) with `CLUSTER FAILOVER`; returns
+/// when the cluster is ok again.
+fn failover(c: &RedisCluster, k: usize) -> Instant {
+    let replicas = c.replicas().unwrap();
+    let node = replicas[k % replicas.len()];
+    c.failover(node, Duration::from_secs(20)).unwrap();
+    Instant::now()
+}
+
+/// A bulk call that fails part way says what each task got ([`Error::Partial`]), so that a
+/// caller sends again only what was not applied: here one shard's task hash holds a string,
+/// so its script call fails while running (in doubt), and the other shards' calls store
+/// their tasks.
+#[test]
+fn a_bulk_call_failing_part_way_says_what_it_stored() {
+    let s = tickwheel_redis::server::RedisServer::start().unwrap();
+    let mut cfg = Config::new(s.url(), "part");
+    cfg.shards = 4;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let i = Inspector::connect(&cfg).unwrap();
+    let mut con = redis::Client::open(s.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("SET")
+        .arg("tw:{part:0}:tasks")
+        .arg("not a hash")
+        .exec(&mut con)
+        .unwrap();
+
+    let ids: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
+    let e = p.schedule_many(tasks(&ids, 4_000_000_000_000)).unwrap_err();
+    let Error::Partial { applied, source } = &e else {
+        panic!("not a Partial error: {e}");
+    };
+    assert!(source.to_string().contains("WRONGTYPE"), "{e}");
+    assert_eq!(applied.len(), ids.len());
+    for (id, a) in ids.iter().zip(applied) {
+        let want = if i.shard_of(id) == 0 {
+            Applied::Unknown
+        } else {
+            Applied::Yes
+        };
+        assert_eq!(*a, want, "{id}");
+        if want == Applied::Yes {
+            assert!(
+                matches!(p.state(id).unwrap(), TaskState::Pending { .. }),
+                "{id}"
+            );
+        }
+    }
+    assert_eq!(e.not_applied(), Some(vec![]), "{e}");
+    // The same call on one task: the cause itself.
+    let zero = ids.iter().find(|id| i.shard_of(id) == 0).unwrap();
+    assert!(matches!(p.cancel(zero), Err(Error::Redis(_))));
+}
