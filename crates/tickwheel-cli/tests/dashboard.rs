@@ -1223,12 +1223,12 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
         b.eval("document.querySelectorAll('table').length"),
         json!(1)
     );
-    // Each id links to its task's page.
+    // Each id links to its failed task's page.
     let hrefs = b.eval(
         "[...document.querySelectorAll('#failed-tasks td.id a')].map(a => a.getAttribute('href'))",
     );
     for id in ["job-1", IMG_ID, CONTROL_ID, SCRIPT_ID] {
-        let href = format!("/task?id={}", enc(id));
+        let href = format!("/task?id={}&failed=1", enc(id));
         assert!(
             hrefs.as_array().unwrap().contains(&json!(href)),
             "{href} in {hrefs}"

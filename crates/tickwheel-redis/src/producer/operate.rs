@@ -44,8 +44,8 @@ impl Producer {
     /// attempts; its errors stay visible ([`Inspector::show`](crate::Inspector::show)) and
     /// are kept with those of its new attempts. One pipeline, grouped by shard, up to
     /// [`Config::batch`](crate::Config::batch) ids per script call. Returns what each id got,
-    /// in order; safe to call again after an error (a task retried already is
-    /// [`Acted::NotFailed`]).
+    /// in order. Safe to call again after an error (a task retried already is
+    /// [`Acted::NotFailed`]); an [`Error::Partial`] says which ids were applied.
     pub fn retry_failed<S, I>(&mut self, ids: I) -> Result<Vec<Acted>, Error>
     where
         S: AsRef<str>,

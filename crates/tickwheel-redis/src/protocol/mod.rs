@@ -151,24 +151,20 @@ pub(crate) fn invoke<C: Call>(con: &mut dyn ConnectionLike, call: &C) -> Result<
     call.decode(reply)
 }
 
-/// Runs calls of one script in one pipeline (reloading the script and sending the pipeline
-/// again if Redis lost it: a missing script fails every call of it, so none was applied).
-/// Replies in the order of `calls`.
+/// Runs calls of one script in one pipeline (a call refused for a lost script is sent again
+/// once the scripts are loaded; no call that ran is sent again). Replies in the order of
+/// `calls`.
 pub(crate) fn invoke_all<C: Call>(con: &mut Con, calls: &[C]) -> Result<Vec<C::Reply>, Error> {
-    let Some(first) = calls.first() else {
+    if calls.is_empty() {
         return Ok(Vec::new());
-    };
+    }
     let mut pipe = redis::pipe();
     for c in calls {
         push(&mut pipe, c);
     }
-    let replies: Vec<Value> = match query_pipe(con, &pipe) {
-        Err(e) if e.code() == Some("NOSCRIPT") => {
-            first.script().load(con)?;
-            query_pipe(con, &pipe)?
-        }
-        r => r?,
-    };
+    // A lost script (a restart, a promoted replica) is loaded again and only the calls it
+    // refused are sent again, by `query_pipe` (see `connection::send_pipe`).
+    let replies: Vec<Value> = query_pipe(con, &pipe)?;
     if replies.len() != calls.len() {
         return Err(Error::Protocol(format!(
             "{} replies to {} script calls",
