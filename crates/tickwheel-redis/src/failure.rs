@@ -52,8 +52,8 @@ pub struct RetryPolicy {
     /// For a recurring task: whether a run that fails for good ends the series. By default
     /// (`false`) the failed run goes to the failed set and the series goes on at its next
     /// run, as an acknowledged run would. A run retried after a failure (or a snooze) is
-    /// delivered at the retry's run-at, and the next run follows from that: a cron
-    /// pattern's instants stay where they are, a period's phase moves by the retry's delay.
+    /// delivered at the retry's run-at, and the series keeps its phase: the next run is the
+    /// schedule's first instant after the retry, counted from the run's own due time.
     pub stop_series_on_failure: bool,
 }
 

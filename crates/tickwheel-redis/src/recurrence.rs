@@ -71,9 +71,11 @@ impl Recurrence {
         Ok(s)
     }
 
-    /// Reads the stored form back (`None` for an empty one: a one-shot task).
-    pub(crate) fn decode(s: &str) -> Result<Option<Recurrence>, Error> {
-        let bad = || Error::InvalidRecurrence(format!("stored recurrence {s:?}"));
+    /// Reads the stored form back (`None` for an empty one: a one-shot task). A period's
+    /// phase anchor (see [`split_anchor`]) is not part of the recurrence.
+    pub(crate) fn decode(stored: &str) -> Result<Option<Recurrence>, Error> {
+        let bad = || Error::InvalidRecurrence(format!("stored recurrence {stored:?}"));
+        let (s, _) = split_anchor(stored);
         if s.is_empty() {
             return Ok(None);
         }
@@ -105,6 +107,20 @@ impl Recurrence {
             }
         }
     }
+}
+
+/// A stored recurrence and its phase anchor: a run retried after a failure or a snooze is
+/// stored as `p<ms>@<its due>` (see `anchored` in `prelude.lua`), so that the series' next
+/// run keeps the phase of the run, not of its retry. `(stored, None)` for anything else.
+pub(crate) fn split_anchor(stored: &str) -> (&str, Option<u64>) {
+    if stored.starts_with('p') {
+        if let Some((base, at)) = stored.split_once('@') {
+            if let Ok(at) = at.parse() {
+                return (base, Some(at));
+            }
+        }
+    }
+    (stored, None)
 }
 
 fn period_ms(d: Duration) -> Result<u64, Error> {
@@ -173,6 +189,13 @@ mod tests {
             assert_eq!(Recurrence::decode(&s).unwrap(), Some(rec));
         }
         assert_eq!(Recurrence::decode("").unwrap(), None);
+        // A retried run's phase anchor is not part of the recurrence.
+        assert_eq!(
+            Recurrence::decode("p250@1000100").unwrap(),
+            Some(Recurrence::Every(Duration::from_millis(250)))
+        );
+        assert_eq!(split_anchor("p250@1000100"), ("p250", Some(1_000_100)));
+        assert_eq!(split_anchor("cUTC @daily"), ("cUTC @daily", None));
         assert!(Recurrence::decode("x").is_err());
         assert!(Recurrence::Every(Duration::ZERO).encode().is_err());
         assert!(Recurrence::cron("0 9 * * TUE", "Europe/Pariss").is_err());

@@ -241,21 +241,21 @@ fn a_failed_recurring_run_keeps_the_series_unless_its_policy_stops_it() {
     }
     let mut got = calls.borrow().clone();
     got.sort();
-    // The retried run was delivered at T0 + 110: a period's phase follows the run's last
-    // run-at (as the docs of `RetryPolicy` say), so the series goes on at T0 + 1110.
+    // The retried run was delivered at T0 + 110; the series keeps its phase (T0 + 100 and
+    // every second on), as the docs of `RetryPolicy` say.
     assert_eq!(
         got,
         [
             ("goes-on".into(), 1, T0 + 100),
-            ("goes-on".into(), 1, T0 + 1110),
-            ("goes-on".into(), 1, T0 + 2110),
+            ("goes-on".into(), 1, T0 + 1100),
+            ("goes-on".into(), 1, T0 + 2100),
             ("goes-on".into(), 2, T0 + 110),
             ("stops".into(), 1, T0 + 100),
         ],
         "goes-on: two failed attempts, then its next runs; stops: one, and no more"
     );
     assert!(
-        matches!(p.state("goes-on").unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == T0 + 3110)
+        matches!(p.state("goes-on").unwrap(), TaskState::Pending { run_at_ms, .. } if run_at_ms == T0 + 3100)
     );
     assert!(matches!(
         p.state("stops").unwrap(),

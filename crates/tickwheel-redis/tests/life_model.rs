@@ -53,6 +53,9 @@ struct Live {
     visible_at: Option<u64>,
     /// A recurring task's period, ms.
     every: Option<u64>,
+    /// A recurring run being retried: the due its series keeps the phase of (see
+    /// `anchored` in prelude.lua).
+    phase: Option<u64>,
 }
 
 impl Live {
@@ -65,7 +68,17 @@ impl Live {
             policy,
             visible_at: None,
             every,
+            phase: None,
         }
+    }
+
+    /// Moves the run to `at` for a retry (after a failure or a snooze): a recurring run
+    /// keeps its series' phase.
+    fn retry_at(&mut self, at: u64) {
+        if self.every.is_some() && self.phase.is_none() {
+            self.phase = Some(self.run_at);
+        }
+        self.run_at = at;
     }
 
     /// A recurring task's next run after a delivery at `now` (see `Rule::next_after`): the
@@ -73,7 +86,8 @@ impl Live {
     fn next_run(&self, now: u64) -> Option<u64> {
         let p = self.every?;
         let due = self.run_at;
-        Some(due + ((now.max(due) - due) / p + 1) * p)
+        let phase = self.phase.unwrap_or(due).min(due);
+        Some(phase + ((now.max(due) - phase) / p + 1) * p)
     }
 }
 
@@ -87,6 +101,8 @@ struct Failed {
     errors: Vec<String>,
     policy: RetryPolicy,
     every: Option<u64>,
+    /// The phase its run kept (its due, or the due it was retrying).
+    phase: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -268,7 +284,9 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
                 let pending = e.live.as_mut().filter(|l| l.visible_at.is_none());
                 assert_eq!(moved, pending.is_some(), "{ctx}: reschedule / run now");
                 if let Some(l) = pending {
+                    // Moved by the user: the new run-at is the series' phase.
                     l.run_at = to;
+                    l.phase = None;
                 }
             }
             44..=50 => {
@@ -306,7 +324,9 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
                         Acted::LiveTaskExists
                     }
                     (Some(f), None) => {
-                        e.live = Some(Live::new(now, f.policy, f.every, f.errors.clone()));
+                        let mut l = Live::new(now, f.policy, f.every, f.errors.clone());
+                        l.phase = f.every.map(|_| f.phase);
+                        e.live = Some(l);
                         e.failed = None;
                         fig.retried += 1;
                         Acted::Done
@@ -484,18 +504,19 @@ fn tick(
                 e.live = next.map(|at| Live::new(at, l.policy, l.every, Vec::new()));
                 fig.rearmed += usize::from(next.is_some());
             }
-            Did::After(ms) => l.run_at = now + ms,
+            Did::After(ms) => l.retry_at(now + ms),
             Did::Leave => l.visible_at = Some(now + VISIBILITY_MS),
             Did::Fail(_) | Did::Fatal | Did::Panic => {
                 l.failures += 1;
                 push_error(&mut l.errors, error.unwrap());
                 let fatal = matches!(did, Did::Fatal);
                 if !fatal && (max == 0 || l.failures < max) {
-                    l.run_at = now
-                        + match did {
+                    l.retry_at(
+                        now + match did {
                             Did::Fail(Some(ms)) => ms,
                             _ => l.policy.delay_after(l.failures).as_millis() as u64,
-                        };
+                        },
+                    );
                 } else {
                     let reason = if fatal {
                         FailReason::NonRetryable
@@ -510,6 +531,7 @@ fn tick(
                         errors: l.errors.clone(),
                         policy: l.policy,
                         every: l.every,
+                        phase: l.phase.unwrap_or(l.run_at),
                     });
                     // A failed run of a series: the series goes on at its next run, unless
                     // its policy stops it.

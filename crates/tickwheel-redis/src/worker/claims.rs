@@ -6,7 +6,7 @@ use super::delivery::{Delivery, Held};
 use super::{Redelivery, ShardLoss, Worker};
 use crate::namespace::Error;
 use crate::protocol;
-use crate::recurrence::Recurrence;
+use crate::recurrence::{split_anchor, Recurrence};
 
 /// How long due tasks of a paused shard wait in the wheel before they are looked at again,
 /// ms (a resume re-arms them at once).
@@ -108,6 +108,8 @@ impl Worker {
         due_ms: u64,
         claimed_ms: u64,
     ) -> (Option<Recurrence>, Option<Option<u64>>) {
+        // A retried run carries the due of the run it retries: the series keeps that phase.
+        let (rec, anchor) = split_anchor(rec);
         if rec.is_empty() {
             return (None, None);
         }
@@ -119,10 +121,13 @@ impl Worker {
             let rule = r.rule().ok()?;
             Some((r, rule))
         });
+        let phase = anchor.unwrap_or(due_ms).min(due_ms);
         match entry {
             Some((r, rule)) => (
                 Some(r.clone()),
-                Some(Some(rule.next_after(due_ms, claimed_ms).unwrap_or(0))),
+                Some(Some(
+                    rule.next_after(phase, due_ms.max(claimed_ms)).unwrap_or(0),
+                )),
             ),
             None => (Recurrence::decode(rec).ok().flatten(), Some(None)),
         }

@@ -24,7 +24,7 @@ for i = 4, #ARGV, 4 do
       local nxt = tonumber(ARGV[i + 3])
       if rec ~= '' and nxt > 0 then
         local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec, pol) .. payload)
+        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, unanchored(rec), pol) .. payload)
         push(bucket(nxt), {id}, 1)
         horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
         if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end

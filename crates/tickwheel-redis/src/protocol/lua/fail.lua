@@ -46,7 +46,7 @@ if retry ~= 'n' and (max == 0 or failures < max) then
     delay = tonumber(retry)
   end
   local run_at = now + delay
-  redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec, pol) .. payload)
+  redis.call('HSET', KEYS[2], id, header(v, a, run_at, anchored(rec, d), pol) .. payload)
   redis.call('HSET', KEYS[5], id, log)
   push(bucket(run_at), {id}, 1)
   return {1, run_at, failures}
@@ -59,7 +59,7 @@ redis.call('HDEL', KEYS[5], id)
 local nxt = tonumber(ARGV[14])
 if rec ~= '' and nxt > 0 and stop ~= 1 then
   local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-  redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, rec, pol) .. payload)
+  redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, unanchored(rec), pol) .. payload)
   push(bucket(nxt), {id}, 1)
   local horizon = tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
   if nxt <= horizon then notify(ARGV[3], ARGV[4], {entry(nv, nxt, id)}) end

@@ -23,9 +23,9 @@ local function act(id)
   if ARGV[4] == 'retry' then
     if redis.call('HEXISTS', KEYS[2], id) == 1 then return 2 end
     local _, log, value = record_read(r)
-    local _, _, _, payload, rec, pol = parse(value)
+    local _, _, d, payload, rec, pol = parse(value)
     local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-    redis.call('HSET', KEYS[2], id, header(v, 0, now, rec, pol) .. payload)
+    redis.call('HSET', KEYS[2], id, header(v, 0, now, anchored(rec, d), pol) .. payload)
     local _, first, entries = log_read(log)
     redis.call('HSET', KEYS[5], id, string.format('0:%d:', first) .. table.concat(entries))
     push(bucket(now), {id}, 1)

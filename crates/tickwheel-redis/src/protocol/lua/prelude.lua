@@ -150,3 +150,18 @@ local function record_read(r)
   local n = tonumber(string.sub(r, a + 1, b - 1))
   return string.sub(r, 1, a - 1), string.sub(r, b + 1, b + n), string.sub(r, b + n + 1)
 end
+-- A run retried (after a failure or a snooze) keeps its series' phase: a period's stored
+-- form `p<ms>` gains `@<the run's due>` while the run is retried (the worker computes the
+-- next run from that instant), and loses it when the series moves on to its next run. A
+-- cron pattern needs no anchor: its instants do not depend on the run's.
+local function anchored(rec, d)
+  if string.byte(rec, 1) == 112 and not string.find(rec, '@', 1, true) then
+    return rec .. '@' .. string.format('%d', d)
+  end
+  return rec
+end
+local function unanchored(rec)
+  local at = string.find(rec, '@', 1, true)
+  if at and string.byte(rec, 1) == 112 then return string.sub(rec, 1, at - 1) end
+  return rec
+end

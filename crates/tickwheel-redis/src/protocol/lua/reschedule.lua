@@ -21,7 +21,7 @@ for i = 4, #ARGV, 2 do
     end
     local v = redis.call('HINCRBY', KEYS[4], 'seq', 1)
     unpush(d)
-    redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec, pol) .. payload)
+    redis.call('HSET', KEYS[2], id, header(v, a, run_at, unanchored(rec), pol) .. payload)
     push(bucket(run_at), {id}, 1)
     horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
     if run_at <= horizon then note[#note + 1] = entry(v, run_at, id) end

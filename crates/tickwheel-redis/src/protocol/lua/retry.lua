@@ -18,6 +18,8 @@ local run_at = now + tonumber(ARGV[6])
 if ARGV[7] == '1' then
   run_at = d
   a = a - 1
+else
+  rec = anchored(rec, d)
 end
 redis.call('HSET', KEYS[2], id, header(v, a, run_at, rec, pol) .. payload)
 push(bucket(run_at), {id}, 1)

@@ -5,7 +5,13 @@
 use super::*;
 
 /// A claim at `now` (no claim-ahead), forced or not.
-fn claim_at(con: &mut Con, keys: &ShardKeys, now: u64, ids: &[&str], force: bool) -> DeliverReply {
+pub(super) fn claim_at(
+    con: &mut Con,
+    keys: &ShardKeys,
+    now: u64,
+    ids: &[&str],
+    force: bool,
+) -> DeliverReply {
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     let call = Deliver {
         keys,
@@ -20,7 +26,7 @@ fn claim_at(con: &mut Con, keys: &ShardKeys, now: u64, ids: &[&str], force: bool
     invoke(con, &call).unwrap()
 }
 
-fn claimed(r: &DeliverReply) -> Vec<(String, u64, u32)> {
+pub(super) fn claimed(r: &DeliverReply) -> Vec<(String, u64, u32)> {
     r.claims
         .as_ref()
         .expect("not fenced or paused")
@@ -35,7 +41,7 @@ fn claimed(r: &DeliverReply) -> Vec<(String, u64, u32)> {
 /// A FAIL of (id, version, attempt) at `now`, the namespace's policy `policy`, keeping
 /// `keep` failed tasks.
 #[allow(clippy::too_many_arguments)]
-fn fail(
+pub(super) fn fail(
     con: &mut Con,
     keys: &ShardKeys,
     now: u64,
@@ -66,7 +72,7 @@ fn fail(
     invoke(con, &call).unwrap()
 }
 
-fn acquired(con: &mut Con, keys: &ShardKeys) {
+pub(super) fn acquired(con: &mut Con, keys: &ShardKeys) {
     let acquire = Acquire {
         keys,
         now: Some(T0),
@@ -77,7 +83,7 @@ fn acquired(con: &mut Con, keys: &ShardKeys) {
     assert_eq!(invoke(con, &acquire).unwrap().epoch, Some(1));
 }
 
-fn detail(con: &mut Con, keys: &ShardKeys, id: &str) -> TaskReply {
+pub(super) fn detail(con: &mut Con, keys: &ShardKeys, id: &str) -> TaskReply {
     let call = InspectTask {
         keys,
         id,
@@ -565,53 +571,4 @@ fn error_logs_go_with_their_task_and_retention_trims_the_oldest() {
     )
     .unwrap();
     assert_eq!((shard.failed, shard.trimmed), (1, 1));
-}
-
-/// A paused shard claims nothing (and says so); resumed, it claims again. A forced claim
-/// sent again after a lost reply does not count a second attempt.
-#[test]
-fn a_paused_shard_claims_nothing_and_a_resent_claim_is_one_attempt() {
-    let (_s, mut con, keys) = setup("pause");
-    acquired(&mut con, &keys);
-    schedule(&mut con, &keys, T0, &[task("p", When::At(T0))]);
-    let pause = |paused| Pause {
-        keys: &keys,
-        channel: "c",
-        shard: 0,
-        paused,
-    };
-    assert!(invoke(&mut con, &pause(true)).unwrap());
-    assert!(!invoke(&mut con, &pause(true)).unwrap(), "already paused");
-    let renew = Acquire {
-        keys: &keys,
-        now: Some(T0),
-        worker: "w",
-        lease_ms: 3_600_000,
-        held_epoch: 1,
-    };
-    assert!(
-        invoke(&mut con, &renew).unwrap().paused,
-        "a renewal says so"
-    );
-    let r = claim_at(&mut con, &keys, T0, &["p"], false);
-    assert!(r.paused && r.claims.is_none(), "{r:?}");
-    assert!(matches!(
-        state(&mut con, &keys, "p"),
-        TaskState::Pending { .. }
-    ));
-    assert!(invoke(&mut con, &pause(false)).unwrap());
-    assert_eq!(
-        claimed(&claim_at(&mut con, &keys, T0, &["p"], false)),
-        [("p".into(), 1, 1)]
-    );
-    // The reply was "lost": the worker sends the claim again, forced.
-    assert_eq!(
-        claimed(&claim_at(&mut con, &keys, T0 + 5, &["p"], true)),
-        [("p".into(), 1, 1)]
-    );
-    // Past its visibility deadline it is a real redelivery.
-    assert_eq!(
-        claimed(&claim_at(&mut con, &keys, T0 + 40_000, &["p"], true)),
-        [("p".into(), 1, 2)]
-    );
 }

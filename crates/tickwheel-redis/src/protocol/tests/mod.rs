@@ -422,3 +422,4 @@ fn malformed_replies_are_protocol_errors_naming_the_script() {
 }
 
 mod failure;
+mod retries;
