@@ -110,7 +110,6 @@
 //! in `records.rs`.
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::fmt;
 
 use super::free::{grow, NIL};

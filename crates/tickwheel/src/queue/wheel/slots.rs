@@ -2,7 +2,9 @@
 //! tombstones among them, and the compaction that bounds them (see the wheel's module docs,
 //! "Storage").
 
-use super::*;
+use alloc::vec::Vec;
+
+use super::{grow, Place, Wheel, NIL, RING, TOUCH};
 
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one (plus
 /// [`COMPACT_SLACK`]): stale items then cost at most 8 bytes a pending timer (16 with the

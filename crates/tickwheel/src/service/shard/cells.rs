@@ -38,7 +38,7 @@
 //!   reset or wait for it.
 //!
 
-use super::*;
+use super::{Shard, TimerKey};
 use crate::queue::free::reusable;
 
 /// The `cell` of a detached timer: it has no handle.

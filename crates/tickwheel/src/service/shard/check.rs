@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::*;
+use super::{lock, Ordering, Shard, NEVER, NO_CELL};
 
 impl Shard {
     /// Checks, under the queue lock and then the inbox lock, and panics naming the first rule

@@ -1,7 +1,10 @@
 //! Taking timers out of a shard: a drain of the due ones, merging the queue's with the
 //! calendar's by (tick, sequence number), and `close`, which takes out everything at shutdown.
 
-use super::*;
+use super::{
+    complete_waiter, lock, AnyQueue, Callback, Entry, Job, Ordering, Shard, Staged, NEVER,
+    NO_CELL_REF,
+};
 
 /// Timers a drain takes out per lock hold.
 pub(super) const DRAIN_CHUNK: usize = 128;

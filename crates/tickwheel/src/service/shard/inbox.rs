@@ -39,7 +39,11 @@
 use std::mem::MaybeUninit;
 use std::ptr;
 
-use super::*;
+use super::{
+    backoff, lower_earliest, spin_hint, AtomicU64, AtomicUsize, Build, CachePadded, Callback,
+    CellRef, Cells, Ordering, Shard, ShardState, SpinGuard, SpinLock, DRAIN_SPINS, NEVER,
+    NO_CELL_REF,
+};
 
 /// Staged timers at which a producer asks the timer thread to take its inbox in: enough to
 /// make the wake-up cheap per timer, few enough to stay in the cache.
