@@ -11,7 +11,7 @@
 //!   since the last take; only a producer that finds it empty takes the queue lock, to
 //!   reserve [`CELL_REFILL`] cells at once.
 //! * Queuing a staged timer writes its key and generation into its cell's slot, and the
-//!   queue's [`Entry`] carries the cell, so that a drain that fires the timer frees the cell
+//!   queue's [`Entry`](super::Entry) carries the cell, so that a drain that fires the timer frees the cell
 //!   (its next generation goes to the pool) without touching the slot; a cancel frees it
 //!   too. A handle whose generation matches its slot's gets the slot's key, which the queue
 //!   knows to be stale once the timer is gone; once the cell is reused and queued again the
