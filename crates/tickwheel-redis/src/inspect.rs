@@ -356,13 +356,18 @@ impl Inspector {
         &mut self,
         f: impl FnOnce(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        if self.con.is_some() && self.client.primary_moved(self.cfg.io_timeout) {
+            self.con = None;
+        }
         if self.con.is_none() {
             self.con = Some(open_con(&self.cfg, &self.client)?);
         }
         let con = self.con.as_mut().expect("connected above");
         let r = f(con, &self.ns, protocol::now(&self.cfg));
+        // A connection that broke, or reached a demoted primary (`READONLY`), is dropped:
+        // the next call reconnects (under Sentinel, to the primary of then).
         if let Err(Error::Redis(e)) = &r {
-            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+            if crate::connection::unfit(e) {
                 self.con = None;
             }
         }

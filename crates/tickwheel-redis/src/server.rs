@@ -26,6 +26,10 @@ pub struct RedisServer {
     dir: PathBuf,
     binary: String,
     cluster: bool,
+    /// More arguments (a replica's `--replicaof`).
+    extra: Vec<String>,
+    /// A sentinel: its configuration file's text (written once: the sentinel rewrites it).
+    sentinel: Option<String>,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -43,6 +47,16 @@ impl RedisServer {
     }
 
     fn start_with(cluster: bool) -> Result<RedisServer, Error> {
+        RedisServer::start_as(cluster, Vec::new(), None)
+    }
+
+    /// Starts a server with more arguments, or (`sentinel`: a configuration without its
+    /// `port` line, added here) a sentinel.
+    fn start_as(
+        cluster: bool,
+        extra: Vec<String>,
+        sentinel: Option<String>,
+    ) -> Result<RedisServer, Error> {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tickwheel-redis-{}-{}",
@@ -59,6 +73,8 @@ impl RedisServer {
             dir,
             binary,
             cluster,
+            extra,
+            sentinel,
         };
         // The port was free when chosen, but another process may take it (or, in a Cluster,
         // its bus port, 10 000 above) before the server binds it: then it exits at once,
@@ -77,7 +93,19 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), Error> {
         let mut cmd = Command::new(&self.binary);
-        if self.cluster {
+        if let Some(conf) = &self.sentinel {
+            let path = self.dir.join("sentinel.conf");
+            std::fs::write(
+                &path,
+                format!(
+                    "port {}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n{conf}",
+                    self.port,
+                    self.dir.display()
+                ),
+            )
+            .map_err(|e| Error::Server(format!("cannot write {}: {e}", path.display())))?;
+            cmd.arg(&path).arg("--sentinel");
+        } else if self.cluster {
             // nodes.conf lands in --dir.
             cmd.args([
                 "--cluster-enabled",
@@ -86,19 +114,22 @@ impl RedisServer {
                 "nodes.conf",
             ]);
         }
+        if self.sentinel.is_none() {
+            cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(&self.dir)
+                .args([
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--save",
+                    "",
+                ])
+                .args(["--daemonize", "no", "--logfile", "redis.log"])
+                .args(&self.extra);
+        }
         let child = cmd
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .args(["--daemonize", "no", "--logfile", "redis.log"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -150,6 +181,26 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends the server SIGSTOP (`true`: it stops, its connections stay open and unanswered,
+    /// as a stalled host's) or SIGCONT (`false`).
+    pub fn pause(&self, stop: bool) -> Result<(), Error> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| Error::Server("the server is not running".into()))?;
+        let sig = if stop { "-STOP" } else { "-CONT" };
+        let out = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .output()
+            .map_err(|e| Error::Server(format!("cannot run kill: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Server(format!(
+                "kill {sig} {pid}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
     /// Kills the server with SIGKILL (no shutdown, no final save) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -165,6 +216,9 @@ impl RedisServer {
         self.spawn()
     }
 }
+
+mod sentinel;
+pub use sentinel::{Promotion, RedisSentinel};
 
 /// A Redis Cluster of private `redis-server` nodes (each as [`RedisServer`] starts one, with
 /// `--cluster-enabled yes` and its `nodes.conf` in its own directory), its slots spread evenly

@@ -86,15 +86,7 @@ impl ShardKeys {
 /// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
 /// Cluster).
 pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
-    let mut con = match client {
-        Endpoint::Single(client) => {
-            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
-            con.set_read_timeout(Some(cfg.io_timeout))?;
-            con.set_write_timeout(Some(cfg.io_timeout))?;
-            Con::Single(con)
-        }
-        Endpoint::Cluster(client, _) => Con::Cluster(Box::new(client.get_connection()?)),
-    };
+    let mut con = client.connect(cfg.io_timeout)?;
     scripts::scripts().load_all(&mut con)?;
     Ok(con)
 }

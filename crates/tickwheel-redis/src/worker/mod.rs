@@ -63,12 +63,27 @@ pub(crate) struct Redis {
 }
 
 impl Redis {
-    /// The connection, opened again if the last one broke.
+    /// The connection, opened again if the last one broke (or, under Sentinel, reached a
+    /// primary the sentinels no longer name).
     pub(crate) fn con_or_reconnect(&mut self, cfg: &Config) -> Result<&mut Con, Error> {
+        if self.con.is_some() && self.client.primary_moved(cfg.io_timeout) {
+            self.con = None;
+        }
         if self.con.is_none() {
             self.con = Some(connect(cfg, &self.client)?);
         }
         Ok(self.con.as_mut().expect("opened above"))
+    }
+
+    /// Drops the connection after an error that leaves it unfit (it broke, or reached a
+    /// demoted primary: `READONLY`), so the next call reconnects (under Sentinel, to the
+    /// primary the sentinels name then). `run` drops it after every Redis error.
+    pub(crate) fn drop_if_unfit<T>(&mut self, r: &Result<T, Error>) {
+        if let Err(Error::Redis(e)) = r {
+            if crate::connection::unfit(e) {
+                self.con = None;
+            }
+        }
     }
 
     /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
@@ -253,6 +268,7 @@ impl Worker {
     /// it shares must stay sound across a panic.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
+        self.redis.drop_if_unfit(&step);
         self.publish_status(step.is_ok());
         step?;
         let leases = self.shards.leases();
@@ -263,6 +279,7 @@ impl Worker {
             self.take_outcome(d);
         }
         let sent = self.send_outcomes(true);
+        self.redis.drop_if_unfit(&sent);
         self.publish_status(sent.is_ok());
         sent?;
         Ok(n)

@@ -1,0 +1,339 @@
+//! Failovers under Redis Sentinel (issue #35): a primary with a replica and three sentinels
+//! on loopback ports (`server::RedisSentinel`), clients connected by a
+//! `redis+sentinel://` URL. Producers, workers and inspectors follow the new primary (a
+//! reconnect that asks the sentinels again, a `READONLY` reply from the demoted primary);
+//! leases and epochs stay fenced across the promotion; and the figures of a failover under
+//! load (lost, early, duplicates, lateness) are measured and printed.
+
+#[path = "common/load.rs"]
+mod load;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use load::{Load, Run};
+use tickwheel_redis::server::{Promotion, RedisSentinel};
+use tickwheel_redis::{
+    Config, Delivery, Error, Inspector, Outcome, Producer, RunAt, Task, TaskState, Worker,
+};
+
+/// How long after the new primary is ready every call must succeed.
+const FOLLOW: Duration = Duration::from_secs(1);
+
+fn sentinel(sentinels: usize) -> RedisSentinel {
+    match RedisSentinel::start(1, sentinels) {
+        Ok(s) => s,
+        Err(e) => panic!("cannot run the Redis Sentinel tests: {e}"),
+    }
+}
+
+fn config(s: &RedisSentinel, ns: &str) -> Config {
+    let mut cfg = Config::new(s.url(), ns);
+    cfg.shards = 16;
+    // A stalled primary is given up after this: calls under way when it stops fail then.
+    cfg.io_timeout = Duration::from_secs(1);
+    cfg
+}
+
+/// Runs `f`, which must succeed within [`FOLLOW`] of `ready`.
+fn within<T>(what: &str, ready: Instant, f: impl FnOnce() -> Result<T, Error>) -> T {
+    let r = f();
+    let late = ready.elapsed();
+    match r {
+        Ok(v) => {
+            eprintln!("{what}: answered {late:?} after the new primary was ready");
+            assert!(late <= FOLLOW, "{what}: answered {late:?} after ready");
+            v
+        }
+        Err(e) => panic!("{what}, {late:?} after the new primary was ready: {e}"),
+    }
+}
+
+fn report(what: &str, run: &Run) -> load::Figures {
+    let f = run.figures();
+    eprintln!(
+        "{what}: stored {}, lost {} ({} stored within 1 s before the fault), early {}, \
+         duplicates {}, acknowledged twice {}, failed calls {}, last failure {:?} ms after \
+         ready (fault to ready {} ms); lateness p50/p99/max of tasks due after the fault \
+         {:?} ms, before {:?} ms",
+        f.stored,
+        f.lost.len(),
+        f.lost_near_fault,
+        f.early,
+        f.duplicates,
+        f.acked_twice,
+        f.failed_calls,
+        f.last_failure_after_ready_ms,
+        run.ready_ms - run.fault_ms,
+        f.late_after,
+        f.late_before,
+    );
+    eprintln!("{what}: errors seen: {:#?}", run.errors());
+    if !f.lost.is_empty() {
+        eprintln!("{what}: lost {:?}", &f.lost[..f.lost.len().min(20)]);
+    }
+    f
+}
+
+/// The primary is SIGKILLed while two producers schedule and three workers deliver: the
+/// sentinels promote the replica, and every client follows it.
+#[test]
+fn a_killed_primary_is_followed_under_load() {
+    let mut s = sentinel(3);
+    let cfg = config(&s, "kill");
+    let load = Load {
+        tasks: Load::tasks_from_env(10_000),
+        producers: 2,
+        workers: 3,
+        schedule_for: Duration::from_secs(8),
+        ahead_ms: (4_000, 7_000),
+        fault_at: Duration::from_secs(3),
+    };
+    let mut p = Producer::connect(&cfg).unwrap();
+    let far = 4_000_000_000_000;
+    p.schedule("far", RunAt::AtMillis(far), b"x").unwrap();
+    let mut inspector = Inspector::connect(&cfg).unwrap();
+    assert!(inspector.show("far").unwrap().is_some());
+    // Replicated before the kill.
+    s.wait_replicas(Duration::from_secs(5)).unwrap();
+
+    let mut old_new = None;
+    let run = load::run(&cfg, &load, || {
+        let (old, new, ready) = s.promote(Promotion::Kill, Duration::from_secs(30)).unwrap();
+        old_new = Some((old, new));
+        ready
+    });
+    let f = report("killed primary", &run);
+    let (old, new) = old_new.unwrap();
+    assert_ne!(old, new);
+    assert_eq!(f.early, 0, "never early");
+    assert!(
+        f.last_failure_after_ready_ms.unwrap_or(i64::MIN) < FOLLOW.as_millis() as i64,
+        "every call succeeds within {FOLLOW:?} of the new primary: last failure {:?} ms",
+        f.last_failure_after_ready_ms
+    );
+    // Asynchronous replication: only what the primary acknowledged just before its kill
+    // may be lost (reported above).
+    assert_eq!(
+        f.lost.len(),
+        f.lost_near_fault,
+        "lost tasks stored long before the kill: {:?}",
+        f.lost
+    );
+    // The operator tools, connected before the kill, follow too.
+    let stats = inspector.stats().unwrap();
+    assert_eq!(stats.in_flight(), 0, "{stats:?}");
+    assert_eq!(stats.pending(), 1, "{stats:?}");
+    assert!(inspector.show("far").unwrap().is_some());
+    assert!(matches!(p.state("far").unwrap(), TaskState::Pending { .. }));
+}
+
+/// `SENTINEL FAILOVER` (the old primary stays up, and is told to replicate the new one):
+/// clients connected before it get `READONLY` from the demoted primary, and each call must
+/// still succeed within a second of the new primary being ready.
+#[test]
+fn every_call_follows_a_sentinel_failover() {
+    let s = sentinel(3);
+    let cfg = config(&s, "graceful");
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut i = Inspector::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let stop = w.stop_handle();
+    let (tx, got) = mpsc::channel::<(String, u64)>();
+    let worker = std::thread::spawn(move || {
+        w.run(|d: &Delivery| {
+            let _ = tx.send((d.id.clone(), load::now_ms()));
+            Outcome::Ack
+        })
+        .unwrap();
+        w.stats()
+    });
+    let before: Vec<String> = (0..50).map(|i| format!("b{i}")).collect();
+    let later = load::now_ms() + 60_000;
+    p.schedule_many(
+        before
+            .iter()
+            .map(|id| Task::new(id, RunAt::AtMillis(later), b"")),
+    )
+    .unwrap();
+    s.wait_replicas(Duration::from_secs(5)).unwrap();
+
+    let (old, new, ready) = s.failover(Duration::from_secs(30)).unwrap();
+    assert_ne!(old, new);
+    eprintln!("failover: node {old} -> node {new}, and {old} replicates {new}");
+    // Single calls first: the producer's connection still reaches the demoted primary.
+    let due = load::now_ms() + 1_500;
+    within("schedule", ready, || {
+        p.schedule("a0", RunAt::AtMillis(due), b"")
+    });
+    let after: Vec<String> = (1..50).map(|i| format!("a{i}")).collect();
+    within("schedule_many", ready, || {
+        p.schedule_many(
+            after
+                .iter()
+                .map(|id| Task::new(id, RunAt::AtMillis(due), b"")),
+        )
+    });
+    assert_eq!(within("len", ready, || p.len()), 100);
+    let cancelled = within("cancel_many", ready, || p.cancel_many(&before[..10]));
+    assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+    assert_eq!(
+        within("Inspector::stats", ready, || i.stats()).pending(),
+        90
+    );
+    assert!(within("Inspector::show", ready, || i.show("b20")).is_some());
+
+    // The worker follows: the tasks stored after the failover are delivered on time.
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 50 && Instant::now() < deadline {
+        if let Ok((id, at)) = got.recv_timeout(Duration::from_millis(100)) {
+            assert!(
+                seen.insert(id.clone(), at).is_none(),
+                "{id} delivered twice"
+            );
+        }
+    }
+    stop.stop();
+    let stats = worker.join().unwrap();
+    assert_eq!(seen.len(), 50, "delivered after the failover: {seen:?}");
+    let late = seen
+        .values()
+        .map(|&at| at.saturating_sub(due))
+        .max()
+        .unwrap();
+    eprintln!("worker after the failover: {stats:?}; latest delivery {late} ms after run-at");
+    assert!(seen.values().all(|&at| at >= due), "never early");
+    assert!(late < 1_000, "delivered {late} ms late");
+    // Every write went to the new primary: none is lost when the old one, demoted, drops
+    // its data to replicate the new one (a sentinel tells it to when it next sees it: up to
+    // 10 s on; meanwhile it takes writes from clients that do not ask the sentinels).
+    let t = Instant::now();
+    s.wait_replicas(Duration::from_secs(30)).unwrap();
+    eprintln!(
+        "the old primary rejoined as a replica {:?} later",
+        t.elapsed()
+    );
+    assert_eq!(p.len().unwrap(), 40, "the b* tasks not cancelled");
+    assert!(matches!(p.state("b20").unwrap(), TaskState::Pending { .. }));
+}
+
+/// A worker still talking to the old primary cannot acknowledge. The worker claims a task
+/// and is handed it; while its handler runs, the primary stalls (SIGSTOP) and the replica
+/// is promoted; a second worker takes the shards on the new primary (a new epoch) and
+/// delivers the task again once its visibility timeout runs out; the old primary comes
+/// back and rejoins as a replica. The first worker's acknowledgement, on its old
+/// connection, would be refused (`READONLY`); on the new primary (the worker reconnects
+/// through the sentinels), it is refused as stale (its epoch is not the shard's). The task
+/// is acknowledged once, by the second worker.
+#[test]
+fn a_worker_on_the_old_primary_cannot_acknowledge() {
+    let mut s = sentinel(1);
+    let mut cfg = config(&s, "fence");
+    cfg.shards = 2;
+    cfg.lease = Duration::from_secs(2);
+    cfg.visibility_timeout = Duration::from_secs(3);
+    cfg.claim_ahead = Duration::ZERO;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w1 = Worker::connect(&cfg).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while w1.owned_shards().len() < 2 && Instant::now() < deadline {
+        w1.tick(&mut |_| Outcome::Ack).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(w1.owned_shards().len(), 2);
+    p.schedule("x", RunAt::After(Duration::ZERO), b"").unwrap();
+
+    // The handler holds the delivery while the test fails the primary over.
+    let (entered, in_handler) = mpsc::channel::<Delivery>();
+    let (release, released) = mpsc::channel::<()>();
+    let s = &mut s;
+    let cfg_ref = &cfg;
+    let sentinels = std::thread::scope(|scope| {
+        let failover = scope.spawn(move || {
+            let first = in_handler.recv_timeout(Duration::from_secs(10)).unwrap();
+            let (old, new, ready) = s.promote(Promotion::Stop, Duration::from_secs(30)).unwrap();
+            // A second worker, through the sentinels: the new primary.
+            let mut cfg2 = cfg_ref.clone();
+            cfg2.io_timeout = Duration::from_secs(1);
+            let mut w2 = Worker::connect(&cfg2).unwrap();
+            let mut second = None;
+            let until = Instant::now() + Duration::from_secs(20);
+            while second.is_none() && Instant::now() < until {
+                w2.tick(&mut |d: &Delivery| {
+                    second = Some(d.clone());
+                    Outcome::Ack
+                })
+                .unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let second = second.expect("the second worker delivers the task again");
+            assert_eq!(second.id, "x");
+            assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
+            assert_eq!(w2.stats().acked, 1, "{:?}", w2.stats());
+            // The old primary comes back, and the sentinel makes it a replica.
+            s.resume(old).unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while s.is_primary(old) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(!s.is_primary(old), "the old primary rejoined as a replica");
+            release.send(()).unwrap();
+            (old, new, ready, first, second)
+        });
+        let mut n = 0;
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut first = Ok(0);
+        while n == 0 && Instant::now() < until {
+            first = w1.tick(&mut |d: &Delivery| {
+                n += 1;
+                entered.send(d.clone()).unwrap();
+                released.recv().unwrap();
+                Outcome::Ack
+            });
+            if n == 0 {
+                first.as_ref().unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // The acknowledgement goes to the new primary (the worker asks the sentinels, at
+        // most a second apart, whether its primary moved), refused as stale; or, should it
+        // go on the old connection, refused as a write to a replica.
+        match &first {
+            Ok(_) => eprintln!("the acknowledgement went to the new primary"),
+            Err(Error::Redis(r)) if r.code() == Some("READONLY") => {
+                eprintln!("the acknowledgement went to the demoted primary: READONLY")
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(n, 1);
+        failover.join().unwrap()
+    });
+    let (old, new, _ready, _first, _second) = sentinels;
+    eprintln!("node {old} stalled, node {new} promoted; node {old} rejoined as a replica");
+    // The next steps reach the new primary; the acknowledgement is sent there, and refused
+    // as stale.
+    let t = Instant::now();
+    let mut resent = false;
+    while t.elapsed() < Duration::from_secs(5) {
+        let r = w1.tick(&mut |d: &Delivery| panic!("delivered again: {d:?}"));
+        if r.is_ok() && w1.stats().stale_acks + w1.stats().fenced > 0 {
+            resent = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stats = w1.stats();
+    eprintln!(
+        "the first worker after the failover ({:?}): {stats:?}",
+        t.elapsed()
+    );
+    assert!(
+        resent,
+        "the first worker reaches the new primary: {stats:?}"
+    );
+    assert!(t.elapsed() < FOLLOW, "{:?}", t.elapsed());
+    assert_eq!(stats.acked, 0, "the old worker acknowledged: {stats:?}");
+    assert_eq!(p.state("x").unwrap(), TaskState::Unknown);
+}
