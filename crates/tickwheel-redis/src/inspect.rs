@@ -352,26 +352,35 @@ impl Inspector {
         self.ns.shard_of(id)
     }
 
+    /// Runs `f` on the connection, opened again if the last call broke it. Every call of
+    /// the inspector only reads: one that fails on a connection that broke, or that reached
+    /// a demoted primary (`READONLY`), is sent once more on a new connection (a Cluster's
+    /// connection to a node just killed, a primary that failed over). Under Sentinel, a
+    /// connection to a primary the sentinels no longer name is dropped first.
     fn with_con<T>(
         &mut self,
-        f: impl FnOnce(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
+        mut f: impl FnMut(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if self.con.is_some() && self.client.primary_moved(self.cfg.io_timeout) {
             self.con = None;
         }
-        if self.con.is_none() {
-            self.con = Some(open_con(&self.cfg, &self.client)?);
-        }
-        let con = self.con.as_mut().expect("connected above");
-        let r = f(con, &self.ns, protocol::now(&self.cfg));
-        // A connection that broke, or reached a demoted primary (`READONLY`), is dropped:
-        // the next call reconnects (under Sentinel, to the primary of then).
-        if let Err(Error::Redis(e)) = &r {
-            if crate::connection::unfit(e) {
-                self.con = None;
+        let mut again = true;
+        loop {
+            if self.con.is_none() {
+                self.con = Some(open_con(&self.cfg, &self.client)?);
+            }
+            let con = self.con.as_mut().expect("connected above");
+            let r = f(con, &self.ns, protocol::now(&self.cfg));
+            match &r {
+                Err(Error::Redis(e)) if crate::connection::unfit(e) => {
+                    self.con = None;
+                    if !std::mem::take(&mut again) {
+                        return r;
+                    }
+                }
+                _ => return r,
             }
         }
-        r
     }
 
     /// Every shard's owner, lease, pending and in-flight counts and next run-at, and the live
@@ -536,6 +545,9 @@ impl Inspector {
         let mut counts = vec![0u64; slots];
         let mut overdue = 0;
         self.with_con(|con, ns, _| {
+            // Sent again after a broken connection: from the start.
+            overdue = 0;
+            counts.iter_mut().for_each(|c| *c = 0);
             // Each shard's buckets from the first, MAX_STEP a call, a call per round trip.
             let mut from: Vec<(usize, Option<u64>)> =
                 (0..ns.shards.len()).map(|s| (s, None)).collect();

@@ -107,11 +107,15 @@ impl RedisServer {
             cmd.arg(&path).arg("--sentinel");
         } else if self.cluster {
             // nodes.conf lands in --dir.
+            // A node unreachable for 3 s is failed over (Redis's default, 15 s, would
+            // make failover tests long).
             cmd.args([
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                "--cluster-node-timeout",
+                "3000",
             ]);
         }
         if self.sentinel.is_none() {
@@ -286,6 +290,9 @@ impl RedisCluster {
     pub fn wait_ok(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         for i in 0..self.nodes.len() {
+            if self.nodes[i].pid().is_none() {
+                continue; // killed
+            }
             loop {
                 let info = self.info(i, "CLUSTER", "INFO")?;
                 let repl = self.info(i, "INFO", "replication")?;
@@ -319,11 +326,12 @@ impl RedisCluster {
         Ok(repl.lines().any(|l| l.trim() == "role:master"))
     }
 
-    /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now.
+    /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now
+    /// (a killed node is neither).
     pub fn replicas(&self) -> Result<Vec<usize>, Error> {
         let mut out = Vec::new();
         for i in 0..self.nodes.len() {
-            if !self.is_primary(i)? {
+            if self.nodes[i].pid().is_some() && !self.is_primary(i)? {
                 out.push(i);
             }
         }
@@ -353,6 +361,39 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.wait_ok(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Kills primary `node` (SIGKILL: writes it acknowledged and had not yet sent to its
+    /// replica are lost) and waits until another node has become a primary (its replica,
+    /// promoted once the others mark it failed: the nodes' timeout is 3 s) and every live
+    /// node reports `cluster_state:ok`. Returns when that was seen.
+    pub fn kill_primary(&mut self, node: usize, timeout: Duration) -> Result<Instant, Error> {
+        let deadline = Instant::now() + timeout;
+        let before = self.replicas()?;
+        if before.contains(&node) {
+            return Err(Error::Server(format!("node {node} is not a primary")));
+        }
+        self.nodes[node].kill();
+        loop {
+            let promoted = before
+                .iter()
+                .any(|&i| self.nodes[i].pid().is_some() && self.is_primary(i).unwrap_or(false));
+            let ok = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].pid().is_some())
+                .all(|i| {
+                    self.info(i, "CLUSTER", "INFO")
+                        .is_ok_and(|t| t.lines().any(|l| l.trim() == "cluster_state:ok"))
+                });
+            if promoted && ok {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Server(format!(
+                    "no replica of node {node} took over within {timeout:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The nodes.
