@@ -197,6 +197,9 @@ fn probe_single(
     clock: &ServerClock,
     io_timeout: Duration,
 ) {
+    if con.is_some() && client.primary_moved(io_timeout) {
+        *con = None;
+    }
     if con.is_none() {
         *con = client.plain_connection(io_timeout).ok().map(|(c, _)| c);
     }

@@ -63,27 +63,23 @@ pub(crate) struct Redis {
 }
 
 impl Redis {
-    /// The connection, opened again if the last one broke (or, under Sentinel, reached a
-    /// primary the sentinels no longer name).
+    /// The connection, opened again if the last one broke. Under Sentinel, a connection to
+    /// a primary the sentinels no longer name is an error, as a broken one is: the worker
+    /// then reads its windows again from the new primary (what it read from the old one
+    /// since the failover, and the horizons it recorded there, are lost with it).
     pub(crate) fn con_or_reconnect(&mut self, cfg: &Config) -> Result<&mut Con, Error> {
         if self.con.is_some() && self.client.primary_moved(cfg.io_timeout) {
             self.con = None;
+            let moved = std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the sentinels name another primary",
+            );
+            return Err(Error::Redis(moved.into()));
         }
         if self.con.is_none() {
             self.con = Some(connect(cfg, &self.client)?);
         }
         Ok(self.con.as_mut().expect("opened above"))
-    }
-
-    /// Drops the connection after an error that leaves it unfit (it broke, or reached a
-    /// demoted primary: `READONLY`), so the next call reconnects (under Sentinel, to the
-    /// primary the sentinels name then). `run` drops it after every Redis error.
-    pub(crate) fn drop_if_unfit<T>(&mut self, r: &Result<T, Error>) {
-        if let Err(Error::Redis(e)) = r {
-            if crate::connection::unfit(e) {
-                self.con = None;
-            }
-        }
     }
 
     /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
@@ -268,7 +264,7 @@ impl Worker {
     /// it shares must stay sound across a panic.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
-        self.redis.drop_if_unfit(&step);
+        self.reset_if_unfit(&step);
         self.publish_status(step.is_ok());
         step?;
         let leases = self.shards.leases();
@@ -279,7 +275,7 @@ impl Worker {
             self.take_outcome(d);
         }
         let sent = self.send_outcomes(true);
-        self.redis.drop_if_unfit(&sent);
+        self.reset_if_unfit(&sent);
         self.publish_status(sent.is_ok());
         sent?;
         Ok(n)
@@ -405,6 +401,18 @@ impl Worker {
         // Hanging up ends the delivery thread.
         self.handoff.thread = None;
         r
+    }
+
+    /// After an error that leaves the connection unfit (it broke, or reached a demoted
+    /// primary: `READONLY`), [`reset`](Worker::reset): the next step reconnects (under
+    /// Sentinel, to the primary the sentinels name then) and reads the windows again.
+    /// `run` resets after every Redis error.
+    fn reset_if_unfit<T>(&mut self, r: &Result<T, Error>) {
+        if let Err(Error::Redis(e)) = r {
+            if crate::connection::unfit(e) {
+                self.reset();
+            }
+        }
     }
 
     /// Forgets the connection, and marks every window to be read again (notices may have
