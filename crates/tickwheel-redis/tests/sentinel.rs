@@ -271,12 +271,13 @@ fn every_call_follows_a_sentinel_failover() {
 
 /// A worker still talking to the old primary cannot acknowledge. The worker claims a task
 /// and is handed it; while its handler runs, the primary stalls (SIGSTOP) and the replica
-/// is promoted; a second worker takes the shards on the new primary (a new epoch) and
-/// delivers the task again once its visibility timeout runs out; the old primary comes
-/// back and rejoins as a replica. The first worker's acknowledgement, on its old
-/// connection, would be refused (`READONLY`); on the new primary (the worker reconnects
-/// through the sentinels), it is refused as stale (its epoch is not the shard's). The task
-/// is acknowledged once, by the second worker.
+/// is promoted; the old primary comes back and rejoins as a replica; a second worker takes
+/// the shards on the new primary (a new epoch) and is handed the task again once its
+/// visibility timeout runs out. While the second worker's handler runs, the first one's
+/// handler returns: its acknowledgement, sent on its old connection, would be refused
+/// (`READONLY`); the worker notices the failover, reconnects through the sentinels, and its
+/// acknowledgement is refused by the new primary (fenced: its epoch is not the shard's).
+/// The second worker's acknowledgement is accepted: the task is acknowledged once.
 #[test]
 fn a_worker_on_the_old_primary_cannot_acknowledge() {
     let _one = one_at_a_time();
@@ -296,33 +297,16 @@ fn a_worker_on_the_old_primary_cannot_acknowledge() {
     assert_eq!(w1.owned_shards().len(), 2);
     p.schedule("x", RunAt::After(Duration::ZERO), b"").unwrap();
 
-    // The handler holds the delivery while the test fails the primary over.
+    // Each handler holds its delivery until the test lets it go.
     let (entered, in_handler) = mpsc::channel::<Delivery>();
     let (release, released) = mpsc::channel::<()>();
+    let (w1_done, w1_answered) = mpsc::channel::<()>();
     let s = &mut s;
     let cfg_ref = &cfg;
-    let sentinels = std::thread::scope(|scope| {
+    let (old, new, first, second, w2_stats) = std::thread::scope(|scope| {
         let failover = scope.spawn(move || {
             let first = in_handler.recv_timeout(Duration::from_secs(10)).unwrap();
-            let (old, new, ready) = s.promote(Promotion::Stop, Duration::from_secs(30)).unwrap();
-            // A second worker, through the sentinels: the new primary.
-            let mut cfg2 = cfg_ref.clone();
-            cfg2.io_timeout = Duration::from_secs(1);
-            let mut w2 = Worker::connect(&cfg2).unwrap();
-            let mut second = None;
-            let until = Instant::now() + Duration::from_secs(20);
-            while second.is_none() && Instant::now() < until {
-                w2.tick(&mut |d: &Delivery| {
-                    second = Some(d.clone());
-                    Outcome::Ack
-                })
-                .unwrap();
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let second = second.expect("the second worker delivers the task again");
-            assert_eq!(second.id, "x");
-            assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
-            assert_eq!(w2.stats().acked, 1, "{:?}", w2.stats());
+            let (old, new, _) = s.promote(Promotion::Stop, Duration::from_secs(30)).unwrap();
             // The old primary comes back, and the sentinel makes it a replica.
             s.resume(old).unwrap();
             let until = Instant::now() + Duration::from_secs(30);
@@ -330,8 +314,23 @@ fn a_worker_on_the_old_primary_cannot_acknowledge() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             assert!(!s.is_primary(old), "the old primary rejoined as a replica");
-            release.send(()).unwrap();
-            (old, new, ready, first, second)
+            // A second worker, through the sentinels: the new primary.
+            let mut w2 = Worker::connect(cfg_ref).unwrap();
+            let mut second = None;
+            let until = Instant::now() + Duration::from_secs(20);
+            while second.is_none() && Instant::now() < until {
+                w2.tick(&mut |d: &Delivery| {
+                    second = Some(d.clone());
+                    // The first worker acknowledges while this delivery is in flight.
+                    release.send(()).unwrap();
+                    w1_answered.recv().unwrap();
+                    Outcome::Ack
+                })
+                .unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let second = second.expect("the second worker is handed the task again");
+            (old, new, first, second, w2.stats())
         });
         let mut n = 0;
         let until = Instant::now() + Duration::from_secs(5);
@@ -348,6 +347,7 @@ fn a_worker_on_the_old_primary_cannot_acknowledge() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        assert_eq!(n, 1);
         // The worker asks the sentinels (at most a second apart) whether its primary
         // moved: it did, so the step ends on that error, the acknowledgement held for the
         // next one. Had the worker not asked yet, its acknowledgement would have gone on
@@ -361,33 +361,30 @@ fn a_worker_on_the_old_primary_cannot_acknowledge() {
             }
             r => panic!("{r:?}"),
         }
-        assert_eq!(n, 1);
+        // The next steps reach the new primary, and send the acknowledgement there.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            let r = w1.tick(&mut |d: &Delivery| panic!("delivered again: {d:?}"));
+            let st = w1.stats();
+            if r.is_ok() && st.acked + st.stale_acks + st.fenced > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stats = w1.stats();
+        eprintln!(
+            "the first worker after the failover ({:?}): {stats:?}",
+            t.elapsed()
+        );
+        assert!(t.elapsed() < FOLLOW, "{:?}", t.elapsed());
+        assert_eq!(stats.acked, 0, "the old worker acknowledged: {stats:?}");
+        assert!(stats.fenced + stats.stale_acks > 0, "{stats:?}");
+        w1_done.send(()).unwrap();
         failover.join().unwrap()
     });
-    let (old, new, _ready, _first, _second) = sentinels;
     eprintln!("node {old} stalled, node {new} promoted; node {old} rejoined as a replica");
-    // The next steps reach the new primary; the acknowledgement is sent there, and refused
-    // as stale.
-    let t = Instant::now();
-    let mut resent = false;
-    while t.elapsed() < Duration::from_secs(5) {
-        let r = w1.tick(&mut |d: &Delivery| panic!("delivered again: {d:?}"));
-        if r.is_ok() && w1.stats().stale_acks + w1.stats().fenced > 0 {
-            resent = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let stats = w1.stats();
-    eprintln!(
-        "the first worker after the failover ({:?}): {stats:?}",
-        t.elapsed()
-    );
-    assert!(
-        resent,
-        "the first worker reaches the new primary: {stats:?}"
-    );
-    assert!(t.elapsed() < FOLLOW, "{:?}", t.elapsed());
-    assert_eq!(stats.acked, 0, "the old worker acknowledged: {stats:?}");
+    assert_eq!((first.id.as_str(), second.id.as_str()), ("x", "x"));
+    assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
+    assert_eq!(w2_stats.acked, 1, "{w2_stats:?}");
     assert_eq!(p.state("x").unwrap(), TaskState::Unknown);
 }
