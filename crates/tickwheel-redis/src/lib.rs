@@ -278,7 +278,7 @@ pub use inspect::{
 };
 pub use limits::{DEFAULT_MAX_PAYLOAD, MAX_ID_LEN, SCHEMA_VERSION};
 pub use producer::{Acted, BulkReport, Producer};
-pub use protocol::Scheduled;
+pub use protocol::{Scheduled, ScheduledOnce};
 pub use recurrence::{Recurrence, MAX_RECURRENCE_LEN};
 pub use task::{RunAt, Task, TaskState};
 pub use worker::{

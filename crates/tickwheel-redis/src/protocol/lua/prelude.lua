@@ -14,7 +14,9 @@
 -- removed by the retention bound), and `b:<bucket>` -> pending tasks in that bucket);
 -- KEYS[5] the error logs of live tasks (id -> log, see `log_add`), for tasks with failed
 -- attempts; KEYS[6] the failed set (sorted set id -> failed at ms); KEYS[7] the failed
--- tasks' records (id -> record, see `fail.lua`).
+-- tasks' records (id -> record, see `fail.lua`); KEYS[8] the remembered ids (sorted set id ->
+-- remembered until ms: the ids `Producer::schedule_once` named within its idempotency
+-- window, read and written by SCHEDULE's create-only mode only).
 --
 -- A failed task has left the task hash: to every other script it is unknown, and a new task
 -- may take its id. Only the failed-set scripts (FAIL, FAILED_ACT, the inspectors) read it.
@@ -164,4 +166,27 @@ local function unanchored(rec)
   local at = string.find(rec, '@', 1, true)
   if at and string.byte(rec, 1) == 112 then return string.sub(rec, 1, at - 1) end
   return rec
+end
+-- Where a task is: {0} unknown, {1, run_at, attempts, version} pending,
+-- {2, due, attempt, version, visible_at} in flight, {3, failed at, attempts, version, reason}
+-- failed (only when no live task has the id: a live task answers first).
+local function state_of(id)
+  local h = redis.call('HGET', KEYS[2], id)
+  if not h then
+    local f = redis.call('ZSCORE', KEYS[6], id)
+    local r = f and redis.call('HGET', KEYS[7], id)
+    if not r then return {0} end
+    local reason, _, value = record_read(r)
+    local v, a = parse(value)
+    return {3, tonumber(f), a, v, reason}
+  end
+  local v, a, d = parse(h)
+  local s = in_flight(id)
+  if s then return {2, d, a, v, tonumber(s)} end
+  return {1, d, a, v}
+end
+-- Whether an id is taken: a live task or a failed one has it (`state_of` is not {0}).
+local function taken(id)
+  if redis.call('HEXISTS', KEYS[2], id) == 1 then return true end
+  return redis.call('ZSCORE', KEYS[6], id) and redis.call('HEXISTS', KEYS[7], id) == 1
 end
