@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use tickwheel_redis::{
-    Config, Delivery, Error, FailReason, Outcome, Producer, RunAt, ScheduledOnce, Task,
-    TaskState, Worker,
+    Config, Delivery, Error, FailReason, Outcome, Producer, RunAt, ScheduledOnce, Task, TaskState,
+    Worker,
 };
 
 const T0: u64 = 1_000_000;
@@ -57,7 +57,10 @@ fn schedule_once_answers_by_the_ids_state_and_its_window() {
     let at = |ms| RunAt::AtMillis(ms);
 
     // Absent: stored.
-    assert_eq!(stored_at(p.schedule_once("absent", at(T0 + 50), b"a").unwrap()), T0 + 50);
+    assert_eq!(
+        stored_at(p.schedule_once("absent", at(T0 + 50), b"a").unwrap()),
+        T0 + 50
+    );
     // Pending, in flight, failed: stored by `schedule`, delivered with Leave (stays in
     // flight) or a non-retryable failure.
     p.schedule("pending", at(T0 + 60_000), b"").unwrap();
@@ -75,7 +78,10 @@ fn schedule_once_answers_by_the_ids_state_and_its_window() {
         _ => Outcome::Ack,
     });
     delivered.sort();
-    assert_eq!(delivered, ["acked-after", "acked-within", "failed", "in-flight"]);
+    assert_eq!(
+        delivered,
+        ["acked-after", "acked-within", "failed", "in-flight"]
+    );
     let state = |p: &mut Producer, id: &str| p.state(id).unwrap();
 
     let pending = state(&mut p, "pending");
@@ -118,7 +124,9 @@ fn schedule_once_answers_by_the_ids_state_and_its_window() {
     );
     // After the window, an acknowledged id is free again: stored.
     time.set_ms(window_end);
-    let again = p.schedule_once("acked-after", at(window_end + 5), b"").unwrap();
+    let again = p
+        .schedule_once("acked-after", at(window_end + 5), b"")
+        .unwrap();
     assert_eq!(stored_at(again), window_end + 5);
 
     // An id repeated in one bulk call: stored the first time, the task just stored after.
@@ -184,10 +192,16 @@ fn a_bulk_call_sent_again_whole_stores_nothing_twice() {
     }
     let d = tick_at(&mut w, &time, T0 + 6_000, |_| Outcome::Ack);
     assert_eq!(d.len(), 20, "the other half, once");
-    assert_eq!(tick_at(&mut w, &time, T0 + 9_000, |_| Outcome::Ack).len(), 0);
+    assert_eq!(
+        tick_at(&mut w, &time, T0 + 9_000, |_| Outcome::Ack).len(),
+        0
+    );
     // The contrast: `schedule_many` sent again stores every task again.
     p.schedule_many(tasks(&ids)).unwrap();
-    assert_eq!(tick_at(&mut w, &time, T0 + 9_001, |_| Outcome::Ack).len(), 40);
+    assert_eq!(
+        tick_at(&mut w, &time, T0 + 9_001, |_| Outcome::Ack).len(),
+        40
+    );
 }
 
 /// Makes Redis busy for `ms` (a script that spins on `TIME`), on its own connection.
@@ -229,7 +243,10 @@ fn a_schedule_once_sent_again_after_a_lost_reply_delivers_the_task_once() {
         let started = Instant::now();
         let e = send(&mut p).expect_err("the reply times out");
         assert!(matches!(e, Error::Redis(_)), "{e}");
-        assert!(started.elapsed() < Duration::from_millis(900), "timed out, not refused");
+        assert!(
+            started.elapsed() < Duration::from_millis(900),
+            "timed out, not refused"
+        );
         spin.join().unwrap();
         // Applied once Redis was free: the reply was lost, the task stored.
         assert!(common::eventually(Duration::from_secs(2), || matches!(
@@ -243,7 +260,11 @@ fn a_schedule_once_sent_again_after_a_lost_reply_delivers_the_task_once() {
         n
     };
     assert_eq!(deliveries(false, "plain"), 2, "schedule sent again: twice");
-    assert_eq!(deliveries(true, "once"), 1, "schedule_once sent again: once");
+    assert_eq!(
+        deliveries(true, "once"),
+        1,
+        "schedule_once sent again: once"
+    );
 }
 
 #[test]
@@ -259,7 +280,9 @@ fn the_window_is_checked_and_a_recurring_task_can_be_scheduled_once() {
     let mut p = Producer::connect(&cfg).unwrap();
     let every = tickwheel_redis::Recurrence::Every(Duration::from_secs(60));
     let task = || Task::new("tick", RunAt::AtMillis(T0 + 60_000), b"").recurring(&every);
-    assert!(p.schedule_once_many([task()]).unwrap()[0].stored().is_some());
+    assert!(p.schedule_once_many([task()]).unwrap()[0]
+        .stored()
+        .is_some());
     assert!(matches!(
         p.schedule_once_many([task()]).unwrap()[0],
         ScheduledOnce::Exists(TaskState::Pending { .. })

@@ -49,8 +49,8 @@ pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
 pub(crate) use delivery::{Resume, Retry, RetryReply};
 pub(crate) use failure::*;
 pub(crate) use inspect::*;
-pub use producer::{Scheduled, ScheduledOnce};
 pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleOnce, ScheduleTask, State, When};
+pub use producer::{Scheduled, ScheduledOnce};
 pub(crate) use shard::Release;
 pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
 

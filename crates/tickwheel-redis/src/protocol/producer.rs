@@ -323,24 +323,24 @@ impl Call for State<'_> {
 /// A task's state after its status (`state_of` in `prelude.lua`): the fields that follow.
 fn task_state(status: i64, f: &mut Fields) -> Result<TaskState, Error> {
     Ok(match status {
-            0 => TaskState::Unknown,
-            1 => TaskState::Pending {
-                run_at_ms: f.u64()?,
-                attempts: f.u64()? as u32,
-                version: f.u64()?,
-            },
-            2 => TaskState::InFlight {
-                due_ms: f.u64()?,
-                attempt: f.u64()? as u32,
-                version: f.u64()?,
-                visible_at_ms: f.u64()?,
-            },
-            3 => TaskState::Failed {
-                failed_at_ms: f.u64()?,
-                attempts: f.u64()? as u32,
-                version: f.u64()?,
-                reason: FailReason::parse(&f.string()?)?,
-            },
-            s => return Err(Error::Protocol(format!("{}: status {s}", f.script))),
+        0 => TaskState::Unknown,
+        1 => TaskState::Pending {
+            run_at_ms: f.u64()?,
+            attempts: f.u64()? as u32,
+            version: f.u64()?,
+        },
+        2 => TaskState::InFlight {
+            due_ms: f.u64()?,
+            attempt: f.u64()? as u32,
+            version: f.u64()?,
+            visible_at_ms: f.u64()?,
+        },
+        3 => TaskState::Failed {
+            failed_at_ms: f.u64()?,
+            attempts: f.u64()? as u32,
+            version: f.u64()?,
+            reason: FailReason::parse(&f.string()?)?,
+        },
+        s => return Err(Error::Protocol(format!("{}: status {s}", f.script))),
     })
 }

@@ -5,7 +5,7 @@
 -- shard script touches the keys of one shard only (one hash slot in a Redis Cluster).
 --
 -- Shard keys, in the order every shard script takes them (named in one place, `ShardKeys`
--- in src/protocol/keys.rs):
+-- in src/protocol/mod.rs):
 -- KEYS[1] the bucket index (sorted set of bucket numbers, each scored by itself), whose
 -- name followed by `:<bucket>` names a bucket list; KEYS[2] the task hash (id -> the task's
 -- value, see `parse`); KEYS[3] the in-flight set (sorted set id -> visibility deadline ms);

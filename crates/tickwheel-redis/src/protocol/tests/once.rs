@@ -82,7 +82,16 @@ fn a_create_only_schedule_stores_only_a_free_id_and_answers_each_state() {
     schedule(&mut con, &keys, T0, &[task("failed", When::At(T0))]);
     let c = claimed(&claim_at(&mut con, &keys, T0, &["failed"], false));
     let failed = ("failed", c[0].1, c[0].2);
-    fail(&mut con, &keys, T0, failed, RetryAsk::Never, "3,1,1,1,0,0", 100, 0);
+    fail(
+        &mut con,
+        &keys,
+        T0,
+        failed,
+        RetryAsk::Never,
+        "3,1,1,1,0,0",
+        100,
+        0,
+    );
     // Acknowledged within the window, and after it (stored by a create-only schedule).
     for id in ["acked-within", "acked-after", "cancelled"] {
         assert!(once1(&mut con, &keys, T0, id).stored().is_some(), "{id}");
@@ -139,7 +148,12 @@ fn a_create_only_schedule_stores_only_a_free_id_and_answers_each_state() {
         ),
     ];
     for (id, at, want) in table {
-        assert_eq!(once1(&mut con, &keys, at, id), want, "{id} at T0 + {}", at - T0);
+        assert_eq!(
+            once1(&mut con, &keys, at, id),
+            want,
+            "{id} at T0 + {}",
+            at - T0
+        );
     }
     // Nothing was stored but the task stored after its window.
     assert_eq!(
@@ -200,14 +214,22 @@ fn the_window_slides_with_every_call_naming_the_id_and_zero_remembers_nothing() 
     for k in 1..=3 {
         at += W - 1;
         let got = once1(&mut con, &keys, at, "a");
-        assert_eq!(got, ScheduledOnce::Remembered, "retry {k} at T0 + {}", at - T0);
+        assert_eq!(
+            got,
+            ScheduledOnce::Remembered,
+            "retry {k} at T0 + {}",
+            at - T0
+        );
     }
     assert!(once1(&mut con, &keys, at + W, "a").stored().is_some());
 
     let zero = |con: &mut Con, now| once(con, &keys, now, 0, &[task("z", When::At(now))])[0];
     assert!(zero(&mut con, T0).stored().is_some());
     run_and_ack(&mut con, &keys, T0, "z");
-    assert!(zero(&mut con, T0 + 1).stored().is_some(), "window 0: stored again");
+    assert!(
+        zero(&mut con, T0 + 1).stored().is_some(),
+        "window 0: stored again"
+    );
     let z = redis::cmd("ZSCORE")
         .arg(&keys.0[7])
         .arg("z")
@@ -249,7 +271,13 @@ fn expired_remembered_ids_are_trimmed_a_bounded_number_per_call() {
         ids: &["t0", "t49"],
     };
     assert_eq!(invoke(&mut con, &cancel).unwrap(), [true, true]);
-    assert!(once1(&mut con, &keys, T0 + W, "t0").stored().is_some(), "expired");
+    assert!(
+        once1(&mut con, &keys, T0 + W, "t0").stored().is_some(),
+        "expired"
+    );
     // "t49" was named at T0 + W just now: remembered again.
-    assert_eq!(once1(&mut con, &keys, T0 + W, "t49"), ScheduledOnce::Remembered);
+    assert_eq!(
+        once1(&mut con, &keys, T0 + W, "t49"),
+        ScheduledOnce::Remembered
+    );
 }
