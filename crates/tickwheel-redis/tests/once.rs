@@ -299,3 +299,35 @@ fn the_window_is_checked_and_a_recurring_task_can_be_scheduled_once() {
         Err(Error::InvalidId { len: 0 })
     ));
 }
+
+/// On a Redis Cluster the remembered ids sit with their shard (one hash slot): a bulk
+/// create-only call spread over every node stores each task once, and answers each again.
+#[test]
+fn schedule_once_on_a_three_node_cluster() {
+    let c = match tickwheel_redis::server::RedisCluster::start(3) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    };
+    let time = tickwheel_redis::ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), "clonce");
+    cfg.shards = 12;
+    cfg.claim_ahead = Duration::ZERO;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let ids: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
+    let tasks = || ids.iter().map(|id| Task::new(id, RunAt::AtMillis(T0), b""));
+    let first = p.schedule_once_many(tasks()).unwrap();
+    assert!(first.iter().all(|a| a.stored().is_some()));
+    let mut delivered = 0;
+    for _ in 0..5 {
+        delivered += tick_at(&mut w, &time, T0, |_| Outcome::Ack).len();
+    }
+    assert_eq!(delivered, 60);
+    let again = p.schedule_once_many(tasks()).unwrap();
+    assert!(
+        again.iter().all(|a| *a == ScheduledOnce::Remembered),
+        "{again:?}"
+    );
+    assert_eq!(tick_at(&mut w, &time, T0 + 1, |_| Outcome::Ack).len(), 0);
+}

@@ -185,8 +185,3 @@ local function state_of(id)
   if s then return {2, d, a, v, tonumber(s)} end
   return {1, d, a, v}
 end
--- Whether an id is taken: a live task or a failed one has it (`state_of` is not {0}).
-local function taken(id)
-  if redis.call('HEXISTS', KEYS[2], id) == 1 then return true end
-  return redis.call('ZSCORE', KEYS[6], id) and redis.call('HEXISTS', KEYS[7], id) == 1
-end

@@ -14,8 +14,8 @@
 -- twice, as two calls would: the later task replaces the earlier, which takes a version and
 -- is replaced at once, and the first task of an id replaces the stored one.
 -- Create-only mode stores a task only when its id is free: no live task (pending or in
--- flight), no failed task (see `taken`), no earlier task of the call, and not remembered
--- (KEYS[8]: id -> remembered until, ms; remembered while that is later than now). Then
+-- flight), no failed task (so `state_of` answers {0}), no earlier task of the call, and
+-- not remembered (KEYS[8]: id -> remembered until, ms; while that is later than now). Then
 -- every id of the call is remembered until now + window (`ZADD GT`: never shortened; not
 -- at all for a window of 0), after up to `2 n + 10` entries remembered until now or
 -- earlier are removed (so the set holds about the ids named within a window). Returns
@@ -29,8 +29,9 @@
 -- naming every task at or before the horizon (see `notify`); replacing a stored task adds
 -- a `ZREM`, one `HINCRBY` per bucket it leaves, and one `HDEL` of the replaced tasks' error
 -- logs (a new version starts with no failures). Create-only mode adds per task an
--- `HEXISTS` and a `ZSCORE` or two (and `state_of` for a taken id), and per call one range
--- read and `ZREM` of expired entries and one `ZADD` of the ids. Variadic commands go in
+-- `HEXISTS` (and `state_of` for a taken id), and per call a `ZMSCORE` of the ids in the
+-- failed set and in the remembered ids, one range read and `ZREM` of expired entries and
+-- one `ZADD` of the ids. Variadic commands go in
 -- slices of `CHUNK` elements (Lua's C stack bounds `unpack`).
 local CHUNK = 2000
 local function call_chunked(cmd, key, args, step)
@@ -53,12 +54,27 @@ else
   call_chunked('ZREM', KEYS[8],
     redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, 2 * all + 10), 1)
   answers = {}
+  -- The ids' scores in the failed set and the remembered ids, read a chunk at a time.
+  local ids, failed, until_ms = {}, {}, {}
+  for k = 1, all do ids[k] = ARGV[3 * k + 2] end
+  local i = 1
+  while i <= all do
+    local j = math.min(all, i + CHUNK - 1)
+    local f = redis.call('ZMSCORE', KEYS[6], unpack(ids, i, j))
+    local r = redis.call('ZMSCORE', KEYS[8], unpack(ids, i, j))
+    for m = 1, j - i + 1 do
+      failed[i + m - 1] = f[m]
+      until_ms[i + m - 1] = tonumber(r[m] or '0')
+    end
+    i = j + 1
+  end
   local stored, remember = {}, {}
   for k = 1, all do
-    local id = ARGV[3 * k + 2]
-    if stored[id] or taken(id) then
+    local id = ids[k]
+    if stored[id] or redis.call('HEXISTS', KEYS[2], id) == 1
+        or (failed[k] and redis.call('HEXISTS', KEYS[7], id) == 1) then
       answers[k] = false -- its state, once the call has stored what it stores
-    elseif tonumber(redis.call('ZSCORE', KEYS[8], id) or '0') > now then
+    elseif until_ms[k] > now then
       answers[k] = {4}
     else
       answers[k] = {0}
@@ -70,7 +86,7 @@ else
       remember[#remember + 1] = id
     end
   end
-  local i = 1
+  i = 1
   while i <= #remember do
     local j = math.min(#remember, i + CHUNK - 1)
     redis.call('ZADD', KEYS[8], 'GT', unpack(remember, i, j))
