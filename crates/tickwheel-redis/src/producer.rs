@@ -133,7 +133,9 @@ impl Producer {
     /// Stores a task, replacing any task with the same id (pending or in flight: the new one
     /// starts at attempt 0, and an in-flight delivery of the old one can no longer be
     /// acknowledged). Returns what it stored: its version, its run-at (for [`RunAt::After`],
-    /// as Redis computed it from its clock) and whether it replaced a task.
+    /// as Redis computed it from its clock) and whether it replaced a task. Sent again after
+    /// an error whose outcome is unknown, it may store a task that ran meanwhile a second
+    /// time: [`schedule_once`](Producer::schedule_once) is the form safe to send again.
     pub fn schedule(
         &mut self,
         id: &str,
