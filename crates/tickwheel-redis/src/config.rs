@@ -138,6 +138,14 @@ pub struct Config {
     /// How many failed tasks are kept, and for how long (default [`Retention::DEFAULT`]:
     /// 10 000, 180 days).
     pub failed_retention: Retention,
+    /// How long [`Producer::schedule_once`](crate::Producer::schedule_once) remembers an id
+    /// it named (default 1 h): within this window after the last `schedule_once` of an id,
+    /// another one stores nothing, even once the task has run, so a `schedule_once` retried
+    /// within it never delivers a task twice. Zero: only a task that has the id stops a
+    /// `schedule_once`. A remembered id costs Redis about 100 bytes plus its length (113 for
+    /// an 11-byte id) for the window; plain [`schedule`](crate::Producer::schedule) never
+    /// pays it. The window a call gives applies to the ids of that call.
+    pub idempotency_window: Duration,
 }
 
 impl Config {
@@ -160,6 +168,7 @@ impl Config {
             connect_timeout: Duration::from_secs(10),
             retry: RetryPolicy::DEFAULT,
             failed_retention: Retention::DEFAULT,
+            idempotency_window: Duration::from_secs(3600),
         }
     }
 
@@ -203,6 +212,7 @@ impl Config {
             ("maintenance_interval", self.maintenance_interval),
             ("io_timeout", self.io_timeout),
             ("connect_timeout", self.connect_timeout),
+            ("idempotency_window", self.idempotency_window),
         ] {
             if d > Config::MAX_DURATION {
                 return bad(&format!(

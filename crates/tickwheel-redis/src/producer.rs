@@ -9,6 +9,7 @@ use crate::namespace::{
 use crate::protocol::{self, Cancel, Reschedule, Schedule, ScheduleTask, Scheduled, State, When};
 use crate::task::Task;
 
+mod once;
 mod operate;
 use crate::recurrence::Recurrence;
 pub use operate::{Acted, BulkReport};
@@ -34,13 +35,26 @@ pub use operate::{Acted, BulkReport};
 ///   [`Applied::Yes`], [`Applied::No`] or [`Applied::Unknown`]
 ///   ([`Error::not_applied`] lists the positions to send again). Any other error from a
 ///   bulk call means that no item was applied.
-/// * Scheduling again a task that was stored is *not* harmless: it replaces the task with a
-///   new version, and one that ran meanwhile (delivered and acknowledged) is stored again
-///   and runs again. So after a failed `schedule_many`, send again only the
-///   [`Applied::No`] tasks; for an [`Applied::Unknown`] one, `state` tells whether it is
-///   stored (pending or in flight), but not whether it was stored and has run since: if
-///   that matters, let the handler de-duplicate by id and version. Cancelling or
-///   rescheduling again is harmless (a task no longer pending answers `false`).
+/// * Scheduling again with [`schedule`](Producer::schedule) a task that was stored is *not*
+///   harmless: it replaces the task with a new version, and one that ran meanwhile
+///   (delivered and acknowledged) is stored again and runs again. So after a failed
+///   `schedule_many`, send again only the [`Applied::No`] tasks; for an
+///   [`Applied::Unknown`] one, `state` tells whether it is stored (pending or in flight),
+///   but not whether it was stored and has run since.
+/// * [`schedule_once`](Producer::schedule_once) (and `schedule_once_many`) is the form to
+///   send again without looking: it stores a task only when no task has its id and no
+///   `schedule_once` named the id within [`Config::idempotency_window`], so a call sent
+///   again after any error, within that window, never delivers the task a second time.
+/// * Cancelling or rescheduling again is harmless (a task no longer pending answers
+///   `false`; a reschedule sent again moves the task to the same run-at).
+///
+/// | call | send again after an unknown outcome? |
+/// |---|---|
+/// | `schedule_once`, `schedule_once_many` | yes, within the idempotency window |
+/// | `schedule`, `schedule_many`, `schedule_recurring` | only what was not stored: a task stored and run since runs again |
+/// | `cancel`, `cancel_many` | yes (the second answers `false`) |
+/// | `reschedule`, `reschedule_many`, `run_now` | yes (the same run-at again, or `false` once the task is no longer pending) |
+/// | `retry_failed`, `discard_failed` | yes, unless the task failed again meanwhile (the second answers [`Acted::NotFailed`] or [`Acted::LiveTaskExists`]) |
 pub struct Producer {
     cfg: Config,
     client: Endpoint,
@@ -145,7 +159,9 @@ impl Producer {
     /// Stores a task, replacing any task with the same id (pending or in flight: the new one
     /// starts at attempt 0, and an in-flight delivery of the old one can no longer be
     /// acknowledged). Returns what it stored: its version, its run-at (for [`RunAt::After`],
-    /// as Redis computed it from its clock) and whether it replaced a task.
+    /// as Redis computed it from its clock) and whether it replaced a task. Sent again after
+    /// an error whose outcome is unknown, it may store a task that ran meanwhile a second
+    /// time: [`schedule_once`](Producer::schedule_once) is the form safe to send again.
     pub fn schedule(
         &mut self,
         id: &str,

@@ -49,10 +49,12 @@ pub(crate) fn ceil_ms(d: Duration) -> Option<u64> {
     u64::try_from(ms).ok()
 }
 
-/// One task of a bulk [`Producer::schedule_many`](crate::Producer::schedule_many).
+/// One task of a bulk [`Producer::schedule_many`](crate::Producer::schedule_many) (or
+/// [`Producer::schedule_once_many`](crate::Producer::schedule_once_many)).
 #[derive(Clone, Copy, Debug)]
 pub struct Task<'a> {
-    /// The task's id; scheduling an existing id replaces that task.
+    /// The task's id; `schedule_many` replaces a task with the same id, `schedule_once_many`
+    /// stores nothing then.
     pub id: &'a str,
     /// When it runs.
     pub run_at: RunAt,

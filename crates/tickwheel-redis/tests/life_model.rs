@@ -1,6 +1,7 @@
 //! A task's life against a model: on a real redis-server, a manual clock and `Worker::tick`,
 //! a seeded random sequence of operations (schedule with or without its own retry policy,
-//! one-shot or recurring every 300 or 700 ms, cancel, reschedule, run now, advance the clock and tick with a handler whose outcome is
+//! one-shot or recurring every 300 or 700 ms, replacing or create-only (`schedule_once`,
+//! answered by the id's state and its idempotency window), cancel, reschedule, run now, advance the clock and tick with a handler whose outcome is
 //! drawn per call: ack, fail, fail with its own delay, non-retryable, retry after, panic,
 //! leave; pause, resume, retry failed, discard failed) is checked after every step against a
 //! `BTreeMap` model of each id: its live task (pending with run-at, attempts, failures and
@@ -31,12 +32,14 @@ use std::time::Duration;
 use tickwheel_lab::SplitMix64;
 use tickwheel_redis::{
     Acted, Delivery, FailReason, FailedFilter, Inspector, Outcome, Producer, Recurrence,
-    RetryPolicy, RunAt, Task, TaskState, Worker, ERRORS_KEPT,
+    RetryPolicy, RunAt, ScheduledOnce, Task, TaskState, Worker, ERRORS_KEPT,
 };
 
 const T0: u64 = 1_000_000;
 const IDS: u64 = 10;
 const VISIBILITY_MS: u64 = 700;
+/// The idempotency window of `schedule_once`.
+const ONCE_MS: u64 = 5_000;
 
 /// A live task as the model holds it.
 #[derive(Clone, Debug)]
@@ -109,6 +112,9 @@ struct Failed {
 struct Entry {
     live: Option<Live>,
     failed: Option<Failed>,
+    /// Until when `schedule_once` remembers the id (the last one naming it, plus the
+    /// window); 0: never named.
+    remembered_until: u64,
 }
 
 /// What the handler did with one delivery.
@@ -200,6 +206,8 @@ struct Figures {
     /// Calls of tasks left in flight (`Leave`), after their visibility timeout.
     redelivered: usize,
     paused_steps: usize,
+    /// `schedule_once` answers: stored, exists, remembered.
+    once: [usize; 3],
 }
 
 fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
@@ -209,6 +217,7 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
     cfg.claim_ahead = Duration::ZERO;
     cfg.visibility_timeout = Duration::from_millis(VISIBILITY_MS);
     cfg.retry = ns_policy();
+    cfg.idempotency_window = Duration::from_millis(ONCE_MS);
     let mut p = Producer::connect(&cfg).unwrap();
     let mut ins = Inspector::connect(&cfg).unwrap();
     let mut w = Worker::connect(&cfg).unwrap();
@@ -249,14 +258,43 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
                     task = task.recurring(r);
                     fig.recurring += 1;
                 }
-                let replaced = p.schedule_many([task]).unwrap()[0].replaced;
-                assert_eq!(replaced, e.live.is_some(), "{ctx}: schedule replaced");
-                e.live = Some(Live::new(
-                    run_at,
-                    own.unwrap_or(ns_policy()),
-                    every,
-                    Vec::new(),
-                ));
+                let live = Live::new(run_at, own.unwrap_or(ns_policy()), every, Vec::new());
+                if rng.below(3) == 0 {
+                    // Create-only: stored only when no task has the id and no
+                    // `schedule_once` named it within the window; every call naming it
+                    // remembers it for the window from now.
+                    let got = p.schedule_once_many([task]).unwrap()[0];
+                    let want = match (&e.live, &e.failed) {
+                        (Some(l), _) if l.visible_at.is_some() => "in flight",
+                        (Some(_), _) => "pending",
+                        (None, Some(_)) => "failed",
+                        (None, None) if e.remembered_until > now => "remembered",
+                        (None, None) => "stored",
+                    };
+                    let answered = match got {
+                        ScheduledOnce::Stored(_) => "stored",
+                        ScheduledOnce::Exists(TaskState::Pending { .. }) => "pending",
+                        ScheduledOnce::Exists(TaskState::InFlight { .. }) => "in flight",
+                        ScheduledOnce::Exists(TaskState::Failed { .. }) => "failed",
+                        ScheduledOnce::Exists(TaskState::Unknown) => "unknown",
+                        ScheduledOnce::Remembered => "remembered",
+                    };
+                    assert_eq!(answered, want, "{ctx}: schedule_once");
+                    let k = match want {
+                        "stored" => 0,
+                        "remembered" => 2,
+                        _ => 1,
+                    };
+                    fig.once[k] += 1;
+                    if want == "stored" {
+                        e.live = Some(live);
+                    }
+                    e.remembered_until = e.remembered_until.max(now + ONCE_MS);
+                } else {
+                    let replaced = p.schedule_many([task]).unwrap()[0].replaced;
+                    assert_eq!(replaced, e.live.is_some(), "{ctx}: schedule replaced");
+                    e.live = Some(live);
+                }
             }
             25..=31 => {
                 // A pending task, or a recurring one in flight (the series stops).
@@ -399,6 +437,10 @@ fn run(s: &tickwheel_redis::server::RedisServer, seed: u64, steps: usize) {
             && fig.paused_steps > 3
             && fig.rearmed > 3,
         "and failures, retries, pauses and series: {fig:?}"
+    );
+    assert!(
+        fig.once.iter().all(|&n| n > 0),
+        "and every answer of schedule_once: {fig:?}"
     );
 }
 

@@ -49,8 +49,8 @@ pub(crate) use delivery::{Ack, AckItem, Claim, Deliver, Load, LoadReply};
 pub(crate) use delivery::{Resume, Retry, RetryReply};
 pub(crate) use failure::*;
 pub(crate) use inspect::*;
-pub use producer::Scheduled;
-pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleTask, State, When};
+pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleOnce, ScheduleTask, State, When};
+pub use producer::{Scheduled, ScheduledOnce};
 pub(crate) use shard::Release;
 pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
 
@@ -62,7 +62,7 @@ use crate::error::Error;
 
 /// The keys of one shard, in script order (see `prelude.lua`): the one place they are named.
 #[derive(Clone, Debug)]
-pub(crate) struct ShardKeys(pub [String; 7]);
+pub(crate) struct ShardKeys(pub [String; 8]);
 
 impl ShardKeys {
     /// The keys of shard `shard` of namespace `ns`: all under the hash tag `{ns:shard}`, so a
@@ -71,7 +71,7 @@ impl ShardKeys {
         let tag = format!("tw:{{{ns}:{shard}}}");
         ShardKeys(
             [
-                "due", "tasks", "inflight", "state", "errors", "failed", "dead",
+                "due", "tasks", "inflight", "state", "errors", "failed", "dead", "once",
             ]
             .map(|k| format!("{tag}:{k}")),
         )

@@ -61,6 +61,36 @@ pub struct Scheduled {
     pub replaced: bool,
 }
 
+/// What a create-only schedule did: returned by
+/// [`Producer::schedule_once`](crate::Producer::schedule_once) and its bulk form. Only
+/// [`Stored`](ScheduledOnce::Stored) stored anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduledOnce {
+    /// The id was free: the task is stored now, as
+    /// [`schedule`](crate::Producer::schedule) stores it (`replaced` is `false`).
+    Stored(Scheduled),
+    /// A task has the id, pending, in flight or in the failed set (never
+    /// [`TaskState::Unknown`]): nothing stored. Its state, as
+    /// [`Producer::state`](crate::Producer::state) would read it after the call (an id
+    /// given earlier in the same bulk call: the task stored for it).
+    Exists(TaskState),
+    /// No task has the id, but a create-only schedule named it within the idempotency
+    /// window ([`Config::idempotency_window`](crate::Config::idempotency_window)): nothing
+    /// stored. The task scheduled then may have run (or been cancelled, or discarded from the
+    /// failed set).
+    Remembered,
+}
+
+impl ScheduledOnce {
+    /// What was stored, when this call stored the task.
+    pub fn stored(&self) -> Option<&Scheduled> {
+        match self {
+            ScheduledOnce::Stored(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// One task of a [`Schedule`] call, checked.
 #[derive(Clone, Debug)]
 pub(crate) struct ScheduleTask<'a> {
@@ -105,12 +135,7 @@ impl Call for Schedule<'_> {
     }
 
     fn encode(&self, cmd: &mut Cmd) {
-        shard_keys(cmd, self.keys);
-        now_arg(cmd, self.now);
-        cmd.arg(self.channel).arg(self.shard);
-        for t in self.tasks {
-            cmd.arg(t.id).arg(t.when.arg()).arg(t.tail());
-        }
+        self.encode_with(cmd, "");
     }
 
     /// `{first version, now or -1 (no clock read), {indices of the tasks that replaced}}`:
@@ -137,6 +162,76 @@ impl Call for Schedule<'_> {
             out.get_mut(k.wrapping_sub(1))
                 .ok_or_else(|| Error::Protocol(format!("SCHEDULE: no task {k}")))?
                 .replaced = true;
+        }
+        Ok(out)
+    }
+}
+
+impl Schedule<'_> {
+    /// Keys, now, channel, shard, `window` (empty: replace; else create-only), the tasks.
+    fn encode_with(&self, cmd: &mut Cmd, window: &str) {
+        shard_keys(cmd, self.keys);
+        now_arg(cmd, self.now);
+        cmd.arg(self.channel).arg(self.shard).arg(window);
+        for t in self.tasks {
+            cmd.arg(t.id).arg(t.when.arg()).arg(t.tail());
+        }
+    }
+}
+
+/// SCHEDULE in create-only mode (`schedule.lua`): stores the tasks of one shard whose ids
+/// are free (no task, not remembered), and remembers every id of the call for `window_ms`.
+/// Reply: one [`ScheduledOnce`] per task, in order.
+pub(crate) struct ScheduleOnce<'a> {
+    pub schedule: Schedule<'a>,
+    /// The idempotency window, ms (0: remember nothing).
+    pub window_ms: u64,
+}
+
+impl Call for ScheduleOnce<'_> {
+    type Reply = Vec<ScheduledOnce>;
+
+    fn script(&self) -> &'static Script {
+        &scripts().schedule
+    }
+
+    fn encode(&self, cmd: &mut Cmd) {
+        self.schedule.encode_with(cmd, &self.window_ms.to_string());
+    }
+
+    /// `{first version, now, {}, {answer per task}}`: `{0}` stored (the stored tasks take
+    /// versions from `first` in order), a [`State`] reply for a taken id, `{4}` remembered.
+    fn decode(&self, reply: Value) -> Result<Vec<ScheduledOnce>, Error> {
+        let mut f = Fields::new("SCHEDULE", reply)?;
+        let first = f.u64()?;
+        let now = Some(f.u64()?);
+        if !f.nested()?.is_empty() {
+            return Err(Error::Protocol(
+                "SCHEDULE: a create-only schedule replaced a task".into(),
+            ));
+        }
+        let mut answers = f.nested()?;
+        let mut version = first;
+        let mut out = Vec::with_capacity(self.schedule.tasks.len());
+        for t in self.schedule.tasks {
+            let mut a = answers.nested()?;
+            let status = a.int()?;
+            out.push(match status {
+                0 => {
+                    version += 1;
+                    ScheduledOnce::Stored(Scheduled {
+                        version: version - 1,
+                        run_at_ms: t.when.resolve(now, "SCHEDULE")?,
+                        replaced: false,
+                    })
+                }
+                1..=3 => ScheduledOnce::Exists(task_state(status, &mut a)?),
+                4 => ScheduledOnce::Remembered,
+                s => return Err(Error::Protocol(format!("SCHEDULE: answer {s}"))),
+            });
+        }
+        if !answers.is_empty() {
+            return Err(Error::Protocol("SCHEDULE: too many answers".into()));
         }
         Ok(out)
     }
@@ -220,26 +315,32 @@ impl Call for State<'_> {
     /// visible_at}` in flight, `{3, failed at, attempts, version, reason}` failed.
     fn decode(&self, reply: Value) -> Result<TaskState, Error> {
         let mut f = Fields::new("STATE", reply)?;
-        Ok(match f.int()? {
-            0 => TaskState::Unknown,
-            1 => TaskState::Pending {
-                run_at_ms: f.u64()?,
-                attempts: f.u64()? as u32,
-                version: f.u64()?,
-            },
-            2 => TaskState::InFlight {
-                due_ms: f.u64()?,
-                attempt: f.u64()? as u32,
-                version: f.u64()?,
-                visible_at_ms: f.u64()?,
-            },
-            3 => TaskState::Failed {
-                failed_at_ms: f.u64()?,
-                attempts: f.u64()? as u32,
-                version: f.u64()?,
-                reason: FailReason::parse(&f.string()?)?,
-            },
-            s => return Err(Error::Protocol(format!("STATE: status {s}"))),
-        })
+        let status = f.int()?;
+        task_state(status, &mut f)
     }
+}
+
+/// A task's state after its status (`state_of` in `prelude.lua`): the fields that follow.
+fn task_state(status: i64, f: &mut Fields) -> Result<TaskState, Error> {
+    Ok(match status {
+        0 => TaskState::Unknown,
+        1 => TaskState::Pending {
+            run_at_ms: f.u64()?,
+            attempts: f.u64()? as u32,
+            version: f.u64()?,
+        },
+        2 => TaskState::InFlight {
+            due_ms: f.u64()?,
+            attempt: f.u64()? as u32,
+            version: f.u64()?,
+            visible_at_ms: f.u64()?,
+        },
+        3 => TaskState::Failed {
+            failed_at_ms: f.u64()?,
+            attempts: f.u64()? as u32,
+            version: f.u64()?,
+            reason: FailReason::parse(&f.string()?)?,
+        },
+        s => return Err(Error::Protocol(format!("{}: status {s}", f.script))),
+    })
 }

@@ -5,7 +5,7 @@
 -- shard script touches the keys of one shard only (one hash slot in a Redis Cluster).
 --
 -- Shard keys, in the order every shard script takes them (named in one place, `ShardKeys`
--- in src/protocol/keys.rs):
+-- in src/protocol/mod.rs):
 -- KEYS[1] the bucket index (sorted set of bucket numbers, each scored by itself), whose
 -- name followed by `:<bucket>` names a bucket list; KEYS[2] the task hash (id -> the task's
 -- value, see `parse`); KEYS[3] the in-flight set (sorted set id -> visibility deadline ms);
@@ -14,7 +14,9 @@
 -- removed by the retention bound), and `b:<bucket>` -> pending tasks in that bucket);
 -- KEYS[5] the error logs of live tasks (id -> log, see `log_add`), for tasks with failed
 -- attempts; KEYS[6] the failed set (sorted set id -> failed at ms); KEYS[7] the failed
--- tasks' records (id -> record, see `fail.lua`).
+-- tasks' records (id -> record, see `fail.lua`); KEYS[8] the remembered ids (sorted set id ->
+-- remembered until ms: the ids `Producer::schedule_once` named within its idempotency
+-- window, read and written by SCHEDULE's create-only mode only).
 --
 -- A failed task has left the task hash: to every other script it is unknown, and a new task
 -- may take its id. Only the failed-set scripts (FAIL, FAILED_ACT, the inspectors) read it.
@@ -164,4 +166,22 @@ local function unanchored(rec)
   local at = string.find(rec, '@', 1, true)
   if at and string.byte(rec, 1) == 112 then return string.sub(rec, 1, at - 1) end
   return rec
+end
+-- Where a task is: {0} unknown, {1, run_at, attempts, version} pending,
+-- {2, due, attempt, version, visible_at} in flight, {3, failed at, attempts, version, reason}
+-- failed (only when no live task has the id: a live task answers first).
+local function state_of(id)
+  local h = redis.call('HGET', KEYS[2], id)
+  if not h then
+    local f = redis.call('ZSCORE', KEYS[6], id)
+    local r = f and redis.call('HGET', KEYS[7], id)
+    if not r then return {0} end
+    local reason, _, value = record_read(r)
+    local v, a = parse(value)
+    return {3, tonumber(f), a, v, reason}
+  end
+  local v, a, d = parse(h)
+  local s = in_flight(id)
+  if s then return {2, d, a, v, tonumber(s)} end
+  return {1, d, a, v}
 end

@@ -422,4 +422,5 @@ fn malformed_replies_are_protocol_errors_naming_the_script() {
 }
 
 mod failure;
+mod once;
 mod retries;
