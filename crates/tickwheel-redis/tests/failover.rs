@@ -248,16 +248,19 @@ fn a_killed_primary_is_followed_under_load() {
     let f = run.figures();
     eprintln!(
         "killed primary (Cluster): stored {}, lost {} ({} stored within 1 s before the kill), \
-         early {}, duplicates {}, acknowledged twice {}, failed calls {}, last failure {:?} ms \
-         after cluster_state:ok (kill to ok {} ms); lateness p50/p99/max of tasks due after \
-         the kill {:?} ms, before {:?} ms; errors {:#?}",
+         early {}, duplicates {} ({} stored twice), acknowledged twice {}, failed calls {} \
+         (retries found {} tasks stored), last failure {:?} ms after cluster_state:ok (kill \
+         to ok {} ms); lateness p50/p99/max of tasks due after the kill {:?} ms, before {:?} \
+         ms; errors {:#?}",
         f.stored,
         f.lost.len(),
         f.lost_near_fault,
         f.early,
         f.duplicates,
+        f.by_retry,
         f.acked_twice,
         f.failed_calls,
+        run.found_stored,
         f.last_failure_after_ready_ms,
         run.ready_ms - run.fault_ms,
         f.late_after,
@@ -265,6 +268,10 @@ fn a_killed_primary_is_followed_under_load() {
         run.errors(),
     );
     assert_eq!(f.early, 0, "never early");
+    assert_eq!(
+        f.by_retry, 0,
+        "a retried schedule_once stores no task twice"
+    );
     assert!(
         f.last_failure_after_ready_ms.unwrap_or(i64::MIN) < FOLLOW.as_millis() as i64,
         "every call succeeds within {FOLLOW:?} of cluster_state:ok: last failure {:?} ms",

@@ -62,16 +62,18 @@ fn report(what: &str, run: &Run) -> load::Figures {
     let f = run.figures();
     eprintln!(
         "{what}: stored {}, lost {} ({} stored within 1 s before the fault), early {}, \
-         duplicates {}, acknowledged twice {}, failed calls {}, last failure {:?} ms after \
-         ready (fault to ready {} ms); lateness p50/p99/max of tasks due after the fault \
-         {:?} ms, before {:?} ms",
+         duplicates {} ({} stored twice), acknowledged twice {}, failed calls {} (retries \
+         found {} tasks stored), last failure {:?} ms after ready (fault to ready {} ms); \
+         lateness p50/p99/max of tasks due after the fault {:?} ms, before {:?} ms",
         f.stored,
         f.lost.len(),
         f.lost_near_fault,
         f.early,
         f.duplicates,
+        f.by_retry,
         f.acked_twice,
         f.failed_calls,
+        run.found_stored,
         f.last_failure_after_ready_ms,
         run.ready_ms - run.fault_ms,
         f.late_after,
@@ -117,6 +119,10 @@ fn a_killed_primary_is_followed_under_load() {
     let (old, new) = old_new.unwrap();
     assert_ne!(old, new);
     assert_eq!(f.early, 0, "never early");
+    assert_eq!(
+        f.by_retry, 0,
+        "a retried schedule_once stores no task twice"
+    );
     assert!(
         f.last_failure_after_ready_ms.unwrap_or(i64::MIN) < FOLLOW.as_millis() as i64,
         "every call succeeds within {FOLLOW:?} of the new primary: last failure {:?} ms",
@@ -162,6 +168,10 @@ fn a_sentinel_failover_under_load() {
     });
     let f = report("SENTINEL FAILOVER", &run);
     assert_eq!(f.early, 0, "never early");
+    assert_eq!(
+        f.by_retry, 0,
+        "a retried schedule_once stores no task twice"
+    );
     assert!(
         f.last_failure_after_ready_ms.unwrap_or(i64::MIN) < FOLLOW.as_millis() as i64,
         "every call succeeds within {FOLLOW:?} of the new primary: last failure {:?} ms",

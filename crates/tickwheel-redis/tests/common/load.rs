@@ -3,14 +3,15 @@
 //! killed, a failover) strikes part way; then the run is judged.
 //!
 //! Terms (ms of the machine's clock: Redis, the workers and the producers share it):
-//! - *stored*: a schedule call answered `Ok` (after retries: a failed call is sent again,
-//!   the same tasks at the same run-at, until it succeeds; scheduling again a task still
-//!   pending replaces it, harmless while it is not yet claimed, and every run-at is further
-//!   ahead than a failover lasts);
+//! - *stored*: a `schedule_once_many` call answered `Ok` (after retries: a failed call is
+//!   sent again, the same tasks at the same run-at, until it succeeds: the create-only form
+//!   is safe to send again, a task an earlier attempt stored answers `Exists` or
+//!   `Remembered` and is not stored twice);
 //! - *lost*: stored, never delivered (Redis's asynchronous replication loses writes a killed
 //!   primary acknowledged and had not yet sent to its replica);
 //! - *early*: delivered before its run-at;
-//! - *duplicate*: a delivery of a task after its first;
+//! - *duplicate*: a delivery of a task after its first; *by a retry*: a task delivered under
+//!   two versions (two stores of it);
 //! - *acknowledged twice*: acknowledgements Redis accepted beyond one per task delivered
 //!   (the workers' `acked` counts summed, less the tasks delivered);
 //! - *ready*: the moment the new primary was seen ready (the fault's return);
@@ -22,7 +23,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tickwheel_redis::{Config, Delivery, Outcome, Producer, RunAt, Task, Worker, WorkerStats};
+use tickwheel_redis::{
+    Config, Delivery, Outcome, Producer, RunAt, ScheduledOnce, Task, Worker, WorkerStats,
+};
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -77,6 +80,8 @@ pub struct Del {
 #[derive(Debug)]
 pub struct Run {
     pub calls: Vec<CallLog>,
+    /// Tasks a retry found stored already (by an attempt that had failed).
+    pub found_stored: usize,
     /// Stored tasks: id -> (run-at, when stored).
     pub stored: HashMap<String, (u64, u64)>,
     pub deliveries: Vec<Del>,
@@ -115,12 +120,14 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
     let start = Instant::now();
     let calls: Arc<Mutex<Vec<CallLog>>> = Arc::default();
     let stored: Arc<Mutex<HashMap<String, (u64, u64)>>> = Arc::default();
+    let found_stored: Arc<Mutex<usize>> = Arc::default();
     // About 2 000 calls a producer, each a batch.
     let per = load.tasks.div_ceil(load.producers);
     let batch = per.div_ceil(2000).max(1);
     let mut producers = Vec::new();
     for p in 0..load.producers {
         let (cfg, load, calls, stored) = (cfg.clone(), load.clone(), calls.clone(), stored.clone());
+        let found = found_stored.clone();
         producers.push(std::thread::spawn(move || {
             let mut prod = Producer::connect(&cfg).unwrap();
             let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (p as u64 + 1);
@@ -142,6 +149,7 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
                         now + lo + rng % (hi - lo).max(1)
                     })
                     .collect();
+                let mut retry = false;
                 loop {
                     let started = Instant::now();
                     let tasks = chunk
@@ -149,12 +157,21 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
                         .zip(&run_ats)
                         .map(|(id, &at)| Task::new(id, RunAt::AtMillis(at), b""));
                     let r = if chunk.len() == 1 {
-                        prod.schedule(&chunk[0], RunAt::AtMillis(run_ats[0]), b"")
-                            .map(|_| ())
+                        prod.schedule_once(&chunk[0], RunAt::AtMillis(run_ats[0]), b"")
+                            .map(|a| vec![a])
                     } else {
-                        prod.schedule_many(tasks).map(|_| ())
+                        prod.schedule_once_many(tasks)
                     };
                     let ended = Instant::now();
+                    if let Ok(answers) = &r {
+                        let again = answers
+                            .iter()
+                            .filter(|a| !matches!(a, ScheduledOnce::Stored(_)))
+                            .count();
+                        assert!(retry || again == 0, "a first call found {again} stored");
+                        *found.lock().unwrap() += again;
+                    }
+                    retry = true;
                     calls.lock().unwrap().push(CallLog {
                         started,
                         ended,
@@ -184,6 +201,7 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
         p.join().unwrap();
     }
     let stored = std::mem::take(&mut *stored.lock().unwrap());
+    let found_stored = *found_stored.lock().unwrap();
     let last = stored.values().map(|&(at, _)| at).max().unwrap_or(0);
     let deadline = Instant::now() + Duration::from_millis(last.saturating_sub(now_ms()) + 15_000);
     loop {
@@ -205,6 +223,7 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
     let deliveries = std::mem::take(&mut *deliveries.lock().unwrap());
     Run {
         calls,
+        found_stored,
         stored,
         deliveries,
         stats,
@@ -224,6 +243,8 @@ pub struct Figures {
     pub lost_near_fault: usize,
     pub early: usize,
     pub duplicates: usize,
+    /// Tasks delivered under two versions or more: stored twice.
+    pub by_retry: usize,
     pub acked_twice: i64,
     pub failed_calls: usize,
     /// The last failed call's start, ms after ready (negative: before).
@@ -282,6 +303,11 @@ impl Run {
             }
         }
         f.duplicates = count.values().map(|&n| n - 1).sum();
+        let mut versions: HashMap<&str, std::collections::HashSet<u64>> = HashMap::new();
+        for d in &self.deliveries {
+            versions.entry(&d.id).or_default().insert(d.version);
+        }
+        f.by_retry = versions.values().filter(|v| v.len() > 1).count();
         let acked: u64 = self.stats.iter().map(|s| s.acked).sum();
         f.acked_twice = acked as i64 - count.len() as i64;
         let failed: Vec<&CallLog> = self.calls.iter().filter(|c| !c.ok).collect();
