@@ -1,6 +1,7 @@
 //! Starts a private `redis-server` for tests, benchmarks and demos: its own port, its own
 //! directory, the append-only file on with `appendfsync always`, no RDB snapshots; or a
-//! private Redis Cluster of such servers ([`RedisCluster`]).
+//! private Redis Cluster of such servers ([`RedisCluster`]); or a primary with replicas
+//! under private sentinels ([`RedisSentinel`]), for failover tests.
 //!
 //! The binary is `redis-server` from `PATH`, or the path in `TICKWHEEL_REDIS_SERVER`. When it
 //! is missing, [`RedisServer::start`] returns [`Error::Server`] saying how to install it.

@@ -79,11 +79,8 @@ impl Sentinel {
             if host.is_empty() || host.contains('@') {
                 return Err(format!("bad sentinel address {host:?}: {form}"));
             }
-            let has_port = match host.rsplit_once(':') {
-                // `[::1]` alone, or `[::1]:26379`.
-                Some((h, p)) => !(h.starts_with('[') && !h.ends_with(']')) && !p.ends_with(']'),
-                None => false,
-            };
+            // `host`, `host:port`, `[::1]` or `[::1]:port`.
+            let has_port = host.rsplit_once(':').is_some_and(|(_, p)| !p.ends_with(']'));
             let url = if has_port {
                 format!("redis://{host}/")
             } else {
