@@ -398,3 +398,45 @@ fn a_worker_on_the_old_primary_cannot_acknowledge() {
     assert_eq!(w2_stats.acked, 1, "{w2_stats:?}");
     assert_eq!(p.state("x").unwrap(), TaskState::Unknown);
 }
+
+/// A malformed URL is a clear error at once; a primary name no sentinel knows is a clear
+/// error at once, not a wait for `connect_timeout`; sentinels that cannot be reached are an
+/// I/O error once `connect_timeout` has passed.
+#[test]
+fn sentinel_urls_and_names_are_checked() {
+    for url in [
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://127.0.0.1:26379/",
+        "redis+sentinel:///main",
+        "redis+sentinel://127.0.0.1:26379,/main",
+        "redis+sentinel://127.0.0.1:26379/main/notadb",
+        "redis+sentinel://127.0.0.1:notaport/main",
+    ] {
+        let e = Producer::connect(&Config::new(url, "bad")).unwrap_err();
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{url}: {e}");
+    }
+    let _one = one_at_a_time();
+    let s = sentinel(1);
+    let port = s.sentinels()[0].port();
+    let mut cfg = Config::new(format!("redis+sentinel://127.0.0.1:{port}/nope"), "ns");
+    let t = Instant::now();
+    let e = Producer::connect(&cfg).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(e.to_string().contains("no sentinel knows a primary"), "{e}");
+    // The port of a stopped sentinel: nothing answers.
+    cfg.url = "redis+sentinel://127.0.0.1:1/tickwheel".into();
+    cfg.connect_timeout = Duration::from_millis(300);
+    let e = Producer::connect(&cfg).unwrap_err();
+    assert!(matches!(&e, Error::Redis(r) if r.is_io_error()), "{e}");
+    // The right name, and a database: connects.
+    cfg.url = format!("{}/3", s.url());
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("a", RunAt::After(Duration::from_secs(60)), b"")
+        .unwrap();
+    let mut con = redis::Client::open(format!("{}3", s.nodes()[0].url()).as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let n: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert!(n > 0, "the tasks are in database 3");
+}

@@ -80,7 +80,9 @@ impl Sentinel {
                 return Err(format!("bad sentinel address {host:?}: {form}"));
             }
             // `host`, `host:port`, `[::1]` or `[::1]:port`.
-            let has_port = host.rsplit_once(':').is_some_and(|(_, p)| !p.ends_with(']'));
+            let has_port = host
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| !p.ends_with(']'));
             let url = if has_port {
                 format!("redis://{host}/")
             } else {
