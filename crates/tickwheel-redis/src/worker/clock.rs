@@ -119,6 +119,18 @@ impl ServerClock {
         i
     }
 
+    /// Forgets the estimate of `node`'s clock (`""`: the one server's): under Sentinel, after
+    /// a failover, `""` is another node with a clock of its own, which the old node's
+    /// estimate must not stand for (a new primary whose clock is behind would make the
+    /// deliveries early by the difference). Until the next reading, deliveries timed by it
+    /// wait.
+    pub(crate) fn forget(&self, node: &str) {
+        let mut n = self.lock();
+        if let Some(&i) = n.ids.get(node) {
+            n.clocks[i as usize] = None;
+        }
+    }
+
     /// Now by the clock of node `node` (an index from [`ServerClock::observe`]), µs since the Unix
     /// epoch, never ahead of that node's clock; `None` before any reading of it.
     pub(crate) fn node_now_us(&self, node: u32) -> Option<u64> {
@@ -199,6 +211,7 @@ fn probe_single(
 ) {
     if con.is_some() && client.primary_moved(io_timeout) {
         *con = None;
+        clock.forget("");
     }
     if con.is_none() {
         *con = client.plain_connection(io_timeout).ok().map(|(c, _)| c);

@@ -60,6 +60,8 @@ const RECONNECT_MAX: Duration = Duration::from_millis(100);
 pub(crate) struct Redis {
     pub(crate) client: Endpoint,
     pub(crate) con: Option<Con>,
+    /// Under Sentinel, the primary moved since the last [`Worker::reset`].
+    pub(crate) moved: bool,
 }
 
 impl Redis {
@@ -70,6 +72,7 @@ impl Redis {
     pub(crate) fn con_or_reconnect(&mut self, cfg: &Config) -> Result<&mut Con, Error> {
         if self.con.is_some() && self.client.primary_moved(cfg.io_timeout) {
             self.con = None;
+            self.moved = true;
             let moved = std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "the sentinels name another primary",
@@ -190,6 +193,7 @@ impl Worker {
             redis: Redis {
                 client,
                 con: Some(con),
+                moved: false,
             },
             ns,
             id,
@@ -415,8 +419,9 @@ impl Worker {
         }
     }
 
-    /// Forgets the connection, and marks every window to be read again (notices may have
-    /// been missed meanwhile). Kept: the leases (renewed next); the wheel, so that what it
+    /// Forgets the connection (and, after a failover under Sentinel, the old primary's clock
+    /// estimate), and marks every window to be read again (notices may have been missed
+    /// meanwhile). Kept: the leases (renewed next); the wheel, so that what it
     /// holds is claimed as soon as Redis answers, before the windows are read again (a claim
     /// checks each task against Redis: one cancelled or moved meanwhile is answered "gone"
     /// or "not yet"); the claimed tasks (delivered while their leases hold); and every
@@ -424,6 +429,10 @@ impl Worker {
     /// once Redis answers again, each fenced by the epoch it was delivered under.
     fn reset(&mut self) {
         self.redis.con = None;
+        if std::mem::take(&mut self.redis.moved) {
+            // The one server's clock is the new primary's now.
+            self.clock.forget("");
+        }
         self.shards.unload_all();
     }
 
