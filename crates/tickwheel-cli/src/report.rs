@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 /// The columns of `results.csv`; a family leaves the columns it does not measure empty.
-/// `ops` is what `ns_per_op` divides by: N for W1–W4, operations plus firings for W5.
+/// `ops` is what `ns_per_op` divides by: N for W1–W4, operations plus firings for W5 and W7,
+/// the timeouts or messages of both worker tasks for W8 (whose `ns_per_op` is CPU time).
 pub const CSV_HEADER: &str = "workload,entrant,tickwheel,n,repeats,median_ns,ops,ns_per_op,\
 ratio_to_fastest_peer,max_late_ticks,peak_heap_bytes,schedule_per_s,wall_s,cpu_s,\
 peak_rss_bytes,late_p50_ns,late_p99_ns,late_p999_ns,late_max_ns,verified\n";
