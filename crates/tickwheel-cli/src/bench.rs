@@ -3,13 +3,15 @@
 //!
 //! Order of work: the queues family first (inputs for one (workload, N) are generated once,
 //! then every repeat runs every entrant in turn, interleaved, so machine drift hits all
-//! entrants alike), then the services family (each entrant in its own child process).
+//! entrants alike), then the services family and the futures family (each entrant in its
+//! own child process), then the durable family.
 //! Nothing is printed as a result, and no file is written, unless every run passed its
 //! checks.
 
 use crate::durable::{self, DurableEntrant, DurableSettings};
 use crate::entrant::Entrant;
 use crate::error::{Error, Result};
+use crate::futures::{self, FutureEntrant, FutureSettings};
 use crate::machine::Machine;
 use crate::plot;
 use crate::queues::report::{self as queue_report, QueueSample};
@@ -43,39 +45,48 @@ pub struct Settings {
     pub w4: services::TickwheelSetup,
     /// W6 settings.
     pub durable: DurableSettings,
+    /// W8 settings.
+    pub futures: FutureSettings,
     /// The command line, for the record.
     pub command_line: String,
 }
 
 impl Settings {
+    /// The chosen entrants that `pick` keeps, in table order.
+    fn entrants_of<T>(&self, pick: impl Fn(Entrant) -> Option<T>) -> Vec<T> {
+        self.entrants.iter().copied().filter_map(pick).collect()
+    }
+
     fn queue_entrants(&self) -> Vec<QueueEntrant> {
-        self.entrants
-            .iter()
-            .filter_map(|e| match e {
-                Entrant::Queue(q) => Some(*q),
-                _ => None,
-            })
-            .collect()
+        self.entrants_of(|e| match e {
+            Entrant::Queue(q) => Some(q),
+            _ => None,
+        })
     }
 
     fn service_entrants(&self) -> Vec<ServiceEntrant> {
-        self.entrants
-            .iter()
-            .filter_map(|e| match e {
-                Entrant::Service(s) => Some(*s),
-                _ => None,
-            })
-            .collect()
+        self.entrants_of(|e| match e {
+            Entrant::Service(s) => Some(s),
+            _ => None,
+        })
     }
 
     fn durable_entrants(&self) -> Vec<DurableEntrant> {
-        self.entrants
-            .iter()
-            .filter_map(|e| match e {
-                Entrant::Durable(d) => Some(*d),
-                _ => None,
-            })
-            .collect()
+        self.entrants_of(|e| match e {
+            Entrant::Durable(d) => Some(d),
+            _ => None,
+        })
+    }
+
+    fn future_entrants(&self) -> Vec<FutureEntrant> {
+        self.entrants_of(|e| match e {
+            Entrant::Future(f) => Some(f),
+            _ => None,
+        })
+    }
+
+    fn runs_futures(&self) -> bool {
+        self.workloads_of(Family::Futures).next().is_some() && !self.future_entrants().is_empty()
     }
 
     fn runs_durable(&self) -> bool {
@@ -136,15 +147,28 @@ pub fn run(settings: Settings) -> Result<()> {
         services: Vec::new(),
         durable: Vec::new(),
         durable_zadd_per_s: None,
+        futures: Vec::new(),
         notes: caveats(&settings),
     };
     let planned = plan_queues(&settings);
-    if planned.is_empty() && !settings.runs_services() && !settings.runs_durable() {
+    if planned.is_empty()
+        && !settings.runs_services()
+        && !settings.runs_futures()
+        && !settings.runs_durable()
+    {
         return Err(Error::NothingToRun);
     }
     run_queues(&settings, &planned, &mut report)?;
     if settings.runs_services() {
         run_services(&settings, &mut report)?;
+    }
+    if settings.runs_futures() {
+        for entrant in settings.future_entrants() {
+            eprintln!("W8: {entrant}");
+            report
+                .futures
+                .push(futures::run_isolated(entrant, &settings.futures)?);
+        }
     }
     if settings.runs_durable() {
         let (samples, zadd) = durable::run(&settings.durable_entrants(), &settings.durable)?;
@@ -247,6 +271,16 @@ fn caveats(s: &Settings) -> Vec<String> {
         notes.push(
             "W4 lateness counts from Instant::now() just before scheduling plus the delay; on a \
              busy machine it includes time a due callback waited for a CPU"
+                .to_owned(),
+        );
+    }
+    if s.runs_futures() {
+        notes.push(
+            "W8: each entrant runs in its own process, in a tokio runtime with 2 workers; \
+             tickwheel-futures is tickwheel::timeout/sleep (the default service), \
+             tickwheel-service-futures the same methods of a TimerService::new(); async-io's \
+             timeout is future::or(future, Timer::after); no-timer runs the loops without a \
+             timer, a floor; CPU is the whole process's over the window"
                 .to_owned(),
         );
     }
@@ -364,6 +398,7 @@ fn finish(s: &Settings, report: &Report) -> Result<()> {
         }
     }
     say_raw!("{}", services::report::table(&report.services));
+    say_raw!("{}", futures::report::table(&report.futures));
     say_raw!(
         "{}",
         durable::report::table(&report.durable, report.durable_zadd_per_s)

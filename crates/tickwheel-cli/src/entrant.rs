@@ -2,6 +2,7 @@
 //! line, tables and files, each name owned by exactly one family's entrant type.
 
 use crate::durable::DurableEntrant;
+use crate::futures::FutureEntrant;
 use crate::queues::QueueEntrant;
 use crate::services::ServiceEntrant;
 use std::fmt;
@@ -16,15 +17,23 @@ pub enum Entrant {
     Service(ServiceEntrant),
     /// A durable-task design on Redis.
     Durable(DurableEntrant),
+    /// A timer API of futures in an async runtime.
+    Future(FutureEntrant),
 }
 
 impl Entrant {
-    /// All entrants, in table order: queues, then services, then durable designs.
+    /// All entrants, in table order: queues, then services, then durable designs, then
+    /// futures.
     pub fn all() -> Vec<Entrant> {
         let queues = QueueEntrant::ALL.into_iter().map(Entrant::Queue);
         let services = ServiceEntrant::ALL.into_iter().map(Entrant::Service);
         let durable = DurableEntrant::ALL.into_iter().map(Entrant::Durable);
-        queues.chain(services).chain(durable).collect()
+        let futures = FutureEntrant::ALL.into_iter().map(Entrant::Future);
+        queues
+            .chain(services)
+            .chain(durable)
+            .chain(futures)
+            .collect()
     }
 
     /// The name used on the command line, in tables and in files.
@@ -33,6 +42,7 @@ impl Entrant {
             Entrant::Queue(q) => q.name(),
             Entrant::Service(s) => s.name(),
             Entrant::Durable(d) => d.name(),
+            Entrant::Future(f) => f.name(),
         }
     }
 }

@@ -44,8 +44,10 @@ pub enum Error {
         /// The system's answer.
         source: std::io::Error,
     },
-    /// The child process that runs one W4 entrant failed, or printed no usable sample.
+    /// The child process that runs one W4 or W8 entrant failed, or printed no usable sample.
     Worker {
+        /// The workload's label.
+        workload: &'static str,
         /// The entrant it ran.
         entrant: &'static str,
         /// What went wrong.
@@ -91,7 +93,11 @@ impl fmt::Display for Error {
                 f.write_str("nothing to run: no chosen entrant runs any chosen workload")
             }
             Error::Io { what, source } => write!(f, "{what}: {source}"),
-            Error::Worker { entrant, problem } => write!(f, "W4 worker for {entrant} {problem}"),
+            Error::Worker {
+                workload,
+                entrant,
+                problem,
+            } => write!(f, "{workload} worker for {entrant} {problem}"),
             Error::Plot { path, message } => write!(f, "plot {}: {message}", path.display()),
             Error::Durable(e) => write!(f, "W6 (durable tasks on Redis): {e}"),
         }

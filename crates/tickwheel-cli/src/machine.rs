@@ -56,6 +56,41 @@ pub fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 1000 / USER_HZ))
 }
 
+/// The CPU time of each live thread of this process, to the nanosecond: its time on a core
+/// from the scheduler's statistics (`/proc/self/task/*/schedstat`), which the kernel brings
+/// up to date when the thread leaves its core (and at scheduler ticks while it runs).
+#[derive(Debug, Clone)]
+pub struct ThreadTimes(std::collections::HashMap<String, u64>);
+
+impl ThreadTimes {
+    /// Every live thread's CPU time so far; `None` where the kernel does not report it.
+    pub fn now() -> Option<ThreadTimes> {
+        let mut times = std::collections::HashMap::new();
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let task = task.ok()?;
+            // A thread may exit between the listing and the read: it no longer counts.
+            let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let ns = stat.split_whitespace().next()?.parse().ok()?;
+            times.insert(task.file_name().to_string_lossy().into_owned(), ns);
+        }
+        Some(ThreadTimes(times))
+    }
+
+    /// The CPU time the process's threads used since `self` was taken: each live thread's
+    /// growth (from zero for one started since); a thread that has exited since is left out.
+    pub fn elapsed(&self) -> Option<Duration> {
+        let now = ThreadTimes::now()?;
+        let ns = now
+            .0
+            .iter()
+            .map(|(tid, &ns)| ns.saturating_sub(self.0.get(tid).copied().unwrap_or(0)))
+            .sum();
+        Some(Duration::from_nanos(ns))
+    }
+}
+
 /// Resets the kernel's peak-RSS mark so [`peak_rss_bytes`] measures from now on.
 /// Returns `false` where that is not possible (then the peak is since process start).
 pub fn reset_peak_rss() -> bool {

@@ -1,7 +1,7 @@
 //! `tickwheel`: timer numbers on your own machine, side by side with the timers you use today.
 //!
-//! * `tickwheel bench` runs workloads W1–W7 (defined in `docs/ARCHITECTURE.md`,
-//!   "Workloads") on two families of entrants, each with identical seeded input, verifies
+//! * `tickwheel bench` runs workloads W1–W8 (defined in `docs/ARCHITECTURE.md`,
+//!   "Workloads") on families of entrants, each with identical seeded input, verifies
 //!   every firing, and writes a table, CSV, JSON and SVG plots:
 //!   - [`queues`]: timer queues on virtual time (W1 schedule + cancel, W2 schedule + fire,
 //!     W3 reset, W5 churn, W7 steady state): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
@@ -9,7 +9,11 @@
 //!     `DelayQueue` and `hierarchical_hash_wheel_timer`;
 //!   - [`services`]: timer services on the real clock (W4): tickwheel's `TimerService`
 //!     against tokio `sleep` tasks, a `DelayQueue` behind a channel and a heap-plus-thread
-//!     baseline.
+//!     baseline;
+//!   - [`futures`]: timer futures in a 2-worker tokio runtime (W8): tickwheel's `timeout` and
+//!     `sleep` (free functions and `TimerService` methods) against `tokio::time` and
+//!     async-io's `Timer`;
+//!   - [`durable`]: durable tasks on Redis (W6, opt-in).
 //! * `tickwheel demo` schedules 6 million delayed tasks and shows how late they ran.
 //! * `tickwheel tasks` shows and steers the durable tasks of a Redis namespace ([`tasks`]).
 //! * `tickwheel dashboard` serves a web page on a Redis namespace's durable tasks ([`dashboard`]).
@@ -38,11 +42,13 @@ macro_rules! say_raw {
 }
 
 mod bench;
+mod child;
 mod dashboard;
 mod demo;
 mod durable;
 mod entrant;
 mod error;
+mod futures;
 mod machine;
 mod memory;
 mod plot;
@@ -77,7 +83,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run workloads W1–W7 against peer timers; print a table, write CSV, JSON and SVG plots.
+    /// Run workloads W1–W8 against peer timers; print a table, write CSV, JSON and SVG plots.
     Bench(BenchArgs),
     /// Schedule millions of delayed tasks on a real clock and report lateness, CPU and memory.
     Demo(DemoArgs),
@@ -85,6 +91,10 @@ enum Command {
     /// each service in a fresh process this way, so memory and CPU figures are its own).
     #[command(hide = true)]
     ServiceWorker(DemoArgs),
+    /// Internal: runs one futures entrant on W8 and prints its sample as JSON (`bench` runs
+    /// each in a fresh process this way, so its threads and CPU time are its own).
+    #[command(hide = true)]
+    FutureWorker(FutureWorkerArgs),
     /// See and steer the durable tasks of a tickwheel-redis namespace: stats, ls, show,
     /// failed, upcoming; cancel, reschedule, run-now, retry-failed, discard-failed, pause,
     /// resume.
@@ -109,7 +119,7 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "w4_n")]
     full: bool,
     /// Workloads to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w7")]
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w7,w8")]
     workloads: Vec<Workload>,
     /// Entrants to run, comma separated (default: all). Names as in the results table.
     #[arg(long, value_delimiter = ',', value_parser = parse_entrant)]
@@ -134,6 +144,18 @@ struct BenchArgs {
     /// with timers due, the default).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     w4_wake_us: u64,
+    /// W8: timeouts (and messages) a worker task in each run of its timeout and reset loops.
+    #[arg(long, value_parser = parse_count, default_value = "100000")]
+    w8_ops: usize,
+    /// W8: sleeping tasks.
+    #[arg(long, value_parser = parse_count, default_value = "10000")]
+    w8_tasks: usize,
+    /// W8: the longest sleep in ms; sleeps are uniform from a third of it up to it.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(3..=60_000))]
+    w8_max_delay_ms: u64,
+    /// W8: the window over which the sleeping tasks' CPU and lateness are measured, in ms.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    w8_window_ms: u64,
     /// Also run W6, durable tasks on Redis (same as adding w6 to --workloads).
     #[arg(long)]
     durable: bool,
@@ -174,6 +196,25 @@ struct DemoArgs {
     /// `wake_interval` of the tickwheel service, in µs (0: the default).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     wake_us: u64,
+}
+
+/// What `tickwheel future-worker` runs: one W8 entrant, sized as `bench` says.
+#[derive(Debug, clap::Args)]
+struct FutureWorkerArgs {
+    #[arg(long, value_parser = parse_future)]
+    entrant: futures::FutureEntrant,
+    #[arg(long, value_parser = parse_count)]
+    ops: usize,
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
+    #[arg(long, value_parser = parse_count)]
+    tasks: usize,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(3..=60_000))]
+    max_delay_ms: u64,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    window_ms: u64,
+    #[arg(long)]
+    seed: u64,
 }
 
 /// The largest timer count accepted: ids are `u32`, and memory must stay sane.
@@ -226,6 +267,31 @@ fn parse_service(text: &str) -> Result<ServiceEntrant, String> {
     }
 }
 
+fn parse_future(text: &str) -> Result<futures::FutureEntrant, String> {
+    match text.parse()? {
+        Entrant::Future(f) => Ok(f),
+        other => Err(format!("{other} is not a W8 entrant")),
+    }
+}
+
+/// Runs one W8 entrant and prints its sample as JSON on stdout.
+fn future_worker(args: FutureWorkerArgs) -> error::Result<()> {
+    let sample = futures::run(args.entrant, &future_settings(&args))?;
+    say!("{}", sample.to_json());
+    Ok(())
+}
+
+fn future_settings(args: &FutureWorkerArgs) -> futures::FutureSettings {
+    futures::FutureSettings {
+        ops: args.ops as u64,
+        repeats: args.repeat,
+        tasks: args.tasks,
+        max_delay: Duration::from_millis(args.max_delay_ms),
+        window: Duration::from_millis(args.window_ms),
+        seed: args.seed,
+    }
+}
+
 fn demo_settings(args: DemoArgs) -> demo::DemoSettings {
     demo::DemoSettings {
         n: args.n,
@@ -250,6 +316,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(bench_settings(args, command_line)),
         Command::Demo(args) => demo::run(&demo_settings(args)),
         Command::ServiceWorker(args) => demo::worker(&demo_settings(args)),
+        Command::FutureWorker(args) => future_worker(args),
         // Prints its own errors (the message says which Redis and namespace failed).
         Command::Tasks(args) => return tasks::run(args),
         Command::Dashboard(args) => return dashboard::run(args),
@@ -301,6 +368,14 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
             n: args.durable_n,
             max_delay_ms: args.durable_max_delay_ms,
             workers: args.durable_workers.into_iter().map(usize::from).collect(),
+        },
+        futures: futures::FutureSettings {
+            ops: args.w8_ops as u64,
+            repeats: args.repeat.unwrap_or(3),
+            tasks: args.w8_tasks,
+            max_delay: Duration::from_millis(args.w8_max_delay_ms),
+            window: Duration::from_millis(args.w8_window_ms),
+            seed: args.seed,
         },
         command_line,
     }

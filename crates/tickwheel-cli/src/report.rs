@@ -9,6 +9,7 @@
 
 use crate::durable::report::DurableSample;
 use crate::error::{Error, Result};
+use crate::futures::report::FutureSample;
 use crate::machine::Machine;
 use crate::queues::report::{self as queue_report, QueueSample};
 use crate::services::report::ServiceSample;
@@ -16,7 +17,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 /// The columns of `results.csv`; a family leaves the columns it does not measure empty.
-/// `ops` is what `ns_per_op` divides by: N for W1–W4, operations plus firings for W5.
+/// `ops` is what `ns_per_op` divides by: N for W1–W4, operations plus firings for W5 and W7,
+/// the timeouts or messages of both worker tasks for W8 (whose `ns_per_op` is CPU time).
 pub const CSV_HEADER: &str = "workload,entrant,tickwheel,n,repeats,median_ns,ops,ns_per_op,\
 ratio_to_fastest_peer,max_late_ticks,peak_heap_bytes,schedule_per_s,wall_s,cpu_s,\
 peak_rss_bytes,late_p50_ns,late_p99_ns,late_p999_ns,late_max_ns,verified\n";
@@ -38,6 +40,8 @@ pub struct Report {
     pub durable: Vec<DurableSample>,
     /// `redis-benchmark -P 64 -t zadd` on W6's own server, per second, when it ran.
     pub durable_zadd_per_s: Option<f64>,
+    /// Timer futures in an async runtime (W8).
+    pub futures: Vec<FutureSample>,
     /// Caveats worth printing next to the numbers.
     pub notes: Vec<String>,
 }
@@ -53,6 +57,9 @@ pub fn write_csv(report: &Report, path: &Path) -> Result<()> {
     }
     for s in &report.durable {
         csv.push_str(&crate::durable::report::csv_row(s));
+    }
+    for s in &report.futures {
+        csv.push_str(&crate::futures::report::csv_rows(s));
     }
     std::fs::write(path, csv).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
@@ -83,6 +90,7 @@ pub fn write_json(report: &Report, path: &Path) -> Result<()> {
         "services": services,
         "durable": durable,
         "durable_zadd_per_s": report.durable_zadd_per_s,
+        "futures": report.futures.iter().map(FutureSample::to_json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&doc)
         .map_err(|e| Error::io(format!("cannot encode {}", path.display()), e.into()))?;
@@ -143,5 +151,26 @@ mod tests {
         };
         let row = crate::durable::report::csv_row(&d);
         assert_eq!(row.trim_end().split(',').count(), columns, "{row}");
+        let f = FutureSample {
+            entrant: crate::futures::FutureEntrant::TokioTime,
+            ops: 10,
+            repeats: 1,
+            timeout_ready_ns: 1.0,
+            timeout_pending_ns: 2.0,
+            reset_ns: 3.0,
+            sleeps: Some(crate::futures::report::SleepSample {
+                tasks: 5,
+                max_delay_ms: 30,
+                wall: std::time::Duration::from_millis(100),
+                wakes: 7,
+                cpu: None,
+                lateness: Default::default(),
+            }),
+        };
+        let rows = crate::futures::report::csv_rows(&f);
+        assert_eq!(rows.lines().count(), 4, "{rows}");
+        for row in rows.lines() {
+            assert_eq!(row.split(',').count(), columns, "{row}");
+        }
     }
 }

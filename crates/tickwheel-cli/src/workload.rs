@@ -1,12 +1,12 @@
 //! The workloads `tickwheel bench` runs, and the family of entrants each one measures.
 //!
-//! Workloads W1–W7 are defined in `docs/ARCHITECTURE.md` ("Workloads"); their seeded inputs
+//! Workloads W1–W8 are defined in `docs/ARCHITECTURE.md` ("Workloads"); their seeded inputs
 //! come from `tickwheel_lab::workloads`, the one definition shared with the library's
 //! benches.
 
 use clap::ValueEnum;
 
-/// A workload, named on the command line `w1` … `w7`.
+/// A workload, named on the command line `w1` … `w8`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
 pub enum Workload {
     /// W1: schedule N timers (delays 1..=60000 ticks), cancel all in random order.
@@ -31,6 +31,10 @@ pub enum Workload {
     /// equilibrium.
     #[value(name = "w7")]
     SteadyState,
+    /// W8: timer futures in a 2-worker tokio runtime: timeouts that never fire, an idle
+    /// timeout reset per message, sleeping tasks (CPU, lateness).
+    #[value(name = "w8")]
+    Futures,
 }
 
 /// What kind of timer a workload measures; each family has its own entrants.
@@ -42,21 +46,24 @@ pub enum Family {
     Services,
     /// Durable delayed tasks stored in Redis, delivered by worker threads (W6).
     Durable,
+    /// Timer futures awaited by tasks of an async runtime, on the real clock (W8).
+    Futures,
 }
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::ScheduleCancel,
         Workload::ScheduleFire,
         Workload::Reset,
         Workload::Churn,
         Workload::SteadyState,
         Workload::RealTimeTasks,
+        Workload::Futures,
         Workload::DurableTasks,
     ];
 
-    /// The short label used in tables, files and docs: `W1` … `W7`.
+    /// The short label used in tables, files and docs: `W1` … `W8`.
     pub fn label(self) -> &'static str {
         match self {
             Workload::ScheduleCancel => "W1",
@@ -66,6 +73,7 @@ impl Workload {
             Workload::Churn => "W5",
             Workload::DurableTasks => "W6",
             Workload::SteadyState => "W7",
+            Workload::Futures => "W8",
         }
     }
 
@@ -80,6 +88,7 @@ impl Workload {
         match self {
             Workload::RealTimeTasks => Family::Services,
             Workload::DurableTasks => Family::Durable,
+            Workload::Futures => Family::Futures,
             _ => Family::Queues,
         }
     }
@@ -110,6 +119,10 @@ impl Workload {
             Workload::DurableTasks => {
                 "W6 durable tasks on Redis (N tasks, delays 0..=60 s, 1..=4 workers; schedule \
                  rate, lateness, Redis memory per task)"
+            }
+            Workload::Futures => {
+                "W8 futures in a 2-worker tokio runtime (timeouts that never fire, an idle \
+                 timeout reset per message, sleeping tasks)"
             }
         }
     }

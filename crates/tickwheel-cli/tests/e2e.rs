@@ -36,6 +36,14 @@ const QUEUES: [&str; 8] = [
     "tokio-delayqueue",
     "hhwt",
 ];
+/// W8's entrants; the last, a floor with no timer, has no sleeping tasks.
+const FUTURES: [&str; 5] = [
+    "tickwheel-futures",
+    "tickwheel-service-futures",
+    "tokio-time",
+    "async-io",
+    "no-timer",
+];
 const SERVICES: [&str; 7] = [
     "tickwheel-service",
     "tickwheel-service-handle",
@@ -69,6 +77,14 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         "10",
         "--w4-wake-us",
         "40",
+        "--w8-ops",
+        "300",
+        "--w8-tasks",
+        "50",
+        "--w8-max-delay-ms",
+        "15",
+        "--w8-window-ms",
+        "60",
         "--out",
         out.to_str().unwrap(),
     ];
@@ -158,10 +174,49 @@ fn whole_bench_on_tiny_n_writes_every_output_for_every_entrant() {
         };
         assert_eq!(r["tickwheel_resolution_ns"], resolution, "{entrant}");
     }
+    assert!(
+        stdout.contains("W8 futures in a 2-worker tokio runtime"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("sleepers: 50 tasks, sleeps 5..=15 ms"),
+        "{stdout}"
+    );
+    let w8 = json["futures"].as_array().unwrap();
+    for entrant in FUTURES {
+        let r = w8.iter().find(|r| r["entrant"] == entrant);
+        let r = r.unwrap_or_else(|| panic!("W8 {entrant} missing"));
+        assert_eq!(r["verified"], true);
+        assert_eq!(r["ops_per_worker"], 300);
+        for part in [
+            "timeout_ready_ns",
+            "timeout_pending_once_ns",
+            "reset_per_message_ns",
+        ] {
+            assert!(r[part].as_f64().unwrap() > 0.0, "{entrant} {part}");
+        }
+        let sleepers = &r["sleepers"];
+        if entrant == "no-timer" {
+            assert!(sleepers.is_null());
+        } else {
+            assert_eq!(sleepers["tasks"], 50, "{entrant}");
+            assert!(sleepers["wakes"].as_u64().unwrap() > 0, "{entrant}");
+            assert!(sleepers["lateness_ns"]["p99"].is_u64(), "{entrant}");
+        }
+    }
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(
+        csv.contains("\nW8,tokio-time reset-per-message,false,600,1,,600,"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\nW8,tickwheel-futures sleepers,true,50,1,"),
+        "{csv}"
+    );
+    // W8: three rows an entrant, and a fourth for each that sleeps.
     assert_eq!(
         csv.lines().count(),
-        1 + 5 * QUEUES.len() * 2 + SERVICES.len()
+        1 + 5 * QUEUES.len() * 2 + SERVICES.len() + 4 * FUTURES.len() - 1
     );
 }
 

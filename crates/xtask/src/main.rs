@@ -1,5 +1,9 @@
 //! Repository tasks, run as `cargo xtask TASK` (an alias in `.cargo/config.toml`).
 //!
+//! `cargo xtask soak [OPS]` runs the queues' model check (`long_model_run` in
+//! `crates/tickwheel/tests/model.rs`) over OPS random operations a queue, 10^8 by default, in
+//! a release build: long enough for the rare states a layout change may break, too long for CI.
+//!
 //! `cargo xtask test [ARGS...]` is the README's test command, for a machine with nothing but a
 //! Rust toolchain: it makes sure the programs the tests start are there (`redis-server` and
 //! `redis-cli`, for tickwheel-redis's tests and the CLI's durable workload; `chromium`, for the
@@ -75,18 +79,25 @@ const USUAL_DIRS: &[&str] = &[
 
 const USAGE: &str = "\
 usage: cargo xtask test [--no-install] [CARGO TEST ARGS...]
+       cargo xtask soak [OPS]
 
 test   find redis-server, redis-cli and chromium ($TICKWHEEL_REDIS_SERVER,
        $TICKWHEEL_REDIS_CLI, $TICKWHEEL_CHROMIUM, PATH, then the usual install
        directories), install them when missing (apt-get, as root on Debian/Ubuntu) or say
        how to, then run `cargo test --workspace` with the remaining arguments.
-       --no-install: never install; stop with the instructions instead.";
+       --no-install: never install; stop with the instructions instead.
+soak   the queues' model check (tickwheel's tests/model.rs, long_model_run) over OPS
+       random operations a queue (default 1e8; 1e8, 100_000_000 accepted), release build:
+       Wheel, Heap and HashedWheel (512 and 8 slots), each compared with the BTreeMap model
+       after every operation. Prints the time per queue; at 1e8, 10-30 min of one core,
+       most of it the 8-slot HashedWheel.";
 
 fn main() -> ExitCode {
     let mut args = env::args_os().skip(1);
     let task = args.next();
     match task.as_ref().and_then(|t| t.to_str()) {
         Some("test") => test(args.collect()),
+        Some("soak") => soak(args.collect()),
         Some("help" | "-h" | "--help") | None => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -148,6 +159,82 @@ fn test(mut args: Vec<OsString>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The soak's default: operations a queue.
+const SOAK_OPS: u64 = 100_000_000;
+
+/// `cargo xtask soak [OPS]`.
+fn soak(args: Vec<OsString>) -> ExitCode {
+    let ops = match args.as_slice() {
+        [] => SOAK_OPS,
+        [count] => match count.to_str().and_then(parse_count) {
+            Some(ops) => ops,
+            None => {
+                eprintln!(
+                    "xtask: soak: {count:?} is not a count of operations (examples: 1e8, \
+                     100_000_000)\n\n{USAGE}"
+                );
+                return ExitCode::from(2);
+            }
+        },
+        _ => {
+            eprintln!("xtask: soak takes at most one argument, OPS\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let args = [
+        "test",
+        "--release",
+        "-p",
+        "tickwheel",
+        "--test",
+        "model",
+        "long_model_run",
+        "--",
+        "--exact",
+        "--nocapture",
+    ];
+    say(&format!(
+        "TICKWHEEL_MODEL_OPS={ops} cargo {}",
+        args.join(" ")
+    ));
+    let start = std::time::Instant::now();
+    let status = Command::new(cargo)
+        .args(args)
+        .env("TICKWHEEL_MODEL_OPS", ops.to_string())
+        .status();
+    let minutes = start.elapsed().as_secs_f64() / 60.0;
+    match status {
+        Ok(status) if status.success() => {
+            say(&format!(
+                "soak passed: {ops} operations a queue, {minutes:.1} min"
+            ));
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            say(&format!("soak FAILED after {minutes:.1} min ({status})"));
+            ExitCode::from(status.code().map_or(1, |c| c.clamp(1, 255) as u8))
+        }
+        Err(e) => {
+            eprintln!("xtask: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A positive count: `100000000`, `100_000_000` or `1e8`.
+fn parse_count(text: &str) -> Option<u64> {
+    let clean: String = text.trim().chars().filter(|&c| c != '_').collect();
+    let value = match clean.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => {
+            let m: u64 = mantissa.parse().ok()?;
+            10u64.checked_pow(exponent.parse().ok()?)?.checked_mul(m)?
+        }
+        None => clean.parse().ok()?,
+    };
+    (value > 0).then_some(value)
 }
 
 fn say(line: &str) {
@@ -291,5 +378,20 @@ fn is_executable(path: &Path) -> bool {
     #[cfg(not(unix))]
     {
         meta.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soak_counts_parse_in_every_spelling_and_reject_nonsense() {
+        assert_eq!(parse_count("1e8"), Some(100_000_000));
+        assert_eq!(parse_count("100_000_000"), Some(100_000_000));
+        assert_eq!(parse_count(" 5000 "), Some(5_000));
+        for bad in ["0", "", "-3", "1e30", "1.5e3", "ten", "1e"] {
+            assert_eq!(parse_count(bad), None, "{bad:?}");
+        }
     }
 }

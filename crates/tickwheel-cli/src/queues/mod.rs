@@ -117,7 +117,7 @@ impl Input {
             Workload::Reset => Input::Batch(workloads::w3(seed, n)),
             Workload::Churn => Input::Churn(workloads::w5(seed, n)),
             Workload::SteadyState => Input::Churn(workloads::w7(seed, n)),
-            Workload::RealTimeTasks | Workload::DurableTasks => return None,
+            Workload::RealTimeTasks | Workload::DurableTasks | Workload::Futures => return None,
         })
     }
 }

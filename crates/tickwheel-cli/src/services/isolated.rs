@@ -1,15 +1,15 @@
 //! Runs each service entrant in a fresh child process (`tickwheel service-worker`, a hidden
-//! subcommand), so its peak memory and CPU time are its own: in one process, an entrant
-//! would reuse pages an earlier one freed to the allocator and show no memory growth.
+//! subcommand, through [`crate::child`]), so its peak memory and CPU time are its own: in one
+//! process, an entrant would reuse pages an earlier one freed to the allocator and show no
+//! memory growth.
 //!
 //! The child regenerates the same delays from the seed, runs [`super::run`], draws its
 //! progress bar on the inherited stderr and prints one JSON sample on stdout.
 
 use super::report::{Lateness, ServiceSample};
 use super::{ServiceEntrant, TickwheelSetup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use serde_json::Value;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Runs W4 for `entrant` in a child process and returns its sample; `setup` is how the
@@ -21,31 +21,22 @@ pub fn run_isolated(
     max_delay_ms: u64,
     setup: TickwheelSetup,
 ) -> Result<ServiceSample> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find own executable", e))?;
-    let output = Command::new(exe)
-        .args(["service-worker", "--entrant", entrant.name()])
-        .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
-        .args(["--max-delay-ms", &max_delay_ms.to_string()])
-        .args(["--tick-us", &setup.tick.as_micros().to_string()])
-        .args(["--wake-us", &setup.wake_interval.as_micros().to_string()])
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| Error::io("cannot start the W4 worker", e))?;
-    if !output.status.success() {
-        return Err(Error::Worker {
-            entrant: entrant.name(),
-            problem: format!("failed ({}); its message is above", output.status),
-        });
-    }
-    let json: Value = serde_json::from_slice(&output.stdout).map_err(|e| Error::Worker {
-        entrant: entrant.name(),
-        problem: format!("printed no sample: {e}"),
-    })?;
-    from_json(entrant, &json).ok_or_else(|| Error::Worker {
-        entrant: entrant.name(),
-        problem: "printed a malformed sample".to_owned(),
-    })
+    let args = [
+        "service-worker".to_owned(),
+        "--entrant".to_owned(),
+        entrant.name().to_owned(),
+        "--n".to_owned(),
+        n.to_string(),
+        "--seed".to_owned(),
+        seed.to_string(),
+        "--max-delay-ms".to_owned(),
+        max_delay_ms.to_string(),
+        "--tick-us".to_owned(),
+        setup.tick.as_micros().to_string(),
+        "--wake-us".to_owned(),
+        setup.wake_interval.as_micros().to_string(),
+    ];
+    crate::child::run("W4", entrant.name(), &args, |json| from_json(entrant, json))
 }
 
 fn pairs(value: &Value) -> Option<Vec<(f64, f64)>> {
