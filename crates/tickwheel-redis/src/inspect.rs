@@ -352,11 +352,9 @@ impl Inspector {
         self.ns.shard_of(id)
     }
 
-    /// Runs `f` on the connection, opened again if the last call broke it. Every call of
-    /// the inspector only reads: one that fails on a connection that broke, or that reached
-    /// a demoted primary (`READONLY`), is sent once more on a new connection (a Cluster's
-    /// connection to a node just killed, a primary that failed over). Under Sentinel, a
-    /// connection to a primary the sentinels no longer name is dropped first.
+    /// Runs `f` on the connection (opened again if needed). The inspector only reads, so a
+    /// call whose connection proves unfit (`connection::unfit`: a node just killed, a
+    /// demoted primary) is sent once more on a new one.
     fn with_con<T>(
         &mut self,
         mut f: impl FnMut(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
@@ -372,13 +370,11 @@ impl Inspector {
             let con = self.con.as_mut().expect("connected above");
             let r = f(con, &self.ns, protocol::now(&self.cfg));
             match &r {
-                Err(Error::Redis(e)) if crate::connection::unfit(e) => {
-                    self.con = None;
-                    if !std::mem::take(&mut again) {
-                        return r;
-                    }
-                }
+                Err(Error::Redis(e)) if crate::connection::unfit(e) => self.con = None,
                 _ => return r,
+            }
+            if !std::mem::take(&mut again) {
+                return r;
             }
         }
     }
@@ -545,8 +541,8 @@ impl Inspector {
         let mut counts = vec![0u64; slots];
         let mut overdue = 0;
         self.with_con(|con, ns, _| {
-            // Sent again after a broken connection: from the start.
-            overdue = 0;
+            overdue = 0; // sent again after a broken connection: from the start
+
             counts.iter_mut().for_each(|c| *c = 0);
             // Each shard's buckets from the first, MAX_STEP a call, a call per round trip.
             let mut from: Vec<(usize, Option<u64>)> =
