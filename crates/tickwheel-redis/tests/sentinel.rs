@@ -440,3 +440,34 @@ fn sentinel_urls_and_names_are_checked() {
     let n: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert!(n > 0, "the tasks are in database 3");
 }
+
+/// A sentinel that stops answering (SIGSTOP: connections accepted, never answered) costs a
+/// client its timeout once: the sentinel that answered is asked first from then on, for
+/// connections and for the once-a-second check whether the primary moved.
+#[test]
+fn a_stalled_sentinel_costs_its_timeout_once() {
+    let _one = one_at_a_time();
+    let s = sentinel(3);
+    s.sentinels()[0].pause(true).unwrap();
+    let cfg = config(&s, "stalled");
+    let t = Instant::now();
+    let mut p = Producer::connect(&cfg).unwrap();
+    eprintln!(
+        "connected in {:?} with the first sentinel stalled",
+        t.elapsed()
+    );
+    let mut slowest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut n = 0;
+    while Instant::now() < until {
+        let t = Instant::now();
+        p.schedule(&format!("t{n}"), RunAt::After(Duration::from_secs(60)), b"")
+            .unwrap();
+        slowest = slowest.max(t.elapsed());
+        n += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.sentinels()[0].pause(false).unwrap();
+    eprintln!("{n} calls over 3 s (a check a second), the slowest {slowest:?}");
+    assert!(slowest < Duration::from_millis(150), "{slowest:?}");
+}

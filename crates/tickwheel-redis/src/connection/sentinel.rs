@@ -1,6 +1,7 @@
 //! A primary watched by Redis Sentinel: each connection asks a sentinel where the primary is
 //! now, and checks (`ROLE`) that the node it reaches is one.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,10 @@ const SENTINEL_PORT: u16 = 26379;
 /// How often a client asks the sentinels whether the primary it reached is still the
 /// primary (see [`Sentinel::moved`]).
 pub(crate) const MOVE_CHECK: Duration = Duration::from_secs(1);
+
+/// The longest a client waits for a sentinel's answer to that check (a sentinel answers in
+/// well under a millisecond; one that does not answer at all is passed over for the next).
+const CHECK_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Where to find a primary that Redis Sentinel watches: the sentinels to ask, in the order
 /// the URL lists them, the name they know the primary by, and how to reach the primary once
@@ -29,6 +34,9 @@ pub(crate) struct Sentinel {
     /// The primary the last connection reached (`host:port`), and when the sentinels last
     /// confirmed it.
     reached: Mutex<Option<(String, Instant)>>,
+    /// The sentinel that answered last: asked first next time, so that one down costs its
+    /// timeout once, not at every connection and check.
+    answered: AtomicUsize,
 }
 
 impl Clone for Sentinel {
@@ -39,6 +47,7 @@ impl Clone for Sentinel {
             auth: self.auth.clone(),
             db: self.db,
             reached: Mutex::new(None),
+            answered: AtomicUsize::new(self.answered.load(Ordering::Relaxed)),
         }
     }
 }
@@ -98,12 +107,22 @@ impl Sentinel {
             auth,
             db,
             reached: Mutex::new(None),
+            answered: AtomicUsize::new(0),
         })
     }
 
-    /// What sentinel `s` names as the primary (`SENTINEL get-master-addr-by-name`), asked
-    /// within `timeout`: `Ok(None)` when it knows no primary of that name.
-    fn ask(&self, s: &Client, timeout: Duration) -> RedisResult<Option<String>> {
+    /// The sentinels, the one that answered last first, then the others in the URL's order
+    /// from there; and each one's index.
+    fn in_turn(&self) -> impl Iterator<Item = (usize, &Client)> {
+        let n = self.sentinels.len();
+        let first = self.answered.load(Ordering::Relaxed) % n;
+        (0..n).map(move |k| ((first + k) % n, &self.sentinels[(first + k) % n]))
+    }
+
+    /// What sentinel `i` names as the primary (`SENTINEL get-master-addr-by-name`), asked
+    /// within `timeout`: `Ok(None)` when it knows no primary of that name. An answer makes
+    /// it the one asked first next time.
+    fn ask(&self, i: usize, s: &Client, timeout: Duration) -> RedisResult<Option<String>> {
         let mut con = s.get_connection_with_timeout(timeout)?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(timeout))?;
@@ -111,6 +130,7 @@ impl Sentinel {
             .arg("get-master-addr-by-name")
             .arg(&self.name)
             .query::<Option<(String, u16)>>(&mut con)?;
+        self.answered.store(i, Ordering::Relaxed);
         Ok(addr.map(|(host, port)| {
             if host.contains(':') {
                 format!("[{host}]:{port}")
@@ -121,8 +141,8 @@ impl Sentinel {
     }
 
     /// A connection to the primary, its read and write timeouts set to `timeout`, and the
-    /// primary's address (`host:port`). Asks the sentinels in the order the URL lists them
-    /// and connects to the first primary named whose `ROLE` says it is one: right after a
+    /// primary's address (`host:port`). Asks the sentinels in turn (the URL's order, from
+    /// the one that answered last) and connects to the first primary named whose `ROLE` says it is one: right after a
     /// failover a sentinel may still name the old primary (gone, or demoted) while another
     /// names the new one. An I/O error when none does (a retry may help);
     /// [`ErrorKind::MasterNameNotFoundBySentinel`] when every sentinel that answered knows
@@ -131,8 +151,8 @@ impl Sentinel {
         let mut failed = Vec::new();
         let mut tried: Vec<String> = Vec::new();
         let mut unknown = false;
-        for s in &self.sentinels {
-            let addr = match self.ask(s, timeout) {
+        for (i, s) in self.in_turn() {
+            let addr = match self.ask(i, s, timeout) {
                 Ok(Some(addr)) => addr,
                 Ok(None) => {
                     unknown = true;
@@ -197,10 +217,11 @@ impl Sentinel {
 
     /// Whether the primary the last connection reached is no longer the primary: at most
     /// every [`MOVE_CHECK`] (else `false` at once), the first sentinel that answers names
-    /// another node. A connection to a primary that a failover demoted goes on working
-    /// until a sentinel tells the node to replicate the new primary (it then closes its
-    /// clients' connections), which may take seconds; writes it takes meanwhile are lost
-    /// with it: so a client asks, rather than wait for an error.
+    /// another node (each asked within 200 ms at most). A connection to a primary that a
+    /// failover demoted goes on working until a sentinel tells the node to replicate the
+    /// new primary (it then closes its clients' connections), which may take seconds;
+    /// writes it takes meanwhile are lost with it: so a client asks, rather than wait for
+    /// an error.
     pub(crate) fn moved(&self, timeout: Duration) -> bool {
         let addr = {
             let mut reached = self.reached();
@@ -212,8 +233,8 @@ impl Sentinel {
                 _ => return false,
             }
         };
-        for s in &self.sentinels {
-            if let Ok(Some(now)) = self.ask(s, timeout) {
+        for (i, s) in self.in_turn() {
+            if let Ok(Some(now)) = self.ask(i, s, timeout.min(CHECK_TIMEOUT)) {
                 if now != addr {
                     *self.reached() = None;
                     return true;
