@@ -216,11 +216,13 @@ fn a_bulk_call_failing_part_way_says_what_it_stored() {
 }
 
 /// A primary SIGKILLed while two producers schedule and three workers deliver (a Cluster of
-/// 3 primaries with a replica each): its replica takes over once the others mark it failed
+/// 3 primaries with two replicas each): its replica takes over once the others mark it failed
 /// (3 s), and every client follows.
 #[test]
 fn a_killed_primary_is_followed_under_load() {
-    let mut c = match RedisCluster::start_with_replicas(3, 1) {
+    // Two replicas a primary: the promoted one has a replica left (to confirm writes, with
+    // `Config::confirm_replicas`).
+    let mut c = match RedisCluster::start_with_replicas(3, 2) {
         Ok(c) => c,
         Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
     };

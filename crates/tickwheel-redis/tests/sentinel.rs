@@ -30,7 +30,13 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn sentinel(sentinels: usize) -> RedisSentinel {
-    match RedisSentinel::start(1, sentinels) {
+    sentinel_with(1, sentinels)
+}
+
+/// A primary with `replicas` replicas: two under load, so that the new primary still has
+/// one after a promotion (a replica to confirm writes, with `Config::confirm_replicas`).
+fn sentinel_with(replicas: usize, sentinels: usize) -> RedisSentinel {
+    match RedisSentinel::start(replicas, sentinels) {
         Ok(s) => s,
         Err(e) => panic!("cannot run the Redis Sentinel tests: {e}"),
     }
@@ -91,7 +97,7 @@ fn report(what: &str, run: &Run) -> load::Figures {
 #[test]
 fn a_killed_primary_is_followed_under_load() {
     let _one = one_at_a_time();
-    let mut s = sentinel(3);
+    let mut s = sentinel_with(2, 3);
     let cfg = config(&s, "kill");
     let load = Load {
         tasks: Load::tasks_from_env(10_000),
@@ -153,7 +159,7 @@ fn a_killed_primary_is_followed_under_load() {
 #[test]
 fn a_sentinel_failover_under_load() {
     let _one = one_at_a_time();
-    let s = sentinel(3);
+    let s = sentinel_with(2, 3);
     let cfg = config(&s, "fo-load");
     let load = Load {
         tasks: Load::tasks_from_env(10_000),

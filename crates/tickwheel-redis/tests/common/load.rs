@@ -150,6 +150,7 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
                     })
                     .collect();
                 let mut retry = false;
+                let give_up = Instant::now() + Duration::from_secs(30);
                 loop {
                     let started = Instant::now();
                     let tasks = chunk
@@ -178,6 +179,11 @@ pub fn run(cfg: &Config, load: &Load, fault: impl FnOnce() -> Instant) -> Run {
                         ok: r.is_ok(),
                         error: r.as_ref().err().map(|e| e.to_string()),
                     });
+                    if r.is_err() && Instant::now() > give_up {
+                        // Never stored: the run's figures say so (a producer that cannot
+                        // store for 30 s is a failure of the test, not a hang).
+                        break;
+                    }
                     if r.is_ok() {
                         let mut s = stored.lock().unwrap();
                         let at = now_ms();
