@@ -401,9 +401,18 @@ impl<T> Groups<T> {
         let cmds: Vec<redis::Cmd> = calls.iter().map(protocol::command).collect();
         let (answers, broken) = send_pipe(con, &cmds);
         let mut first: Option<Error> = broken.map(Error::Redis);
+        // Applied, too few replicas confirmed: the error when there is no other.
+        let mut short = None;
         let mut replies = Vec::with_capacity(calls.len());
         let mut applied = Vec::with_capacity(calls.len());
         for (c, answer) in calls.iter().zip(answers) {
+            let answer = match answer {
+                Answer::Unconfirmed(v, s) => {
+                    short.get_or_insert(s);
+                    Answer::Reply(v)
+                }
+                a => a,
+            };
             let (reply, a) = match answer {
                 Answer::Reply(v) => match c.decode(v) {
                     Ok(r) => (Some(r), Applied::Yes),
@@ -430,10 +439,14 @@ impl<T> Groups<T> {
                     (None, Applied::Unknown)
                 }
                 Answer::Unsent => (None, Applied::No),
-                Answer::Lost => (None, Applied::Unknown),
+                Answer::Lost | Answer::Unconfirmed(..) => (None, Applied::Unknown),
             };
             replies.push(reply.unwrap_or_default());
             applied.push(a);
+        }
+        if let (None, Some(s)) = (&first, short) {
+            // Every call applied on the primary: the caller may send them all again.
+            return Err(s.into());
         }
         match first {
             None => self.scatter(replies),

@@ -1,0 +1,342 @@
+//! Replica-confirmed writes ([`Config::confirm_replicas`]): against a real primary with a
+//! real replica (`REPLICAOF`), and a Cluster with a replica per primary, on a manual clock.
+//! What each write waits for is read on the replica right after it returns; a replica
+//! stopped with SIGSTOP (it holds its link and acknowledges nothing) makes writes
+//! unconfirmed.
+//!
+//! Expected results:
+//!
+//! | confirm | replica          | a write returns                         | the worker            |
+//! |---------|------------------|-----------------------------------------|-----------------------|
+//! | 0       | any              | at once, `Ok`                           | delivers              |
+//! | 1       | live             | `Ok` once the replica has it            | delivers, acks on it  |
+//! | 1       | stopped / absent | `NotConfirmed` after the timeout (applied on the primary) | delivers nothing until it is back, then once |
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use tickwheel_redis::server::{RedisCluster, RedisServer};
+use tickwheel_redis::{
+    Config, Delivery, Error, ManualTime, Outcome, Producer, RunAt, Task, TaskState, TimeSource,
+    Worker,
+};
+
+const T0: u64 = 1_000_000;
+const SHARDS: u32 = 4;
+
+fn replica_of(primary: &RedisServer) -> RedisServer {
+    RedisServer::start_replica_of(primary).expect("a replica")
+}
+
+fn config(url: String, ns: &str, replicas: u32, timeout: Duration) -> (Config, ManualTime) {
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::new(url, ns);
+    cfg.shards = SHARDS;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.claim_ahead = Duration::ZERO;
+    cfg.confirm_replicas = replicas;
+    cfg.confirm_timeout = timeout;
+    (cfg, time)
+}
+
+/// The stored value of task `id` on a server (a replica), read with `HGET` on every shard's
+/// task hash (on a Cluster replica, `READONLY` first; keys of other nodes' slots are
+/// skipped).
+fn stored_on(server: &RedisServer, ns: &str, shards: u32, id: &str) -> Option<Vec<u8>> {
+    let mut con = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: Result<String, _> = redis::cmd("READONLY").query(&mut con);
+    (0..shards).find_map(|s| {
+        redis::cmd("HGET")
+            .arg(format!("tw:{{{ns}:{s}}}:tasks"))
+            .arg(id)
+            .query::<Option<Vec<u8>>>(&mut con)
+            .ok()
+            .flatten()
+    })
+}
+
+fn deliveries(w: &mut Worker, got: &mut BTreeMap<String, u32>) -> Result<usize, Error> {
+    w.tick(&mut |d: &Delivery| {
+        assert!(d.claimed_at_ms >= d.due_ms, "{} delivered early", d.id);
+        *got.entry(d.id.clone()).or_default() += 1;
+        Outcome::Ack
+    })
+}
+
+fn not_confirmed<T: std::fmt::Debug>(r: Result<T, Error>) {
+    match r {
+        Err(Error::NotConfirmed {
+            confirmed: 0,
+            wanted: 1,
+        }) => {}
+        other => panic!("expected NotConfirmed {{ 0 of 1 }}, got {other:?}"),
+    }
+}
+
+#[test]
+fn with_a_live_replica_every_write_is_on_it_when_the_call_returns() {
+    let primary = common::server();
+    let replica = replica_of(&primary);
+    let ns = "live";
+    let (cfg, time) = config(primary.url(), ns, 1, Duration::from_secs(2));
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let on_replica = |id: &str| stored_on(&replica, ns, SHARDS, id);
+
+    p.schedule("a", RunAt::AtMillis(T0 + 100), b"a").unwrap();
+    assert!(on_replica("a").is_some());
+    let many = ["b", "c", "d"].map(|id| Task::new(id, RunAt::AtMillis(T0 + 100), b"m"));
+    p.schedule_many(many).unwrap();
+    for id in ["b", "c", "d"] {
+        assert!(on_replica(id).is_some(), "{id}");
+    }
+    let before = on_replica("b");
+    assert!(p.reschedule("b", RunAt::AtMillis(T0 + 200)).unwrap());
+    assert_ne!(on_replica("b"), before, "the move is on the replica");
+    assert!(p.cancel("c").unwrap());
+    assert_eq!(on_replica("c"), None);
+
+    // The replica stalls for 400 ms: the write returns only once it has caught up.
+    replica.sigstop().unwrap();
+    let waker = {
+        let pid = replica.pid().unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status()
+                .unwrap();
+        })
+    };
+    let t = Instant::now();
+    p.schedule("e", RunAt::AtMillis(T0 + 100), b"e").unwrap();
+    let waited = t.elapsed();
+    waker.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(350),
+        "returned after {waited:?}"
+    );
+    assert!(on_replica("e").is_some());
+
+    // The worker's claims and acknowledgements: acknowledged tasks are gone from the
+    // replica when `tick` returns.
+    let mut got = BTreeMap::new();
+    deliveries(&mut w, &mut got).unwrap();
+    time.set_ms(T0 + 250);
+    let mut n = 0;
+    for _ in 0..5 {
+        n += deliveries(&mut w, &mut got).unwrap();
+    }
+    assert_eq!(n, 4, "{got:?}");
+    for id in ["a", "b", "d", "e"] {
+        assert_eq!(got.get(id), Some(&1), "{id}");
+        assert_eq!(on_replica(id), None, "{id} acknowledged on the replica");
+    }
+    assert_eq!(p.state("a").unwrap(), TaskState::Unknown);
+}
+
+#[test]
+fn without_confirmation_a_stopped_replica_changes_nothing() {
+    let primary = common::server();
+    let replica = replica_of(&primary);
+    let (cfg, time) = config(primary.url(), "off", 0, Duration::from_secs(1));
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    replica.sigstop().unwrap();
+    let t = Instant::now();
+    p.schedule("a", RunAt::AtMillis(T0 + 100), b"a").unwrap();
+    assert!(p.cancel("a").unwrap());
+    p.schedule("a", RunAt::AtMillis(T0 + 100), b"a").unwrap();
+    let mut got = BTreeMap::new();
+    deliveries(&mut w, &mut got).unwrap();
+    time.set_ms(T0 + 200);
+    deliveries(&mut w, &mut got).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(got.get("a"), Some(&1));
+    replica.sigcont().unwrap();
+}
+
+#[test]
+fn a_stopped_replica_makes_writes_unconfirmed_and_the_worker_delivers_only_once_confirmed() {
+    let primary = common::server();
+    let replica = replica_of(&primary);
+    let ns = "stop";
+    let timeout = Duration::from_millis(300);
+    let (cfg, time) = config(primary.url(), ns, 1, timeout);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    p.schedule("t", RunAt::AtMillis(T0 + 200), b"t").unwrap();
+    // The worker takes its shards and reads "t" into its wheel (maintenance next due at
+    // T0 + 500).
+    assert_eq!(deliveries(&mut w, &mut got).unwrap(), 0);
+
+    replica.sigstop().unwrap();
+    let far = RunAt::AtMillis(T0 + 3_600_000);
+    let t = Instant::now();
+    not_confirmed(p.schedule("u", far, b"u"));
+    let waited = t.elapsed();
+    assert!(
+        waited >= timeout - Duration::from_millis(20) && waited < Duration::from_secs(3),
+        "NotConfirmed after {waited:?}"
+    );
+    // Applied on the primary (the state read waits for no replica).
+    assert!(matches!(p.state("u").unwrap(), TaskState::Pending { .. }));
+    not_confirmed(p.schedule_many([Task::new("v", far, b"v"), Task::new("x", far, b"x")]));
+    not_confirmed(p.reschedule("v", RunAt::AtMillis(T0 + 7_200_000)));
+    not_confirmed(p.cancel("x"));
+    assert_eq!(p.state("x").unwrap(), TaskState::Unknown);
+
+    // "t" is due: its claim runs on the primary, unconfirmed: not delivered.
+    time.set_ms(T0 + 300);
+    for _ in 0..2 {
+        not_confirmed(deliveries(&mut w, &mut got));
+        assert!(got.is_empty(), "delivered unconfirmed: {got:?}");
+    }
+    assert!(matches!(p.state("t").unwrap(), TaskState::InFlight { .. }));
+
+    // The replica is back: the claim is confirmed and "t" delivered, once.
+    replica.sigcont().unwrap();
+    let mut n = 0;
+    for _ in 0..4 {
+        n += deliveries(&mut w, &mut got).unwrap();
+    }
+    assert_eq!(n, 1, "{got:?}");
+    assert_eq!(got.get("t"), Some(&1));
+    assert_eq!(stored_on(&replica, ns, SHARDS, "t"), None);
+    assert_eq!(
+        stored_on(&replica, ns, SHARDS, "x"),
+        None,
+        "the cancel replicated"
+    );
+    time.set_ms(T0 + 60_000);
+    for _ in 0..3 {
+        deliveries(&mut w, &mut got).unwrap();
+    }
+    assert_eq!(got.get("t"), Some(&1), "delivered twice: {got:?}");
+}
+
+#[test]
+fn without_any_replica_writes_are_applied_but_never_confirmed() {
+    let primary = common::server();
+    let (cfg, time) = config(primary.url(), "none", 1, Duration::from_millis(200));
+    // Opening the namespace waits for no replica.
+    let mut p = Producer::connect(&cfg).unwrap();
+    let t = Instant::now();
+    not_confirmed(p.schedule("a", RunAt::AtMillis(T0 + 100), b"a"));
+    assert!(
+        t.elapsed() >= Duration::from_millis(180),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(matches!(p.state("a").unwrap(), TaskState::Pending { .. }));
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    time.set_ms(T0 + 200);
+    for _ in 0..3 {
+        not_confirmed(deliveries(&mut w, &mut got));
+    }
+    assert!(got.is_empty(), "{got:?}");
+}
+
+#[test]
+fn confirmation_settings_are_checked() {
+    let mut cfg = Config::new("redis://127.0.0.1:1/", "bad");
+    cfg.confirm_replicas = 1;
+    cfg.confirm_timeout = Duration::ZERO;
+    let e = Producer::connect(&cfg).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("confirm_timeout")),
+        "{e}"
+    );
+    cfg.confirm_timeout = cfg.io_timeout;
+    let e = Producer::connect(&cfg).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("below io_timeout")),
+        "{e}"
+    );
+    // Unused without confirmation.
+    cfg.confirm_replicas = 0;
+    cfg.connect_timeout = Duration::ZERO;
+    assert!(matches!(Producer::connect(&cfg), Err(Error::Redis(_))));
+}
+
+#[test]
+fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    };
+    let ns = "cl";
+    let shards = 12;
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), ns);
+    cfg.shards = shards;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.claim_ahead = Duration::ZERO;
+    cfg.confirm_replicas = 1;
+    cfg.confirm_timeout = Duration::from_secs(2);
+    let replicas: Vec<&RedisServer> = c
+        .replicas()
+        .unwrap()
+        .into_iter()
+        .map(|i| &c.nodes()[i])
+        .collect();
+    assert_eq!(replicas.len(), 3);
+    let on_a_replica = |id: &str| replicas.iter().find_map(|r| stored_on(r, ns, shards, id));
+
+    let mut p = Producer::connect(&cfg).unwrap();
+    let ids: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    p.schedule_many(
+        ids.iter()
+            .map(|id| Task::new(id, RunAt::AtMillis(T0 + 100), b"x")),
+    )
+    .unwrap();
+    for id in &ids {
+        assert!(on_a_replica(id).is_some(), "{id} not on its replica");
+    }
+    p.schedule("one", RunAt::AtMillis(T0 + 100), b"1").unwrap();
+    assert!(on_a_replica("one").is_some());
+
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    deliveries(&mut w, &mut got).unwrap();
+    time.set_ms(T0 + 200);
+    let mut n = 0;
+    for _ in 0..6 {
+        n += deliveries(&mut w, &mut got).unwrap();
+    }
+    assert_eq!(n, 61, "{got:?}");
+    assert!(got.values().all(|&k| k == 1), "{got:?}");
+    for id in ids.iter().map(String::as_str).chain(["one"]) {
+        assert_eq!(on_a_replica(id), None, "{id}: its ack not on the replica");
+    }
+
+    // One replica stopped: a bulk call over every shard writes to its primary too, and
+    // fewer replicas confirm it there (the fewest over the primaries counts).
+    replicas[0].sigstop().unwrap();
+    let t = Instant::now();
+    let far = RunAt::AtMillis(T0 + 3_600_000);
+    not_confirmed(p.schedule_many(ids.iter().map(|id| Task::new(id, far, b"y"))));
+    let waited = t.elapsed();
+    replicas[0].sigcont().unwrap();
+    assert!(
+        waited >= Duration::from_millis(1_950),
+        "NotConfirmed after {waited:?}"
+    );
+    for id in &ids {
+        assert!(
+            matches!(p.state(id).unwrap(), TaskState::Pending { .. }),
+            "{id}"
+        );
+    }
+}
