@@ -226,6 +226,38 @@ fn a_stopped_replica_makes_writes_unconfirmed_and_the_worker_delivers_only_once_
 }
 
 #[test]
+fn an_unconfirmed_renewal_does_not_extend_the_lease() {
+    let primary = common::server();
+    let replica = replica_of(&primary);
+    let (cfg, time) = config(primary.url(), "renew", 1, Duration::from_millis(200));
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    deliveries(&mut w, &mut got).unwrap();
+    let lease_left = |w: &Worker| {
+        let s = w.status().snapshot();
+        assert_eq!(s.shards.len(), SHARDS as usize, "{s:?}");
+        s.shards.iter().map(|s| s.lease_left).max().unwrap()
+    };
+    let full = lease_left(&w);
+    assert!(full >= Duration::from_millis(4_500), "{full:?}");
+
+    // Maintenance is due: the renewal runs on the primary, unconfirmed.
+    replica.sigstop().unwrap();
+    time.set_ms(T0 + 1_000);
+    not_confirmed(deliveries(&mut w, &mut got));
+    assert_eq!(
+        lease_left(&w),
+        full - Duration::from_millis(1_000),
+        "extended"
+    );
+
+    // Confirmed: extended from this renewal.
+    replica.sigcont().unwrap();
+    deliveries(&mut w, &mut got).unwrap();
+    assert_eq!(lease_left(&w), full);
+}
+
+#[test]
 fn without_any_replica_writes_are_applied_but_never_confirmed() {
     let primary = common::server();
     let (cfg, time) = config(primary.url(), "none", 1, Duration::from_millis(200));

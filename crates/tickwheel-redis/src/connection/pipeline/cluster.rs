@@ -24,7 +24,7 @@ pub(super) fn to_follow(e: &RedisError) -> bool {
 /// How many times a Cluster pipeline is sent again for commands redirected meanwhile.
 pub(super) const ROUNDS: usize = 16;
 
-/// [`send_pipe`] on a Cluster.
+/// [`send_pipe`](super::send_pipe) on a Cluster.
 pub(super) fn cluster_send(
     c: &mut ClusterLink,
     confirm: Option<Confirm>,
