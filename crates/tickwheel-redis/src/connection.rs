@@ -161,6 +161,15 @@ impl Con {
         })
     }
 
+    /// Runs `f` with no confirmation: for writes whose loss in a failover costs nothing a
+    /// retry or a lease's expiry does not repair (a namespace's meta, a shard's release).
+    pub(crate) fn unconfirmed<T>(&mut self, f: impl FnOnce(&mut Con) -> T) -> T {
+        let confirm = self.confirm.take();
+        let r = f(self);
+        self.confirm = confirm;
+        r
+    }
+
     fn inner(&mut self) -> &mut dyn ConnectionLike {
         match &mut self.link {
             Link::Single(c) => c,

@@ -33,9 +33,7 @@ impl Namespace {
         // Unconfirmed: a namespace's meta is the same whoever writes it, and any client
         // writes it again should a failover lose it; refusing to open without replicas
         // would keep even an inspector out.
-        let confirm = con.confirm.take();
-        let init = crate::protocol::invoke(con, &init);
-        con.confirm = confirm;
+        let init = con.unconfirmed(|con| crate::protocol::invoke(con, &init));
         let (schema, shards) = init.map_err(|e| match e {
             Error::Redis(e) if e.code() == Some("WRONGTYPE") => Error::IncompatibleNamespace {
                 namespace: ns.clone(),

@@ -255,6 +255,15 @@ fn an_unconfirmed_renewal_does_not_extend_the_lease() {
     replica.sigcont().unwrap();
     deliveries(&mut w, &mut got).unwrap();
     assert_eq!(lease_left(&w), full);
+
+    // A stopping worker's releases wait for no replica (lost in a failover, they run out
+    // with the lease): it stops at once, not after a timeout per shard.
+    replica.sigstop().unwrap();
+    let t = Instant::now();
+    w.shutdown();
+    let took = t.elapsed();
+    replica.sigcont().unwrap();
+    assert!(took < Duration::from_millis(600), "shutdown took {took:?}");
 }
 
 #[test]

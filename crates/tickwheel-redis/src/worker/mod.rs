@@ -437,8 +437,9 @@ impl Worker {
             ttl_ms: 0,
             cluster: self.redis.on_cluster(),
         };
+        // Unconfirmed: should a failover lose it, the worker's entry expires there.
         if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
-            let _ = protocol::invoke(con, &leave);
+            let _ = con.unconfirmed(|con| protocol::invoke(con, &leave));
         }
     }
 
