@@ -128,9 +128,11 @@ pub struct Config {
     /// [`Error::NotConfirmed`]: applied on the primary, not yet on enough replicas, so a
     /// failover may lose it. Every write waits: a producer's schedule, cancel and
     /// reschedule calls and the operator's, and a worker's claims, acknowledgements,
-    /// retries and lease changes (a worker treats an unconfirmed write as a lost reply: see
-    /// docs/DESIGN-NOTES.md). Costs a replica's round trip per write round trip. At most
-    /// the replicas the primary has: with fewer, every write fails after the timeout.
+    /// retries, lease acquisitions and renewals (a worker treats an unconfirmed write as a
+    /// lost reply: see docs/DESIGN-NOTES.md); not a shard's release, which a failover that
+    /// loses it only delays by a lease. Costs a replica's round trip per write round trip.
+    /// At most the replicas the primary has: with fewer, every write fails after the
+    /// timeout.
     pub confirm_replicas: u32,
     /// How long a write waits for [`Config::confirm_replicas`] replicas (default 1 s; `WAIT`'s
     /// timeout, in whole milliseconds). At least 1 ms, and below [`Config::io_timeout`] (a
