@@ -534,3 +534,130 @@ fn on_a_cluster_a_write_whose_reply_is_lost_is_not_sent_again() {
     p.schedule("after", RunAt::AtMillis(T0 + 100), b"3")
         .unwrap();
 }
+
+/// `INFO replication` of a node, or `None` when it does not answer within 500 ms.
+fn replication(node: &RedisServer) -> Option<String> {
+    let client = redis::Client::open(node.url().as_str()).ok()?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    redis::cmd("INFO").arg("replication").query(&mut con).ok()
+}
+
+/// A Cluster (3 primaries, a replica each) whose replica of one primary stops, its link
+/// cut, for a second while a producer schedules; then the primary stops and the replica,
+/// back, is promoted without the writes it missed. Returns the ids whose `schedule` returned `Ok`, and those
+/// of them the promoted replica lacks.
+fn fail_over_behind_a_lagging_replica(confirm: u32) -> (Vec<String>, Vec<String>) {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    };
+    for node in c.nodes() {
+        let mut con = redis::Client::open(node.url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: String = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-node-timeout")
+            .arg(1000)
+            .query(&mut con)
+            .unwrap();
+    }
+    // The primary to stop (not the first seed, which the client tries first), and its
+    // replica.
+    let replicas = c.replicas().unwrap();
+    let victim = (1..c.nodes().len())
+        .find(|i| !replicas.contains(i))
+        .unwrap();
+    let port = c.nodes()[victim].port();
+    let heir = *replicas
+        .iter()
+        .find(|&&r| {
+            replication(&c.nodes()[r])
+                .unwrap()
+                .contains(&format!("master_port:{port}"))
+        })
+        .unwrap();
+
+    let mut cfg = Config::cluster(&c.seeds(), "fo");
+    cfg.shards = 12;
+    cfg.confirm_replicas = confirm;
+    cfg.confirm_timeout = Duration::from_millis(300);
+    cfg.io_timeout = Duration::from_secs(1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (cfg, stop) = (cfg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut p = Producer::connect(&cfg).unwrap();
+            let mut stored = Vec::new();
+            let far = RunAt::After(Duration::from_secs(3600));
+            for i in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let id = format!("k{i}");
+                if p.schedule(&id, far, b"x").is_ok() {
+                    stored.push(id);
+                }
+            }
+            stored
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // The replica stops, and its link is cut (else what the primary sends meanwhile waits
+    // in its socket buffer, and it reads it when it resumes).
+    c.nodes()[heir].sigstop().unwrap();
+    let mut con = redis::Client::open(c.nodes()[victim].url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    c.nodes()[victim].sigstop().unwrap();
+    c.nodes()[heir].sigcont().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !replication(&c.nodes()[heir]).is_some_and(|r| r.contains("role:master")) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stored = producer.join().unwrap();
+    let mut p = Producer::connect(&cfg).unwrap();
+    let lost = stored
+        .iter()
+        .filter(|id| p.state(id).unwrap() == TaskState::Unknown)
+        .cloned()
+        .collect();
+    c.nodes()[victim].sigcont().unwrap();
+    (stored, lost)
+}
+
+#[test]
+fn on_a_cluster_a_confirmed_schedule_survives_a_failover_behind_a_lagging_replica() {
+    let (stored, lost) = fail_over_behind_a_lagging_replica(1);
+    assert!(stored.len() > 100, "{} stored", stored.len());
+    assert!(
+        lost.is_empty(),
+        "{} of {} lost: {lost:?}",
+        lost.len(),
+        stored.len()
+    );
+    // Without confirmation the same failover loses what the replica missed.
+    let (stored, lost) = fail_over_behind_a_lagging_replica(0);
+    eprintln!(
+        "without confirmation: {} of {} lost",
+        lost.len(),
+        stored.len()
+    );
+    assert!(!lost.is_empty(), "{} stored, none lost", stored.len());
+}
