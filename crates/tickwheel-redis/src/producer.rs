@@ -34,6 +34,11 @@ pub use operate::{Acted, BulkReport};
 ///   [`Applied::Yes`], [`Applied::No`] or [`Applied::Unknown`]
 ///   ([`Error::not_applied`] lists the positions to send again). Any other error from a
 ///   bulk call means that no item was applied.
+/// * [`Error::NotConfirmed`] (with [`Config::confirm_replicas`]): the call, every item of a
+///   bulk call, was applied on the primary but too few replicas confirmed it in time, so a
+///   failover may lose it. Calling again on the same `Producer` waits for the replicas
+///   again (its connection's next confirmation covers the first write); what that costs
+///   for a schedule is in the next point.
 /// * Scheduling again a task that was stored is *not* harmless: it replaces the task with a
 ///   new version, and one that ran meanwhile (delivered and acknowledged) is stored again
 ///   and runs again. So after a failed `schedule_many`, send again only the
