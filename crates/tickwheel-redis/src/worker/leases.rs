@@ -215,8 +215,9 @@ impl Worker {
                 worker: &self.id,
                 epoch,
             };
+            // Unconfirmed: should a failover lose the release, the lease runs out there.
             if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
-                let _ = protocol::invoke(con, &call);
+                let _ = con.unconfirmed(|con| protocol::invoke(con, &call));
             }
             self.drop_shard(shard, ShardLoss::Released);
         }
