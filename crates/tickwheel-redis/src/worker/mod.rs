@@ -205,6 +205,8 @@ impl Worker {
             }
         }
         w.schedule = Schedule::new(w.now_ms());
+        // Redis may have just come back: owners get a grace to renew (see `rebalance`).
+        w.shards.joined_until_us = w.clock.lease_us() + w.grace_us();
         Ok(w)
     }
 
