@@ -172,6 +172,12 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,4",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     durable_workers: Vec<u16>,
+    /// Replicas that must confirm each W6 write (tickwheel-redis's `confirm_replicas`, WAIT),
+    /// comma separated: one run per value, e.g. `0,1` to compare. Above 0, W6's own
+    /// redis-server gets that many replicas for every run; a --redis server needs its own.
+    #[arg(long, value_delimiter = ',', default_value = "0",
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    durable_confirm: Vec<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -368,6 +374,7 @@ fn bench_settings(args: BenchArgs, command_line: String) -> bench::Settings {
             n: args.durable_n,
             max_delay_ms: args.durable_max_delay_ms,
             workers: args.durable_workers.into_iter().map(usize::from).collect(),
+            confirm: args.durable_confirm,
         },
         futures: futures::FutureSettings {
             ops: args.w8_ops as u64,

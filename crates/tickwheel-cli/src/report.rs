@@ -147,6 +147,7 @@ mod tests {
                 lateness_settled_ms: [0.4, 0.9, 1.5],
                 memory_per_task: 200.0,
                 payload: 64,
+                confirm_replicas: 0,
             },
         };
         let row = crate::durable::report::csv_row(&d);

@@ -42,6 +42,12 @@ pub struct BenchConfig {
     pub durable: bool,
     /// Run the polling baseline (default true).
     pub baseline: bool,
+    /// [`Config::confirm_replicas`] of the tickwheel-redis runs: one run per value and worker
+    /// count (default `[0]`). When any is above 0 and the benchmark starts its own server, it
+    /// starts as many replicas of it (`REPLICAOF`, the same AOF settings) for every run, so
+    /// runs with and without confirmation compare on the same set-up; on a given server
+    /// ([`url`](BenchConfig::url)) its replicas must be there.
+    pub confirm: Vec<u32>,
 }
 
 impl Default for BenchConfig {
@@ -56,6 +62,7 @@ impl Default for BenchConfig {
             shards: 16,
             durable: true,
             baseline: true,
+            confirm: vec![0],
         }
     }
 }
@@ -83,6 +90,8 @@ pub struct RunReport {
     pub memory_per_task: f64,
     /// Payload bytes per task.
     pub payload: usize,
+    /// Replicas that confirmed each write ([`Config::confirm_replicas`]; 0 for the baseline).
+    pub confirm_replicas: u32,
 }
 
 fn now_us() -> u64 {
@@ -188,9 +197,25 @@ pub fn run_with_reference(
             "tasks and worker counts must be positive".into(),
         ));
     }
+    if cfg.confirm.is_empty() {
+        return Err(Error::InvalidConfig(
+            "confirm needs at least one value (0: no confirmation)".into(),
+        ));
+    }
     let server = match &cfg.url {
         Some(_) => None,
         None => Some(RedisServer::start()?),
+    };
+    // Replicas of the private server, kept for every run.
+    let wanted = cfg.confirm.iter().copied().max().unwrap_or(0);
+    let _replicas = match &server {
+        Some(primary) if wanted > 0 => {
+            progress(&format!("{wanted} replica(s) of the private redis-server"));
+            (0..wanted)
+                .map(|_| RedisServer::start_replica_of(primary))
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        _ => Vec::new(),
     };
     let url = cfg
         .url
@@ -204,12 +229,13 @@ pub fn run_with_reference(
     };
     let mut reports = Vec::new();
     for &workers in &cfg.workers {
-        if cfg.durable {
+        for &confirm in cfg.confirm.iter().filter(|_| cfg.durable) {
             progress(&format!(
-                "tickwheel-redis, {workers} worker(s), {} tasks",
+                "{}, {workers} worker(s), {} tasks",
+                durable_design(confirm),
                 cfg.tasks
             ));
-            reports.push(run_durable(cfg, &url, workers)?);
+            reports.push(run_durable(cfg, &url, workers, confirm)?);
         }
         if cfg.baseline {
             progress(&format!(
@@ -222,10 +248,25 @@ pub fn run_with_reference(
     Ok((reports, zadd))
 }
 
-fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
+/// The name of a tickwheel-redis run: `tickwheel-redis`, or with confirmation
+/// `tickwheel-redis WAIT <n>`.
+pub fn durable_design(confirm: u32) -> String {
+    match confirm {
+        0 => "tickwheel-redis".into(),
+        n => format!("tickwheel-redis WAIT {n}"),
+    }
+}
+
+fn run_durable(
+    cfg: &BenchConfig,
+    url: &str,
+    workers: usize,
+    confirm: u32,
+) -> Result<RunReport, Error> {
     let ns = format!("bench-{}", std::process::id());
     let mut config = Config::new(url, &ns);
     config.shards = cfg.shards;
+    config.confirm_replicas = confirm;
     crate::connection::Endpoint::of(&config)?; // the URL's errors, as the clients report them
                                                // The memory figures read one server's INFO: the durable workload runs on one server.
     let mut con = redis::Client::open(url)?.get_connection()?;
@@ -254,10 +295,17 @@ fn run_durable(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport
     }
     delete_prefix(&mut con, &format!("tw:{{{ns}*"))?;
     let sink = sink.lock().expect("sink");
-    let design = "tickwheel-redis".to_string();
-    Ok(report(
-        design, workers, cfg, secs, memory, &sink, settled_ms,
-    ))
+    let mut r = report(
+        durable_design(confirm),
+        workers,
+        cfg,
+        secs,
+        memory,
+        &sink,
+        settled_ms,
+    );
+    r.confirm_replicas = confirm;
+    Ok(r)
 }
 
 /// A worker on its own thread, recording each delivery in `sink` (1024 at a time).
@@ -352,6 +400,7 @@ fn report(
         lateness_settled_ms: settled,
         memory_per_task,
         payload: cfg.payload,
+        confirm_replicas: 0,
     }
 }
 

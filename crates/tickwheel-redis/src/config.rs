@@ -146,6 +146,24 @@ pub struct Config {
     /// an 11-byte id) for the window; plain [`schedule`](crate::Producer::schedule) never
     /// pays it. The window a call gives applies to the ids of that call.
     pub idempotency_window: Duration,
+    /// How many replicas must confirm every write before the call that made it returns
+    /// (default 0: none, the write is acknowledged by the primary alone, as Redis replicates
+    /// asynchronously). Above 0, each round trip that writes ends with `WAIT <n> <timeout>`
+    /// on the same connection (on a Cluster, on each primary written to), and a write fewer
+    /// replicas confirmed within [`Config::confirm_timeout`] returns
+    /// [`Error::NotConfirmed`]: applied on the primary, not yet on enough replicas, so a
+    /// failover may lose it. Every write waits: a producer's schedule, cancel and
+    /// reschedule calls and the operator's, and a worker's claims, acknowledgements,
+    /// retries, lease acquisitions and renewals (a worker treats an unconfirmed write as a
+    /// lost reply: see docs/DESIGN-NOTES.md); not a shard's release, which a failover that
+    /// loses it only delays by a lease. Costs a replica's round trip per write round trip.
+    /// At most the replicas the primary has: with fewer, every write fails after the
+    /// timeout.
+    pub confirm_replicas: u32,
+    /// How long a write waits for [`Config::confirm_replicas`] replicas (default 1 s; `WAIT`'s
+    /// timeout, in whole milliseconds). At least 1 ms, and below [`Config::io_timeout`] (a
+    /// reply that outwaits the I/O timeout is lost). Unused when `confirm_replicas` is 0.
+    pub confirm_timeout: Duration,
 }
 
 impl Config {
@@ -169,6 +187,8 @@ impl Config {
             retry: RetryPolicy::DEFAULT,
             failed_retention: Retention::DEFAULT,
             idempotency_window: Duration::from_secs(3600),
+            confirm_replicas: 0,
+            confirm_timeout: Duration::from_secs(1),
         }
     }
 
@@ -213,6 +233,7 @@ impl Config {
             ("io_timeout", self.io_timeout),
             ("connect_timeout", self.connect_timeout),
             ("idempotency_window", self.idempotency_window),
+            ("confirm_timeout", self.confirm_timeout),
         ] {
             if d > Config::MAX_DURATION {
                 return bad(&format!(
@@ -246,6 +267,20 @@ impl Config {
         }
         if self.claim_ahead > self.window / 2 {
             return bad("claim_ahead must be at most half the window");
+        }
+        if self.confirm_replicas > 0 {
+            if self.confirm_timeout < Duration::from_millis(1) {
+                return bad(
+                    "confirm_timeout must be at least 1 ms (WAIT's timeout 0 waits forever)",
+                );
+            }
+            if self.confirm_timeout >= self.io_timeout {
+                return bad(&format!(
+                    "confirm_timeout ({:?}) must be below io_timeout ({:?}): a write's \
+                     confirmation waits that long for its reply",
+                    self.confirm_timeout, self.io_timeout
+                ));
+            }
         }
         self.retry.validate("retry")?;
         self.failed_retention.validate()

@@ -57,10 +57,14 @@ impl Endpoint {
                 let url = format!("redis://{host}/");
                 nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
             }
+            // No retries: `redis` sends a command again after an I/O error (on a new
+            // connection), so a write that ran would run twice, and a `WAIT` on a fresh
+            // connection confirms nothing. Redirections are followed by `send_pipe`.
             let cluster =
                 ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
                     .connection_timeout(cfg.io_timeout)
                     .response_timeout(cfg.io_timeout)
+                    .retries(0)
                     .build()
                     .map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
@@ -124,32 +128,98 @@ impl Endpoint {
             _ => false,
         }
     }
+}
 
-    /// Opens a connection, its read and write timeouts set to `timeout` (the connection
-    /// itself, not its scripts: see `protocol::connect`).
-    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<Con> {
-        match self {
-            Endpoint::Cluster(client, _) => Ok(Con::Cluster(Box::new(client.get_connection()?))),
-            _ => Ok(Con::Single(self.plain_connection(timeout)?.0)),
-        }
+/// A connection to one server or to a Redis Cluster, and the replicas that must confirm its
+/// writes. Every script call goes through [`send_pipe`] (or [`query_pipe`]), which a
+/// Cluster splits by node and which follow redirections (`redis`'s cluster pipeline does
+/// not: it hands a `MOVED` reply back, and its slot map stays stale), and which end each
+/// round trip that writes with `WAIT` when [`Config::confirm_replicas`] asks for it. Plain
+/// commands that write nothing (`TIME`, `SCRIPT LOAD`) may go through [`ConnectionLike`].
+pub(crate) struct Con {
+    pub(crate) link: Link,
+    /// `WAIT`'s arguments, when writes must be confirmed.
+    pub(crate) confirm: Option<Confirm>,
+}
+
+/// The connection proper.
+pub(crate) enum Link {
+    Single(Connection),
+    Cluster(Box<ClusterLink>),
+}
+
+/// A Cluster connection, and its client to open it again with a fresh slot map (it is built
+/// without retries, so it never follows a redirection itself: see [`Endpoint::of`]).
+pub(crate) struct ClusterLink {
+    pub(crate) con: ClusterConnection,
+    pub(crate) client: ClusterClient,
+    /// For the plain connection a command redirected by `ASK` goes through.
+    pub(crate) io_timeout: Duration,
+}
+
+/// How many replicas must confirm a write, and how long to wait for them (`WAIT`'s
+/// arguments): [`Config::confirm_replicas`], [`Config::confirm_timeout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Confirm {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
+
+impl Confirm {
+    /// The confirmation `cfg` asks for: `None` when `confirm_replicas` is 0.
+    pub(crate) fn of(cfg: &Config) -> Option<Confirm> {
+        (cfg.confirm_replicas > 0).then(|| Confirm {
+            replicas: cfg.confirm_replicas,
+            timeout_ms: (cfg.confirm_timeout.as_millis() as u64).max(1),
+        })
+    }
+
+    /// The `WAIT` command.
+    pub(crate) fn wait(&self) -> Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas).arg(self.timeout_ms);
+        cmd
     }
 }
 
-/// A connection to one server or to a Redis Cluster. Single commands and scripts go through
-/// [`ConnectionLike`] (a Cluster connection routes them by their first key's slot and follows
-/// `MOVED`/`ASK`); pipelines go through [`send_pipe`] or [`query_pipe`], which a Cluster
-/// splits by node and which follow redirections too (`redis`'s cluster pipeline does not:
-/// it hands a `MOVED` reply back, and its slot map stays stale).
-pub(crate) enum Con {
-    Single(Connection),
-    Cluster(Box<ClusterConnection>),
-}
-
 impl Con {
+    /// A connection to one server.
+    pub(crate) fn single(con: Connection, confirm: Option<Confirm>) -> Con {
+        Con {
+            link: Link::Single(con),
+            confirm,
+        }
+    }
+
+    /// A connection to a Cluster, opened by `client`.
+    pub(crate) fn cluster(
+        client: &ClusterClient,
+        io_timeout: Duration,
+        confirm: Option<Confirm>,
+    ) -> RedisResult<Con> {
+        Ok(Con {
+            link: Link::Cluster(Box::new(ClusterLink {
+                con: client.get_connection()?,
+                client: client.clone(),
+                io_timeout,
+            })),
+            confirm,
+        })
+    }
+
+    /// Runs `f` with no confirmation: for writes whose loss in a failover costs nothing a
+    /// retry or a lease's expiry does not repair (a namespace's meta, a shard's release).
+    pub(crate) fn unconfirmed<T>(&mut self, f: impl FnOnce(&mut Con) -> T) -> T {
+        let confirm = self.confirm.take();
+        let r = f(self);
+        self.confirm = confirm;
+        r
+    }
+
     fn inner(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Con::Single(c) => c,
-            Con::Cluster(c) => &mut **c,
+        match &mut self.link {
+            Link::Single(c) => c,
+            Link::Cluster(c) => &mut c.con,
         }
     }
 }
@@ -170,18 +240,18 @@ impl ConnectionLike for Con {
         self.inner().req_command(cmd)
     }
     fn get_db(&self) -> i64 {
-        match self {
-            Con::Single(c) => c.get_db(),
-            Con::Cluster(c) => c.get_db(),
+        match &self.link {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.con.get_db(),
         }
     }
     fn check_connection(&mut self) -> bool {
         self.inner().check_connection()
     }
     fn is_open(&self) -> bool {
-        match self {
-            Con::Single(c) => c.is_open(),
-            Con::Cluster(c) => c.is_open(),
+        match &self.link {
+            Link::Single(c) => c.is_open(),
+            Link::Cluster(c) => c.con.is_open(),
         }
     }
 }

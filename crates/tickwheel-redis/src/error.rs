@@ -71,6 +71,17 @@ pub enum Error {
     },
     /// `redis-server` could not be started (the `server` module of feature `testing`).
     Server(String),
+    /// A write was applied on the primary, but fewer replicas than
+    /// [`Config::confirm_replicas`] confirmed it within [`Config::confirm_timeout`]
+    /// (`WAIT`): it may be lost in a failover. The caller may retry (on the same client:
+    /// its connection's next confirmation covers the earlier write too). A bulk call that
+    /// returns it applied every item.
+    NotConfirmed {
+        /// How many replicas confirmed (on a Cluster: the fewest of the primaries written to).
+        confirmed: u32,
+        /// [`Config::confirm_replicas`].
+        wanted: u32,
+    },
     /// A bulk call ([`Producer::schedule_many`](crate::Producer::schedule_many),
     /// `cancel_many`, `reschedule_many`, `retry_failed`, `discard_failed`) failed after
     /// some of its items were, or may have been, applied: what each item got, in the order
@@ -171,6 +182,11 @@ impl fmt::Display for Error {
                 write!(f, "cannot start the worker's {thread} thread: {source}")
             }
             Error::Server(m) => write!(f, "{m}"),
+            Error::NotConfirmed { confirmed, wanted } => write!(
+                f,
+                "write applied on the primary but confirmed by {confirmed} of the {wanted} \
+                 replicas wanted (WAIT timed out): it may be lost in a failover; retry"
+            ),
             Error::Partial { applied, source } => {
                 let n = |w: Applied| applied.iter().filter(|&&a| a == w).count();
                 write!(

@@ -35,7 +35,11 @@
 //!   append-only file before it replies, so a task acknowledged as stored survives a Redis
 //!   restart or crash. (`appendfsync everysec` may lose the last second of writes on a power
 //!   loss or kernel crash; a plain process crash loses nothing either way.) When Redis cannot
-//!   be reached the call returns an error: never a silent loss.
+//!   be reached the call returns an error: never a silent loss. Replicas get writes
+//!   asynchronously, so a failover may lose what the primary acknowledged, unless
+//!   [`Config::confirm_replicas`] asks for replicas to confirm every write (`WAIT`): then a
+//!   call returns `Ok` only once they have it, or [`Error::NotConfirmed`] (applied on the
+//!   primary, may be lost in a failover: retry).
 //! - **Never early.** A task is claimed by a script that compares its run-at with the Redis
 //!   server's clock (`TIME`), the one clock every producer and worker shares: at most
 //!   [`Config::claim_ahead`] (1 s by default) before its run-at. The worker then hands it to

@@ -30,7 +30,11 @@ impl Namespace {
             schema: SCHEMA_VERSION,
             shards: cfg.shards,
         };
-        let (schema, shards) = crate::protocol::invoke(con, &init).map_err(|e| match e {
+        // Unconfirmed: a namespace's meta is the same whoever writes it, and any client
+        // writes it again should a failover lose it; refusing to open without replicas
+        // would keep even an inspector out.
+        let init = con.unconfirmed(|con| crate::protocol::invoke(con, &init));
+        let (schema, shards) = init.map_err(|e| match e {
             Error::Redis(e) if e.code() == Some("WRONGTYPE") => Error::IncompatibleNamespace {
                 namespace: ns.clone(),
                 found: "a key that is not a hash".into(),

@@ -35,6 +35,11 @@ pub use operate::{Acted, BulkReport};
 ///   [`Applied::Yes`], [`Applied::No`] or [`Applied::Unknown`]
 ///   ([`Error::not_applied`] lists the positions to send again). Any other error from a
 ///   bulk call means that no item was applied.
+/// * [`Error::NotConfirmed`] (with [`Config::confirm_replicas`]): the call, every item of a
+///   bulk call, was applied on the primary but too few replicas confirmed it in time, so a
+///   failover may lose it. Calling again on the same `Producer` waits for the replicas
+///   again (its connection's next confirmation covers the first write); the table below
+///   says which calls are safe to send again.
 /// * Scheduling again with [`schedule`](Producer::schedule) a task that was stored is *not*
 ///   harmless: it replaces the task with a new version, and one that ran meanwhile
 ///   (delivered and acknowledged) is stored again and runs again. So after a failed
@@ -443,9 +448,18 @@ impl<T> Groups<T> {
         let cmds: Vec<redis::Cmd> = calls.iter().map(protocol::command).collect();
         let (answers, broken) = send_pipe(con, &cmds);
         let mut first: Option<Error> = broken.map(Error::Redis);
+        // Applied, too few replicas confirmed: the error when there is no other.
+        let mut short = None;
         let mut replies = Vec::with_capacity(calls.len());
         let mut applied = Vec::with_capacity(calls.len());
         for (c, answer) in calls.iter().zip(answers) {
+            let answer = match answer {
+                Answer::Unconfirmed(v, s) => {
+                    short.get_or_insert(s);
+                    Answer::Reply(v)
+                }
+                a => a,
+            };
             let (reply, a) = match answer {
                 Answer::Reply(v) => match c.decode(v) {
                     Ok(r) => (Some(r), Applied::Yes),
@@ -472,10 +486,14 @@ impl<T> Groups<T> {
                     (None, Applied::Unknown)
                 }
                 Answer::Unsent => (None, Applied::No),
-                Answer::Lost => (None, Applied::Unknown),
+                Answer::Lost | Answer::Unconfirmed(..) => (None, Applied::Unknown),
             };
             replies.push(reply.unwrap_or_default());
             applied.push(a);
+        }
+        if let (None, Some(s)) = (&first, short) {
+            // Every call applied on the primary: the caller may send them all again.
+            return Err(s.into());
         }
         match first {
             None => self.scatter(replies),

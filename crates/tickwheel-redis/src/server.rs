@@ -215,10 +215,71 @@ impl RedisServer {
     }
 
     /// Kills the server and starts it again on the same port and directory: it reloads its
-    /// append-only file.
+    /// append-only file. (A replica started by [`start_replica_of`](RedisServer::start_replica_of)
+    /// comes back a primary.)
     pub fn restart(&mut self) -> Result<(), Error> {
         self.kill();
         self.spawn()
+    }
+
+    /// Starts a server as a replica of `primary` (`REPLICAOF`), and waits until its link
+    /// to the primary is up and it has the primary's data (`master_link_status:up`), for
+    /// at most 10 s. For replica-confirmed writes
+    /// ([`Config::confirm_replicas`](crate::Config::confirm_replicas)) and failovers.
+    pub fn start_replica_of(primary: &RedisServer) -> Result<RedisServer, Error> {
+        let s = RedisServer::start()?;
+        let client = redis::Client::open(s.url().as_str())?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        let _: String = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query(&mut con)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let repl: String = redis::cmd("INFO").arg("replication").query(&mut con)?;
+            if repl.lines().any(|l| l.trim() == "master_link_status:up") {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Server(format!(
+                    "the replica on port {} is not in sync with port {} within 10 s: {repl}",
+                    s.port, primary.port
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts a server with `--cluster-enabled yes`, in no cluster yet (no slots): for a
+    /// test that builds a cluster of its own.
+    pub fn start_cluster_node() -> Result<RedisServer, Error> {
+        RedisServer::start_with(true)
+    }
+
+    /// Stops the server's process with SIGSTOP (it holds its connections and answers
+    /// nothing) until [`sigcont`](RedisServer::sigcont).
+    pub fn sigstop(&self) -> Result<(), Error> {
+        self.signal("-STOP")
+    }
+
+    /// Resumes a server stopped by [`sigstop`](RedisServer::sigstop) (SIGCONT).
+    pub fn sigcont(&self) -> Result<(), Error> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> Result<(), Error> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| Error::Server("the server is not running".into()))?;
+        let status = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| Error::Server(format!("cannot run kill {sig}: {e}")))?;
+        if !status.success() {
+            return Err(Error::Server(format!("kill {sig} {pid} failed: {status}")));
+        }
+        Ok(())
     }
 }
 

@@ -1,15 +1,23 @@
-//! The durable store's fault test (issue #28), with real processes: three
-//! `tickwheel-redis-worker` processes share a namespace while the test, one fault a cycle,
-//! SIGKILLs a worker (and starts a new one at once), SIGSTOPs one past its lease (then
-//! SIGCONTs it), or kills Redis and starts it again on its append-only file (`appendonly
-//! yes`, `appendfsync always`: see `tickwheel_redis::server`) after half a lease, a lease and
-//! a second, or at once, in turn. Meanwhile the test's producer
+//! The durable store's fault test (issues #28 and #35), with real processes: three
+//! `tickwheel-redis-worker` processes share a namespace while the test, each cycle, follows
+//! a plan of faults: it SIGKILLs a worker (and starts a new one at once), SIGSTOPs one past
+//! its lease (then SIGCONTs it), or kills Redis and starts it again on its append-only file
+//! (`appendonly yes`, `appendfsync always`: see `tickwheel_redis::server`) after half a
+//! lease, a lease and a second, or at once. Half the plans are one fault; the others stack
+//! two, closer together than a lease (`Size::plans`: a kill then a Redis restart, a stop then
+//! another worker's kill, a restart during a stop, a kill in the grace after a restart or in
+//! the last moments of a long outage, a stop then a long outage). Meanwhile the test's producer
 //! schedules the tasks a few seconds ahead of their run-at (half of them 3 s ahead, inside
 //! the workers' window, half 12 s ahead, beyond it), cancels 1 % of them and reschedules
 //! another 1 %, recording what each call answered. Every delivery is logged by its worker
-//! before it is acknowledged; afterwards `common/faults.rs` judges the logs and the run
-//! prints its figures (lost, early, after a successful cancel, stranded, duplicates by cause,
-//! lateness per fault kind and in fault-free stretches) and fails on the issue's targets.
+//! before it is acknowledged; afterwards `common/faults.rs` judges the logs (its module docs
+//! define when a fault *holds* a task and what a task's lateness is measured from) and the
+//! run prints its figures (lost, early, after a successful cancel, stranded, duplicates by
+//! cause, lateness per kind of single fault, per stack and in fault-free stretches) and fails
+//! on the issues' targets: for faults that stack, every task within lease + 2 s of its run-at
+//! or of the end of the fault that held it (and within the workers' grace + 2 s of the end of
+//! a Redis restart that held it, so a restart after a kill may not cost a lease of its own),
+//! and no duplicate but of deliveries in flight at a worker's kill or stop.
 //!
 //! Poison tasks ride along in the single-server run (1.5 % of the ids, run with the worker
 //! binary's `--poison`, a fixed policy of 3 attempts 500 ms apart): `poison-fail-*` fail,
@@ -26,8 +34,9 @@
 //! build's unoptimized workers say nothing of the library's timing. Every other target holds
 //! in both.
 //!
-//! Default (`cargo test`): 3 000 tasks, 3 cycles, 1 s lease, about 30 s. The full run, about
-//! 3.5 minutes in release:
+//! Default (`cargo test`): 3 000 tasks, 4 cycles (a kill, a stop, a restart, then a kill and
+//! a restart stacked), 1 s lease, about 40 s. The full run (the twelve plans), about 3.5
+//! minutes in release:
 //! `TICKWHEEL_REDIS_FAULT_TASKS=100000 TICKWHEEL_REDIS_FAULT_CYCLES=12 TICKWHEEL_REDIS_FAULT_LEASE_MS=5000 cargo test -p tickwheel-redis --release --test crash -- --nocapture`
 
 mod common;
@@ -98,11 +107,46 @@ impl Size {
         2 * self.lease_ms + 5000
     }
 
-    /// How long Redis stays down at its `k`-th restart: half the lease (every lease
-    /// survives), the lease + 1 s (every lease expires), or not at all (a crash and an
-    /// immediate restart).
-    fn down_ms(&self, k: usize) -> u64 {
-        [self.lease_ms / 2, self.lease_ms + 1000, 0][k % 3]
+    /// The plans of the single-server run, one a cycle in turn: single faults (issue #28)
+    /// and stacks of two closer together than a lease (issue #35), at offsets and outages
+    /// scaled to the lease (1 to 3 s apart at the 5 s lease). A stop lasts lease + 1 s.
+    fn plans(&self) -> Vec<Plan> {
+        let l = self.lease_ms;
+        let at = |tenths: u64| tenths * l / 10;
+        let (half, long) = (l / 2, l + 1000);
+        use Act::{Kill, Restart, Stop};
+        use When::{AfterEnd, At};
+        vec![
+            vec![(At(0), Kill(0))],
+            vec![(At(0), Stop(0))],
+            vec![(At(0), Restart(half))],
+            // A worker killed, then Redis restarted while its shards wait out its lease.
+            vec![(At(0), Kill(1)), (At(at(4)), Restart(half))],
+            // A worker stopped, then another killed.
+            vec![(At(0), Stop(1)), (At(at(3)), Kill(2))],
+            // Redis restarted (and at once back) during a stop.
+            vec![(At(0), Stop(2)), (At(at(4)), Restart(0))],
+            vec![(At(0), Kill(1))],
+            vec![(At(0), Stop(1))],
+            vec![(At(0), Restart(long))],
+            // A worker killed just after Redis answers again, in the grace its owners have
+            // to renew.
+            vec![(At(0), Restart(half)), (AfterEnd(300), Kill(0))],
+            // A worker killed in the last moments of an outage longer than the lease: its
+            // replacement connects as Redis comes back, every lease expired.
+            vec![(At(0), Restart(long)), (At(long - 300), Kill(2))],
+            // A worker stopped, then Redis down past the stop's end and the lease.
+            vec![(At(0), Stop(0)), (At(at(2)), Restart(long))],
+        ]
+    }
+
+    /// The workers' maintenance interval (`--maintenance-ms`).
+    fn maintenance_ms(&self) -> u64 {
+        Size::maintenance_ms_of(self.lease_ms)
+    }
+
+    fn maintenance_ms_of(lease_ms: u64) -> u64 {
+        (lease_ms / 3).min(500)
     }
 
     fn span_ms(&self) -> u64 {
@@ -113,19 +157,41 @@ impl Size {
         Limits {
             lease_ms: self.lease_ms,
             claim_ahead_ms: CLAIM_AHEAD_MS,
+            grace_ms: (3 * self.maintenance_ms()).min(self.lease_ms),
             calm_p99_ms: (!cfg!(debug_assertions)).then_some(5),
         }
     }
 }
 
+/// What the test does to the system: SIGKILL a worker (index into the three), SIGSTOP one
+/// for the lease + 1 s, kill Redis and start it again after so many ms.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Kill(usize),
+    Stop(usize),
+    Restart(u64),
+}
+
+/// When a fault of a plan begins: so many ms after the cycle's start, or after the end of
+/// the plan's fault before it (Redis answering again after a restart: its append-only file
+/// takes longer to load as the run goes on).
+#[derive(Clone, Copy, Debug)]
+enum When {
+    At(u64),
+    AfterEnd(u64),
+}
+
+/// One cycle's faults, in order. Several make a stack.
+type Plan = Vec<(When, Act)>;
+
 #[test]
 fn faults_lose_nothing_strand_nothing_and_cost_seconds() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let size = Size::from_env("TICKWHEEL_REDIS_FAULT", 3000, 3);
+    let size = Size::from_env("TICKWHEEL_REDIS_FAULT", 3000, 4);
     let mut redis = common::server();
     let (url, dir) = (redis.url(), redis.dir().to_path_buf());
-    let kinds = [Kind::Kill, Kind::Stop, Kind::Restart];
-    fault_test(&url, &dir, size, &kinds, Some(&mut redis), true);
+    let plans = size.plans();
+    fault_test(&url, &dir, size, &plans, Some(&mut redis), true);
 }
 
 /// The same on a private 3-node Redis Cluster (16 shards spread over the nodes), with worker
@@ -141,17 +207,26 @@ fn faults_on_a_cluster_lose_nothing_and_strand_nothing() {
     };
     let url = Config::cluster(&cluster.seeds(), "x").url;
     let dir = cluster.nodes()[0].dir().to_path_buf();
-    fault_test(&url, &dir, size, &[Kind::Kill, Kind::Stop], None, false);
+    let plans = [
+        vec![(When::At(0), Act::Kill(0))],
+        vec![(When::At(0), Act::Stop(0))],
+        vec![(When::At(0), Act::Kill(1))],
+        vec![(When::At(0), Act::Stop(1))],
+        vec![(When::At(0), Act::Kill(2))],
+        vec![(When::At(0), Act::Stop(2))],
+    ];
+    fault_test(&url, &dir, size, &plans, None, false);
 }
 
-/// Runs the workload with `size.cycles` faults (`kinds` in turn), then judges the logs; with
-/// `poison`, poison tasks among them (see the module's docs).
+/// Runs the workload with `size.cycles` cycles, each with the faults of the next of `plans`
+/// (in turn), then judges the logs; with `poison`, poison tasks among them (see the module's
+/// docs).
 fn fault_test(
     url: &str,
     dir: &Path,
     size: Size,
-    kinds: &[Kind],
-    mut redis: Option<&mut RedisServer>,
+    plans: &[Plan],
+    redis: Option<&mut RedisServer>,
     poison: bool,
 ) {
     let ns = "faults";
@@ -159,40 +234,171 @@ fn fault_test(
     cfg.shards = SHARDS;
     let producer = Producer::connect(&cfg).unwrap();
     let heal = poison.then(|| dir.join("heal"));
-    let mut workers = Workers::start(url, ns, dir, size.lease_ms, heal.clone());
+    let workers = Workers::start(url, ns, dir, size.lease_ms, heal.clone());
     wait_balanced(url, ns);
     let t0 = now_ms() + 2000;
-    let plans = plan_tasks(size, t0, poison);
+    let tasks = plan_tasks(size, t0, poison);
     let mut run = Run {
-        pump: Pump::new(&plans),
-        plans,
+        pump: Pump::new(&tasks),
+        plans: tasks,
         producer,
         faults: Vec::new(),
     };
+    let mut faulting = Faulting {
+        workers,
+        redis,
+        owners: vec![String::new(); SHARDS as usize],
+        ns: ns.into(),
+        lease_ms: size.lease_ms,
+    };
     for c in 0..size.cycles {
-        run.pump_until(t0 + WARMUP_MS + c * size.cycle_ms());
-        let kind = kinds[c as usize % kinds.len()];
-        let victim = (c / kinds.len() as u64) as usize % WORKERS;
-        let fault = match kind {
-            Kind::Kill => workers.kill(victim),
-            Kind::Stop => workers.stop(victim, size.lease_ms, &mut run),
-            Kind::Restart => {
-                let k = run
-                    .faults
-                    .iter()
-                    .filter(|f| f.kind == Kind::Restart)
-                    .count();
-                let down = size.down_ms(k);
-                restart(redis.as_deref_mut().unwrap(), down, &mut run.producer)
-            }
-        };
-        run.faults.push(fault);
+        let start = t0 + WARMUP_MS + c * size.cycle_ms();
+        let plan = &plans[c as usize % plans.len()];
+        faulting.cycle(&mut run, c as u32, start, plan);
     }
     run.pump_until(t0 + size.span_ms());
     run.drain(t0 + size.span_ms() + 2 * size.lease_ms + 20_000);
     let healed = heal.map(|heal| heal_poison(&cfg, &mut run, &heal));
-    let exited = workers.finish();
-    judge(size, &run, &workers.logs, exited, healed);
+    let exited = faulting.workers.finish();
+    judge(size, &run, &faulting.workers.logs, exited, healed);
+}
+
+/// The faults' side of a run: the workers, Redis, and the shards' owners as last read.
+struct Faulting<'r> {
+    workers: Workers,
+    redis: Option<&'r mut RedisServer>,
+    /// Each shard's owner as last read (kept while Redis is down: nothing changes then).
+    owners: Vec<String>,
+    ns: String,
+    lease_ms: u64,
+}
+
+/// What a cycle has yet to do, at a local instant (ms).
+#[derive(Clone, Copy, Debug)]
+enum Next {
+    /// The plan's step `j`.
+    Begin(usize),
+    /// SIGCONT worker `v`, stopped by step `j` (fault `i` of `Run::faults`).
+    Cont { v: usize, j: usize, i: usize },
+    /// Start Redis again, killed by step `j` (fault `i`).
+    Up { j: usize, i: usize },
+}
+
+impl Faulting<'_> {
+    fn redis_up(&self) -> bool {
+        self.redis.as_ref().is_none_or(|r| r.pid().is_some())
+    }
+
+    /// Causes the plan's faults from `start` on, and ends them (SIGCONT, Redis's restart)
+    /// in time order, the test's producer carrying on while Redis is up.
+    fn cycle(&mut self, run: &mut Run, plan_no: u32, start: u64, plan: &Plan) {
+        let mut todo: Vec<(u64, Next)> = (plan.iter().enumerate())
+            .filter_map(|(j, step)| match step.0 {
+                When::At(at) => Some((start + at, Next::Begin(j))),
+                When::AfterEnd(_) => None,
+            })
+            .collect();
+        while !todo.is_empty() {
+            let k = (0..todo.len()).min_by_key(|&k| todo[k].0).unwrap();
+            let (at, next) = todo.remove(k);
+            if self.redis_up() {
+                run.pump_until(at);
+            } else {
+                std::thread::sleep(Duration::from_millis(at.saturating_sub(now_ms())));
+            }
+            let ended = match next {
+                Next::Begin(j) => {
+                    let act = plan[j].1;
+                    let fault = self.begin(act, plan_no);
+                    let i = run.faults.len();
+                    run.faults.push(fault);
+                    match act {
+                        Act::Kill(_) => Some(j),
+                        Act::Stop(v) => {
+                            let cont = fault.start + self.lease_ms + 1000;
+                            todo.push((cont, Next::Cont { v, j, i }));
+                            None
+                        }
+                        Act::Restart(down) => {
+                            todo.push((fault.start + down, Next::Up { j, i }));
+                            None
+                        }
+                    }
+                }
+                Next::Cont { v, j, i } => {
+                    signal(&self.workers.procs[v], "-CONT");
+                    run.faults[i].end = now_ms();
+                    Some(j)
+                }
+                Next::Up { j, i } => {
+                    let redis = self.redis.as_deref_mut().unwrap();
+                    run.faults[i].end = restart(redis, &mut run.producer);
+                    Some(j)
+                }
+            };
+            // The step after one that ended, if it waits for that end.
+            if let Some((When::AfterEnd(after), _)) = ended.and_then(|j| plan.get(j + 1)) {
+                todo.push((now_ms() + after, Next::Begin(ended.unwrap() + 1)));
+            }
+        }
+    }
+
+    /// Causes one fault; its end is the start but for a stop or a restart (set later).
+    fn begin(&mut self, act: Act, plan: u32) -> Fault {
+        let (kind, pid) = match act {
+            Act::Kill(v) => {
+                let pid = self.workers.procs[v].child.id();
+                signal(&self.workers.procs[v], "-KILL");
+                (Kind::Kill, pid)
+            }
+            Act::Stop(v) => {
+                signal(&self.workers.procs[v], "-STOP");
+                (Kind::Stop, self.workers.procs[v].child.id())
+            }
+            Act::Restart(_) => {
+                self.read_owners();
+                self.redis
+                    .as_deref_mut()
+                    .expect("a Redis to restart")
+                    .kill();
+                (Kind::Restart, 0)
+            }
+        };
+        let start = now_ms();
+        if let Act::Kill(v) = act {
+            self.workers.procs[v] = self.workers.spawn();
+        }
+        let shards = match kind {
+            Kind::Restart => Fault::EVERY_SHARD,
+            _ => {
+                if self.redis_up() {
+                    self.read_owners();
+                }
+                owned_by(&self.owners, pid)
+            }
+        };
+        Fault {
+            kind,
+            start,
+            end: start,
+            pid,
+            shards,
+            plan,
+        }
+    }
+
+    fn read_owners(&mut self) {
+        self.owners = owners(&self.workers.url, &self.ns);
+    }
+}
+
+/// The shards whose owner (a worker id: its process id, a dash, a random part) is process
+/// `pid`, a bit each.
+fn owned_by(owners: &[String], pid: u32) -> u64 {
+    let prefix = format!("{pid}-");
+    (owners.iter().enumerate())
+        .filter(|(_, o)| o.starts_with(&prefix))
+        .fold(0, |bits, (s, _)| bits | 1 << s)
 }
 
 /// The failed set as read after the run, and when the operator's retry was sent.
@@ -441,12 +647,9 @@ impl Run {
     }
 }
 
-/// Kills Redis and starts it again `down_ms` later (the test's producer waits meanwhile); the
-/// fault ends when Redis answers a read.
-fn restart(redis: &mut RedisServer, down_ms: u64, producer: &mut Producer) -> Fault {
-    let start = now_ms();
-    redis.kill();
-    std::thread::sleep(Duration::from_millis(down_ms));
+/// Starts Redis again (the test's producer waits meanwhile); returns when it answers a read
+/// (the end of the fault).
+fn restart(redis: &mut RedisServer, producer: &mut Producer) -> u64 {
     redis.restart().expect("restart redis-server");
     let client = redis::Client::open(redis.url()).unwrap();
     let until = Instant::now() + Duration::from_secs(60);
@@ -468,12 +671,7 @@ fn restart(redis: &mut RedisServer, down_ms: u64, producer: &mut Producer) -> Fa
     // The producer's connection died with the old server: its next call fails (before it
     // reaches Redis) and the one after reconnects.
     let _ = producer.len();
-    Fault {
-        kind: Kind::Restart,
-        start,
-        end,
-        pid: 0,
-    }
+    end
 }
 
 struct Proc {
@@ -545,39 +743,12 @@ impl Workers {
             .args(["--visibility-ms", &(2 * self.lease_ms).to_string()])
             .args([
                 "--maintenance-ms",
-                &(self.lease_ms / 3).min(500).to_string(),
+                &Size::maintenance_ms_of(self.lease_ms).to_string(),
             ])
             .stdin(Stdio::null())
             .spawn()
             .expect("start the worker binary");
         Proc { child }
-    }
-
-    fn kill(&mut self, victim: usize) -> Fault {
-        let pid = self.procs[victim].child.id();
-        signal(&self.procs[victim], "-KILL");
-        let at = now_ms();
-        self.procs[victim] = self.spawn();
-        Fault {
-            kind: Kind::Kill,
-            start: at,
-            end: at,
-            pid,
-        }
-    }
-
-    /// Stops a worker for lease + 1 s, the test's producer carrying on meanwhile.
-    fn stop(&mut self, victim: usize, lease_ms: u64, run: &mut Run) -> Fault {
-        signal(&self.procs[victim], "-STOP");
-        let start = now_ms();
-        run.pump_until(start + lease_ms + 1000);
-        signal(&self.procs[victim], "-CONT");
-        Fault {
-            kind: Kind::Stop,
-            start,
-            end: now_ms(),
-            pid: self.procs[victim].child.id(),
-        }
     }
 
     /// Stops the workers; says which had exited on their own.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::thread::JoinHandle;
 
 use tickwheel_redis::{
-    Config, Delivery, Error, Outcome, Producer, RunAt, StopHandle, Task, Worker, WorkerStatus,
+    Config, Delivery, Error, ManualTime, Outcome, Producer, RunAt, StopHandle, Task, TimeSource,
+    Worker, WorkerStatus,
 };
 
 fn now_ms() -> u64 {
@@ -226,4 +227,53 @@ fn an_orphaned_shard_is_taken_a_grace_after_a_restart_not_a_lease() {
         "the last task was delivered {delivered:?} after the start"
     );
     eprintln!("orphans taken after {taken:?}, every task delivered after {delivered:?}");
+}
+
+/// A worker that joins as Redis comes back from an outage longer than the lease (a worker
+/// started, or restarted after a crash, while Redis was down: its connection waited for
+/// Redis) finds every lease expired by Redis's clock, their owners alive and about to renew.
+/// It cannot tell that from an orphan, so it leaves a shard with an owner to that owner for
+/// the grace a worker back from an outage waits (three maintenance intervals): taking it
+/// would fence the owner's held acknowledgements, and every task it delivered during the
+/// outage would be delivered again. A shard still unrenewed after the grace is an orphan,
+/// and is taken. Manual clock: the joiner's steps come first, deterministically.
+#[test]
+fn a_worker_joining_as_redis_comes_back_leaves_owned_shards_to_their_owners_for_a_grace() {
+    let mut server = common::server();
+    let time = ManualTime::new(1_000_000);
+    let mut cfg = Config::new(server.url(), "joining");
+    cfg.shards = 4;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.lease = Duration::from_secs(2);
+    cfg.maintenance_interval = Duration::from_millis(500);
+    let ack = &mut |_: &Delivery| Outcome::Ack;
+    let mut owner = Worker::connect(&cfg).unwrap();
+    owner.tick(ack).unwrap();
+    assert_eq!(owner.owned_shards().len(), 4);
+
+    // Redis down for twice the lease; the joiner connects as it comes back.
+    server.kill();
+    time.advance(Duration::from_secs(4));
+    server.restart().unwrap();
+    let mut joiner = Worker::connect(&cfg).unwrap();
+    for _ in 0..3 {
+        joiner.tick(ack).unwrap();
+        assert_eq!(
+            joiner.owned_shards(),
+            Vec::<u32>::new(),
+            "the joiner took shards before their owner could renew"
+        );
+        time.advance(Duration::from_millis(499));
+    }
+    // The grace (1.5 s) is over and the owner never renewed: orphans, taken.
+    time.advance(Duration::from_millis(3));
+    joiner.tick(ack).unwrap();
+    assert_eq!(joiner.owned_shards(), vec![0, 1, 2, 3]);
+
+    // A shard nobody holds (released) is taken at once, grace or not.
+    joiner.shutdown();
+    let mut next = Worker::connect(&cfg).unwrap();
+    next.tick(ack).unwrap();
+    assert_eq!(next.owned_shards(), vec![0, 1, 2, 3]);
+    drop(owner);
 }

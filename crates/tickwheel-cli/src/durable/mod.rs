@@ -56,6 +56,9 @@ pub struct DurableSettings {
     pub max_delay_ms: u64,
     /// Worker counts, one run per count and entrant.
     pub workers: Vec<usize>,
+    /// Replicas that must confirm each write (`Config::confirm_replicas`): one
+    /// tickwheel-redis run per value; above 0, W6's own redis-server gets that many replicas.
+    pub confirm: Vec<u32>,
 }
 
 /// Runs W6 for `entrants`: one sample per (entrant, worker count), plus the
@@ -72,6 +75,7 @@ pub fn run(
         workers: s.workers.clone(),
         durable: entrants.contains(&DurableEntrant::TickwheelRedis),
         baseline: entrants.contains(&DurableEntrant::PolledZset),
+        confirm: s.confirm.clone(),
         ..BenchConfig::default()
     };
     let own_server = s.redis_url.is_none();
@@ -80,7 +84,7 @@ pub fn run(
     let samples = runs
         .into_iter()
         .map(|r| DurableSample {
-            entrant: if r.design == "tickwheel-redis" {
+            entrant: if r.design.starts_with("tickwheel-redis") {
                 DurableEntrant::TickwheelRedis
             } else {
                 DurableEntrant::PolledZset

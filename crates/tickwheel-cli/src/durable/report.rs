@@ -39,8 +39,12 @@ pub fn csv_row(s: &DurableSample) -> String {
     let ns = |ms: f64| format!("{:.0}", ms * 1e6);
     let verified = r.delivered == r.tasks;
     format!(
-        "W6,{} x{},{},{},1,,{},,,,,{:.0},,,,{},{},,{},{}\n",
+        "W6,{}{} x{},{},{},1,,{},,,,,{:.0},,,,{},{},,{},{}\n",
         s.entrant.name(),
+        match r.confirm_replicas {
+            0 => String::new(),
+            n => format!(" wait{n}"),
+        },
         r.workers,
         s.entrant.is_tickwheel(),
         r.tasks,
@@ -61,6 +65,7 @@ pub fn to_json(s: &DurableSample) -> Value {
         "entrant": s.entrant.name(),
         "tickwheel": s.entrant.is_tickwheel(),
         "workers": r.workers,
+        "confirm_replicas": r.confirm_replicas,
         "n": r.tasks,
         "max_delay_ms": s.max_delay_ms,
         "schedule_per_s": r.schedule_rate,

@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! tickwheel-redis-bench [--redis URL] [--tasks 1000000] [--max-delay-s 60] [--workers 1,4]
-//!     [--payload 64] [--no-baseline]
+//!     [--payload 64] [--no-baseline] [--confirm 0,1]
 //! ```
-//! Without `--redis` it starts its own `redis-server` (which must be installed).
+//! Without `--redis` it starts its own `redis-server` (which must be installed). `--confirm`:
+//! replicas that must confirm each write (`Config::confirm_replicas`), one run per value;
+//! above 0 the private server gets that many replicas.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,6 +38,12 @@ fn main() -> ExitCode {
                     cfg.payload = value("--payload")?.parse().map_err(|e| format!("{e}"))?
                 }
                 "--no-baseline" => cfg.baseline = false,
+                "--confirm" => {
+                    cfg.confirm = value("--confirm")?
+                        .split(',')
+                        .map(|w| w.parse().map_err(|e| format!("--confirm: {e}")))
+                        .collect::<Result<_, _>>()?
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
             Ok(())

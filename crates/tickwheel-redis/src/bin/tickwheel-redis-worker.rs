@@ -4,6 +4,7 @@
 //! tickwheel-redis-worker --namespace NS --log FILE [--url redis://127.0.0.1:6379/]
 //!     [--lease-ms 5000] [--visibility-ms 30000] [--window-ms 10000] [--maintenance-ms 500]
 //!     [--claim-ahead-ms 1000] [--connect-timeout-ms 60000] [--metrics [HOST:]PORT]
+//!     [--confirm-replicas N [--confirm-timeout-ms 1000]]
 //!     [--retry-max N] [--retry-ms MS] [--poison [--heal-file FILE]]
 //! ```
 //!
@@ -87,6 +88,9 @@ Options:
   --claim-ahead-ms MS       claim this long before the run-at, at most half the window
                             [default: 1000]
   --connect-timeout-ms MS   wait this long for Redis at start [default: 60000]
+  --confirm-replicas N      N replicas confirm every claim, outcome and renewal (WAIT)
+                            before it counts [default: 0]
+  --confirm-timeout-ms MS   ... within MS, below the I/O timeout of 5 s [default: 1000]
   --metrics [HOST:]PORT     serve Prometheus metrics at http://HOST:PORT/metrics
                             (a bare PORT is on 127.0.0.1)
   --retry-max N             a fixed retry policy: N failed attempts, then the failed set
@@ -171,6 +175,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             "--maintenance-ms" => cfg.maintenance_interval = ms(value()?)?,
             "--claim-ahead-ms" => cfg.claim_ahead = ms(value()?)?,
             "--connect-timeout-ms" => cfg.connect_timeout = ms(value()?)?,
+            "--confirm-replicas" => {
+                let v = value()?;
+                cfg.confirm_replicas = v
+                    .parse::<u32>()
+                    .map_err(|_| format!("{flag} {v:?}: expected a number of replicas"))?;
+            }
+            "--confirm-timeout-ms" => cfg.confirm_timeout = ms(value()?)?,
             "--metrics" => metrics = Some(metrics_addr_of(value()?)?),
             "--retry-max" => {
                 let v = value()?;

@@ -54,10 +54,10 @@ pub use producer::{Scheduled, ScheduledOnce};
 pub(crate) use shard::Release;
 pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
 
-use redis::{Cmd, ConnectionLike, Pipeline, Script, Value};
+use redis::{Cmd, Pipeline, Script, Value};
 
 use crate::config::{Config, TimeSource};
-use crate::connection::{self, query_pipe, Con, Endpoint};
+use crate::connection::{self, query_pipe, Con, Confirm, Endpoint};
 use crate::error::Error;
 
 /// The keys of one shard, in script order (see `prelude.lua`): the one place they are named.
@@ -83,10 +83,14 @@ impl ShardKeys {
     }
 }
 
-/// Opens a connection with the configured timeouts, and loads the scripts (on every node of a
-/// Cluster).
+/// Opens a connection with the configured timeouts and confirmation
+/// ([`Config::confirm_replicas`]), and loads the scripts (on every node of a Cluster).
 pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
-    let mut con = client.connect(cfg.io_timeout)?;
+    let confirm = Confirm::of(cfg);
+    let mut con = match client {
+        Endpoint::Cluster(client, _) => Con::cluster(client, cfg.io_timeout, confirm)?,
+        _ => Con::single(client.plain_connection(cfg.io_timeout)?.0, confirm),
+    };
     scripts::scripts().load_all(&mut con)?;
     Ok(con)
 }
@@ -130,16 +134,17 @@ pub(crate) fn next_reply<C: Call>(
     call.decode(reply)
 }
 
-/// Runs one call: one round trip (and one more to load the script if Redis lost it).
-pub(crate) fn invoke<C: Call>(con: &mut dyn ConnectionLike, call: &C) -> Result<C::Reply, Error> {
-    let cmd = command(call);
-    let reply = match cmd.query::<Value>(con) {
-        Err(e) if e.code() == Some("NOSCRIPT") => {
-            call.script().load(con)?;
-            cmd.query::<Value>(con)?
-        }
-        r => r?,
-    };
+/// Runs one call: one round trip (and one more to load the scripts if Redis lost them), as
+/// a pipeline of one through `connection::send_pipe`, like every call: it follows a
+/// Cluster's redirections, never sends a call that ran again, and confirms a write with
+/// `WAIT` on the same connection when [`Config::confirm_replicas`] asks for it
+/// ([`Error::NotConfirmed`] when too few replicas did: the call was applied).
+pub(crate) fn invoke<C: Call>(con: &mut Con, call: &C) -> Result<C::Reply, Error> {
+    let mut pipe = redis::pipe();
+    push(&mut pipe, call);
+    let reply = query_pipe::<Vec<Value>>(con, &pipe)?
+        .pop()
+        .ok_or_else(|| Error::Protocol("a call got no reply".into()))?;
     call.decode(reply)
 }
 

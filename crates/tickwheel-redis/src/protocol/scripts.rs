@@ -66,6 +66,14 @@ macro_rules! registry {
                 $(self.$name.prepare_invoke().load(con)?;)*
                 Ok(())
             }
+
+            /// Whether `sha` is the hash of a script that only reads (kind `Read`, and
+            /// `state.lua`, which reads only but is compiled as a `Write` for the producer):
+            /// no replica need confirm it.
+            pub(crate) fn reads_only(&self, sha: &[u8]) -> bool {
+                self.state.get_hash().as_bytes() == sha
+                    $(|| (matches!(Kind::$kind, Kind::Read) && self.$name.get_hash().as_bytes() == sha))*
+            }
         }
     };
 }

@@ -39,8 +39,11 @@ pub(crate) struct Shards {
     owned: BTreeMap<u32, Owned>,
     /// Local instant (µs, [`ServerClock::lease_us`](super::clock::ServerClock::lease_us)) before which
     /// the worker takes no shard it does not hold: after an outage, the shards' owners get a
-    /// lease's time to renew first (see `rebalance`).
+    /// grace to renew first (see `rebalance`).
     pub(crate) acquire_after_us: u64,
+    /// Local instant (µs) until which the worker, just connected, takes no shard another
+    /// worker owns (see `rebalance`).
+    pub(crate) joined_until_us: u64,
     /// Live workers as the last heartbeat counted them (at least 1): the fair share is
     /// `ceil(shards / live)`.
     pub(crate) live: u64,
@@ -55,6 +58,7 @@ impl Default for Shards {
         Shards {
             owned: BTreeMap::new(),
             acquire_after_us: 0,
+            joined_until_us: 0,
             live: 1,
             next_maintenance_ms: 0,
             reading_on: false,
@@ -215,8 +219,9 @@ impl Worker {
                 worker: &self.id,
                 epoch,
             };
+            // Unconfirmed: should a failover lose the release, the lease runs out there.
             if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
-                let _ = protocol::invoke(con, &call);
+                let _ = con.unconfirmed(|con| protocol::invoke(con, &call));
             }
             self.drop_shard(shard, ShardLoss::Released);
         }
@@ -312,6 +317,11 @@ impl Worker {
     /// 100 ms) instead. A shard still unrenewed after the grace has no live owner: it is
     /// taken then, not a whole lease later, so a fault that follows another within a lease
     /// costs about a lease, not two.
+    ///
+    /// A worker that has just connected waits the same grace before it takes a shard
+    /// another worker owns: it may have connected as Redis came back (started, or restarted
+    /// after a crash, while Redis was down), every lease expired and their owners not yet
+    /// renewed. A shard nobody holds (never taken, or released) it takes at once.
     fn rebalance(&mut self) -> Result<(), Error> {
         let total = self.ns.shards.len() as u64;
         let fair = total.div_ceil(self.shards.live) as usize;
@@ -319,11 +329,13 @@ impl Worker {
             let s = *self.shards.owned.keys().next_back().expect("non-empty");
             self.release(s);
         }
-        if self.shards.len() < fair && self.clock.lease_us() >= self.shards.acquire_after_us {
+        let now = self.clock.lease_us();
+        let joining = now < self.shards.joined_until_us;
+        if self.shards.len() < fair && now >= self.shards.acquire_after_us {
             let start = RandomState::new().hash_one(&self.id) % total;
             for i in 0..total {
                 let s = ((start + i) % total) as u32;
-                if self.shards.owned.contains_key(&s) {
+                if self.shards.owned.contains_key(&s) || (joining && self.has_owner(s)?) {
                     continue;
                 }
                 if self.acquire(s)? && self.shards.len() >= fair {
@@ -340,6 +352,15 @@ impl Worker {
     pub(crate) fn grace_us(&self) -> u64 {
         let grace = (self.cfg.maintenance_interval * 3).min(self.cfg.lease);
         grace.as_micros() as u64
+    }
+
+    /// Whether Redis names another worker the owner of shard `s` (its lease live or not;
+    /// a lease this worker took without hearing the reply is its own, taken again at once).
+    fn has_owner(&mut self, s: u32) -> Result<bool, Error> {
+        let state = &self.ns.shards[s as usize].0[3];
+        let con = self.redis.con_or_reconnect(&self.cfg)?;
+        let owner: Option<String> = redis::cmd("HGET").arg(state).arg("owner").query(con)?;
+        Ok(owner.is_some_and(|o| !o.is_empty() && o != self.id))
     }
 
     /// Tries to take shard `s` (epoch 0: a lease this worker does not know of, its own

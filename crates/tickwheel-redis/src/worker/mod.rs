@@ -220,6 +220,8 @@ impl Worker {
             }
         }
         w.schedule = Schedule::new(w.now_ms());
+        // Redis may have just come back: owners get a grace to renew (see `rebalance`).
+        w.shards.joined_until_us = w.clock.lease_us() + w.grace_us();
         Ok(w)
     }
 
@@ -377,7 +379,15 @@ impl Worker {
                     self.forward(false);
                     self.wait();
                 }
-                Err(Error::Redis(e)) => {
+                Err(e @ (Error::Redis(_) | Error::NotConfirmed { .. })) => {
+                    // A write too few replicas confirmed is handled as a lost reply (it may
+                    // be lost in a failover): its outcomes held and sent again, its claims
+                    // sent again before any is delivered, a renewal not counted. The
+                    // connection is kept: its next `WAIT` covers the earlier writes too.
+                    let keep = match e {
+                        Error::NotConfirmed { .. } => self.redis.con.take(),
+                        _ => None,
+                    };
                     self.stats.redis_errors += 1;
                     // Leases may run out while Redis is away, their owners alive: once it is
                     // back, they renew first (see `rebalance`). Until then, no acquisition.
@@ -388,6 +398,9 @@ impl Worker {
                         });
                     }
                     self.reset();
+                    if keep.is_some() {
+                        self.redis.con = keep;
+                    }
                     self.publish_status(false);
                     self.forward(false);
                     let until = std::time::Instant::now() + backoff;
@@ -460,8 +473,9 @@ impl Worker {
             ttl_ms: 0,
             cluster: self.redis.on_cluster(),
         };
+        // Unconfirmed: should a failover lose it, the worker's entry expires there.
         if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {
-            let _ = protocol::invoke(con, &leave);
+            let _ = con.unconfirmed(|con| protocol::invoke(con, &leave));
         }
     }
 

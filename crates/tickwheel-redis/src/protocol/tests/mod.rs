@@ -15,7 +15,7 @@ const T0: u64 = 1_800_000_000_000;
 fn setup(name: &str) -> (RedisServer, Con, ShardKeys) {
     let server = RedisServer::start().expect("redis-server");
     let client = redis::Client::open(server.url()).unwrap();
-    let con = Con::Single(client.get_connection().unwrap());
+    let con = Con::single(client.get_connection().unwrap(), None);
     (server, con, ShardKeys::new(name, 0))
 }
 

@@ -1,0 +1,335 @@
+//! Pipelines on a Redis Cluster: [`cluster_send`] checks the slot map with probes, sends
+//! the pipeline by node, follows redirections, and confirms the writes with `WAIT` on the
+//! connections that carried them.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::cluster::{ClusterConnection, ClusterPipeline};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{ErrorKind, Script, ServerErrorKind};
+
+use super::{classify, confirmed_or_not, is_read, miscount, replicas, reply, Answer};
+use crate::connection::{ClusterLink, Confirm};
+
+/// Whether an error reply is one to follow: a Cluster's redirection (`MOVED`, `ASK`), a
+/// slot in flux (`TRYAGAIN`, `CLUSTERDOWN`) or a write sent to a replica (`READONLY`, from a
+/// stale slot map). The command did not run, and can run once the topology is read again.
+pub(super) fn to_follow(e: &RedisError) -> bool {
+    e.is_cluster_error() || e.code() == Some("READONLY")
+}
+
+/// How many times a Cluster pipeline is sent again for commands redirected meanwhile.
+pub(super) const ROUNDS: usize = 16;
+
+/// [`send_pipe`](super::send_pipe) on a Cluster.
+pub(super) fn cluster_send(
+    c: &mut ClusterLink,
+    confirm: Option<Confirm>,
+    cmds: &[Cmd],
+    answers: &mut [Answer],
+) -> Option<RedisError> {
+    let mut todo: Vec<usize> = (0..cmds.len()).collect();
+    let mut last = None;
+    // Reads can be sent again: a pipeline of reads only is checked after a redirection only.
+    let reads = cmds.iter().all(is_read);
+    // So can a single command, whose redirection loses no other reply.
+    let unchecked = reads || cmds.len() == 1;
+    for round in 0..ROUNDS {
+        let checked = if unchecked && round == 0 {
+            Ok(())
+        } else {
+            check_slots(c, todo.iter().map(|&i| &cmds[i]))
+        };
+        if let Err(e) = checked {
+            return Some(e);
+        }
+        let mut pipe = ClusterPipeline::new();
+        for &i in &todo {
+            pipe.add_command(cmds[i].clone());
+        }
+        let e = match pipe.query::<Vec<Value>>(&mut c.con) {
+            Ok(replies) if replies.len() == todo.len() => {
+                for (&i, v) in todo.iter().zip(replies) {
+                    answers[i] = reply(v);
+                }
+                return confirm.and_then(|w| cluster_wait(&mut c.con, w, cmds, &todo, answers));
+            }
+            Ok(replies) => {
+                todo.iter().for_each(|&i| answers[i] = Answer::Lost);
+                return Some(miscount(todo.len(), replies.len()));
+            }
+            Err(e) => e,
+        };
+        let Some(errors) = e.clone().into_server_errors() else {
+            todo.iter().for_each(|&i| answers[i] = Answer::Lost);
+            return Some(e);
+        };
+        // Error replies for some commands: the others ran, their replies lost.
+        let mut failed = vec![None; todo.len()];
+        for (pos, err) in errors.iter() {
+            if let Some(slot) = failed.get_mut(*pos) {
+                *slot = Some(RedisError::from(err.clone()));
+            }
+        }
+        let mut again = Vec::new();
+        let mut asked = Vec::new();
+        let mut wait = false;
+        for (&i, err) in todo.iter().zip(failed) {
+            match err {
+                None if reads => again.push(i),
+                None => answers[i] = Answer::Ran,
+                // A slot being migrated, this key moved already: sent alone below.
+                Some(err) if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) => {
+                    asked.push((i, err))
+                }
+                Some(err) if to_follow(&err) => {
+                    wait |= !matches!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved));
+                    again.push(i);
+                    last = Some(err);
+                }
+                Some(err) => answers[i] = classify(err),
+            }
+        }
+        // (The commands that ran here have no reply to return, confirmed or not: no `WAIT`.)
+        for (i, err) in asked {
+            answers[i] = ask(c, confirm, &err, &cmds[i]);
+        }
+        todo = again;
+        if todo.is_empty() {
+            return None;
+        }
+        if wait {
+            // `TRYAGAIN` (a multi-key script during a migration), `CLUSTERDOWN`, `READONLY`:
+            // the cluster settles in a moment. 10 ms doubling, at most 200 ms (16 rounds:
+            // about 2.5 s in all).
+            pause(round);
+        }
+    }
+    // Still redirected after every round: not run.
+    let e = last.expect("a round left commands only after a redirection");
+    for &i in &todo {
+        answers[i] = Answer::Refused(e.clone());
+    }
+    None
+}
+
+/// The wait before round `round` after a redirection that is not `MOVED`: 10 ms doubling,
+/// at most 200 ms.
+fn pause(round: usize) {
+    std::thread::sleep(Duration::from_millis((10u64 << round.min(5)).min(200)));
+}
+
+/// `WAIT` after a round of a Cluster pipeline, for the commands `ran` of `cmds` (those that
+/// ran or may have): on the primary of their slot when they wrote to one slot, else on
+/// every primary (the reply is the fewest replicas any confirmed), over the connections the
+/// pipeline used (`redis` keeps one per node). Marks their replies unconfirmed when too few
+/// confirmed; an error (a connection that broke) is returned, their confirmation unknown.
+fn cluster_wait(
+    c: &mut ClusterConnection,
+    want: Confirm,
+    cmds: &[Cmd],
+    ran: &[usize],
+    answers: &mut [Answer],
+) -> Option<RedisError> {
+    let writes: Vec<usize> = ran
+        .iter()
+        .copied()
+        .filter(|&i| !is_read(&cmds[i]))
+        .collect();
+    if writes.is_empty() {
+        return None;
+    }
+    let mut routes = HashSet::new();
+    let mut keyless = false;
+    for &i in &writes {
+        match first_key(&cmds[i]) {
+            Some(key) => {
+                routes.insert(Route::with_key(key, SlotAddr::Master));
+            }
+            None => keyless = true,
+        }
+    }
+    let waited = match routes.iter().next() {
+        Some(&route) if routes.len() == 1 && !keyless => c.route_command(
+            &want.wait(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+        ),
+        _ => c.req_command(&want.wait()),
+    };
+    let (confirmed, broken) = match waited {
+        Ok(v) => (replicas(&v), None),
+        Err(e) => (0, Some(e)),
+    };
+    let sent: Vec<Cmd> = writes.iter().map(|&i| cmds[i].clone()).collect();
+    let mut mine: Vec<Answer> = writes
+        .iter()
+        .map(|&i| std::mem::replace(&mut answers[i], Answer::Unsent))
+        .collect();
+    confirmed_or_not(&mut mine, &sent, want, confirmed);
+    for (&i, a) in writes.iter().zip(mine) {
+        answers[i] = a;
+    }
+    broken
+}
+
+/// A command redirected by `ASK` (its slot being migrated, its key moved already): sent
+/// alone on a plain connection to the importing node, after `ASKING`, and followed there
+/// by `WAIT` when it writes and writes must be confirmed. The cluster connection follows
+/// no redirection itself (it has no retries); the plain one is closed after.
+fn ask(c: &ClusterLink, confirm: Option<Confirm>, err: &RedisError, cmd: &Cmd) -> Answer {
+    let Some((node, _)) = err.redirect_node() else {
+        return Answer::Refused(err.clone());
+    };
+    let opened = redis::Client::open(format!("redis://{node}/")).and_then(|client| {
+        let con = client.get_connection_with_timeout(c.io_timeout)?;
+        con.set_read_timeout(Some(c.io_timeout))?;
+        con.set_write_timeout(Some(c.io_timeout))?;
+        Ok(con)
+    });
+    let mut con = match opened {
+        Ok(con) => con,
+        // Never sent.
+        Err(e) => return Answer::Refused(e),
+    };
+    let wait = confirm.filter(|_| !is_read(cmd));
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    if let Some(w) = wait {
+        pipe.add_command(w.wait());
+    }
+    match pipe.query::<Vec<Value>>(&mut con) {
+        Ok(replies) if replies.len() == 2 + usize::from(wait.is_some()) => {
+            let mut replies = replies.into_iter().skip(1);
+            let mut answer = [replies.next().map_or(Answer::Lost, reply)];
+            if let Some(w) = wait {
+                let confirmed = replies.next().as_ref().map_or(0, replicas);
+                confirmed_or_not(&mut answer, std::slice::from_ref(cmd), w, confirmed);
+            }
+            let [answer] = answer;
+            answer
+        }
+        // Sent, no reply (or not all of it): applied or not.
+        Ok(_) => Answer::Failed(miscount(2, 0)),
+        Err(e) => Answer::Failed(e),
+    }
+}
+
+/// The first key of a command: of `EVALSHA`/`EVAL`/`FCALL` the first of its keys (none when
+/// `numkeys` is 0), of any other command its first argument.
+pub(super) fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let arg = |i: usize| match cmd.args_iter().nth(i) {
+        Some(redis::Arg::Simple(a)) => Some(a),
+        _ => None,
+    };
+    let name = arg(0)?;
+    let scripted = [
+        &b"EVALSHA"[..],
+        b"EVAL",
+        b"EVALSHA_RO",
+        b"EVAL_RO",
+        b"FCALL",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n));
+    if scripted {
+        let keys: usize = std::str::from_utf8(arg(2)?).ok()?.parse().ok()?;
+        return if keys > 0 { arg(3) } else { None };
+    }
+    arg(1)
+}
+
+/// The probe's script: `return 1`, loaded after the crate's scripts, so a node that has it
+/// has them (a restart or `SCRIPT FLUSH` empties the cache whole; a promoted replica never
+/// had it).
+pub(super) fn probe_script() -> &'static Script {
+    static PROBE: OnceLock<Script> = OnceLock::new();
+    PROBE.get_or_init(|| Script::new("return 1"))
+}
+
+/// A command that checks which node serves `key`'s slot, and that the node has the
+/// crate's scripts, and changes nothing: `EVALSHA` of [`probe_script`], declaring `key`.
+/// Routed as a write (to the slot's primary: `redis` may send a read such as `EXISTS` to a
+/// replica, which answers it even with a stale slot map); answered `MOVED`/`ASK` by a node
+/// that does not serve the slot, `NOSCRIPT` by one whose script cache is empty.
+pub(super) fn probe(key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(probe_script().get_hash()).arg(1).arg(key);
+    cmd
+}
+
+/// Loads the crate's scripts, then the probe's, on every node.
+fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
+    crate::protocol::scripts::scripts().load_all(c)?;
+    probe_script().prepare_invoke().load(c)?;
+    Ok(())
+}
+
+/// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`,
+/// with a [`probe`] per slot in one pipeline, until every slot answers: on a redirection
+/// (`MOVED`, or `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` after a wait) the cluster connection is
+/// opened again, which reads the slot map afresh (it has no retries, so it does not
+/// follow a redirection itself); a `NOSCRIPT` (a promoted replica, a restarted node) loads
+/// the scripts on every node. A `NOSCRIPT` reply in the real pipeline would lose the other
+/// commands' replies. `ASK` (a slot being migrated) counts as settled: the command is sent
+/// alone to the importing node ([`ask`]).
+fn check_slots<'a>(c: &mut ClusterLink, cmds: impl Iterator<Item = &'a Cmd>) -> RedisResult<()> {
+    let mut seen = HashSet::new();
+    let mut probes = ClusterPipeline::new();
+    for cmd in cmds {
+        if let Some(key) = first_key(cmd) {
+            if seen.insert(Route::with_key(key, SlotAddr::Master)) {
+                probes.add_command(probe(key));
+            }
+        }
+    }
+    if seen.is_empty() {
+        return Ok(());
+    }
+    let mut last = None;
+    for round in 0..ROUNDS {
+        let e = match probes.query::<Vec<Value>>(&mut c.con) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let Some(errors) = e.clone().into_server_errors() else {
+            return Err(e);
+        };
+        let mut noscript = false;
+        let mut follow = None;
+        for (_, err) in errors.iter() {
+            let err = RedisError::from(err.clone());
+            if err.code() == Some("NOSCRIPT") {
+                noscript = true;
+            } else if err.kind() == ErrorKind::Server(ServerErrorKind::Ask) {
+            } else if to_follow(&err) {
+                follow.get_or_insert(err);
+            } else {
+                return Err(err);
+            }
+        }
+        if let Some(err) = follow {
+            if err.kind() != ErrorKind::Server(ServerErrorKind::Moved) {
+                pause(round);
+            }
+            // A fresh slot map.
+            c.con = c.client.get_connection()?;
+            last = Some(err);
+        } else if !noscript {
+            // Only `ASK`s: the slots are known.
+            return Ok(());
+        }
+        if noscript {
+            load_scripts(&mut c.con)?;
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        RedisError::from((
+            redis::ErrorKind::Client,
+            "the Cluster's slot map did not settle",
+        ))
+    }))
+}
