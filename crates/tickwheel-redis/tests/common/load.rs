@@ -48,6 +48,19 @@ pub struct Load {
     pub fault_at: Duration,
 }
 
+/// How many replicas confirm each write in a run: `TICKWHEEL_FAILOVER_CONFIRM` (default 1;
+/// 0 measures what asynchronous replication loses). Sets `cfg`'s confirmation (and a
+/// `confirm_timeout` below its `io_timeout`).
+pub fn confirm(cfg: &mut Config) -> u32 {
+    let n = std::env::var("TICKWHEEL_FAILOVER_CONFIRM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    cfg.confirm_replicas = n;
+    cfg.confirm_timeout = cfg.io_timeout / 2;
+    n
+}
+
 impl Load {
     /// `TICKWHEEL_FAILOVER_TASKS` tasks (default `default`).
     pub fn tasks_from_env(default: usize) -> usize {
