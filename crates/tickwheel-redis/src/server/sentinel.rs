@@ -41,11 +41,27 @@ impl RedisSentinel {
                 "a Sentinel set-up needs a replica and a sentinel".into(),
             ));
         }
-        let primary = RedisServer::start()?;
+        // A replica moved to the new primary after a failover resynchronizes from the
+        // replication backlog (partially) only if the backlog holds what it missed, else
+        // in full; the default backlog (1 MB) is outrun in a second of a busy test, and a
+        // full sync waits 5 s (`repl-diskless-sync-delay`) before it starts: meanwhile no
+        // write can be confirmed by a replica.
+        let sync = || -> Vec<String> {
+            [
+                "--repl-backlog-size",
+                "64mb",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .map(String::from)
+            .to_vec()
+        };
+        let primary = RedisServer::start_as(false, sync(), None)?;
         let port = primary.port();
         let mut nodes = vec![primary];
         for _ in 0..replicas {
-            let args = vec!["--replicaof".into(), "127.0.0.1".into(), port.to_string()];
+            let mut args = vec!["--replicaof".into(), "127.0.0.1".into(), port.to_string()];
+            args.extend(sync());
             nodes.push(RedisServer::start_as(false, args, None)?);
         }
         let quorum = sentinels / 2 + 1;
