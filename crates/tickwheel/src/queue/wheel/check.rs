@@ -14,9 +14,9 @@
 //!    zero, an empty slot holds no items, its `live` counts its valid items plus the
 //!    departures from it not yet applied (each naming a distinct stale item, not a
 //!    tombstone yet), and the valid items are exactly the live records (each record's place
-//!    names one item holding its index). Past its cursor, a slot holds no stale item but
-//!    tombstones and the items of departures not yet applied: compaction keeps every other
-//!    item without looking its record up.
+//!    names one item holding its index). Past its cursor, a slot whose `stale` count is zero
+//!    holds no stale item but tombstones and the items of departures not yet applied:
+//!    compaction then keeps every other item without looking its record up.
 //! 5. **Bounded garbage.** A slot that is neither the ready slot nor being absorbed holds at
 //!    most `COMPACT_RATIO` items a live one, plus `COMPACT_SLACK`.
 
@@ -112,9 +112,11 @@ impl<T> Wheel<T> {
                     continue;
                 }
                 if !self.valid(record, number, pos) {
-                    // Compaction keeps every item that is not a tombstone, unlooked-up.
+                    // Compaction keeps every item that is not a tombstone, unlooked-up, in a
+                    // slot whose `stale` count is zero.
                     assert!(
                         pos < from
+                            || slot.stale > 0
                             || self
                                 .departed
                                 .iter()

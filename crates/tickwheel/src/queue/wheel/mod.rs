@@ -58,10 +58,10 @@
 //! nowhere), so an item left behind by a reset or by a move down a level is recognised as
 //! stale wherever it sits, and a record reused by a later timer never takes its former
 //! timers' items as its own. A removal or a reset notes where the timer's item was (a
-//! *departure*, 8 bytes in a small buffer); every 64 departures, and before a poll, the wheel
-//! *applies* them: it overwrites each one's item with a *tombstone* (an index no record has)
-//! and updates the slots' live counts (`slots.rs`, "Departures"). The hot operations then
-//! touch memory the way the hardware likes:
+//! *departure*, 12 bytes in a small buffer); every 64 departures, and before a poll, the wheel
+//! *applies* them: it overwrites a removed timer's item with a *tombstone* (an index no record
+//! has) and updates the slots' live counts (`slots.rs`, "Departures"). The hot operations
+//! then touch memory the way the hardware likes:
 //!
 //! * **remove** loads the timer's hot record and nothing else at random (the value it returns
 //!   is in it) and appends a departure; a linked list must also load both neighbours. Few
@@ -72,9 +72,10 @@
 //! * **expire and absorb** read a slot's items front to back; the records they look up are
 //!   known up front, so they prefetch them (and, to move a timer down, its deadline) 16 items
 //!   ahead and the cache misses overlap instead of forming a pointer chase; tombstones need
-//!   no look-up at all. **Compaction** looks nothing up: once they are applied, every stale item past
-//!   a slot's cursor is a tombstone, so it keeps the other items and stores their new
-//!   positions.
+//!   no look-up at all. **Compaction** looks nothing up in a slot that resets have left no
+//!   stale item in since it was last compacted (every stale item past its cursor is then a
+//!   tombstone): it keeps the other items and stores their new positions. Otherwise it looks
+//!   up the items that are not tombstones, prefetched 16 ahead, as expiry does.
 //!
 //! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
 //! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
@@ -378,7 +379,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
         // first, while it is at hand (its item is a tombstone before any compaction runs).
         let (index, place) = self.records.find_place(key)?;
         let value = self.records.take(index);
-        self.depart(place);
+        self.depart(place, true);
         Some(value)
     }
 
@@ -391,7 +392,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
         self.records.set_deadline(index, deadline);
         self.link_at(index, deadline, self.level_of(deadline));
         // After the new item is placed: the old one is stale when its departure is applied.
-        self.depart(place);
+        self.depart(place, false);
         true
     }
 

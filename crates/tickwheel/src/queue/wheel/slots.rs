@@ -13,15 +13,18 @@
 //! window, so fewer misses overlap. Batched, the dependent work is a push, and applying them does
 //! the slot work for 64 departures in one loop over cache-resident counts.
 //!
-//! Between two batches no item moves: inserts and resets only append, and compaction, clearing
-//! and polls run in or after applying a batch. So a departure's (slot, position) still names its
-//! timer's old item when it is applied. Applying a batch first writes every tombstone of the batch,
-//! then counts: a slot compacted while counting has no stale item left past its cursor but
-//! tombstones, and [`compact`](Wheel::compact) keeps every other item without looking its
-//! record up. Until a departure is applied, a slot's `live` counts its departures as live, so a slot is
-//! never cleared under a pending departure; [`next_expiration`](crate::TimerQueue::next_expiration)
-//! may then answer the start of a slot that holds no live timer, which the contract allows
-//! (an early answer).
+//! Between two batches no item moves: inserts and resets only append, and compaction,
+//! clearing and polls run in or after applying a batch. So a departure's (slot, position)
+//! still names its timer's old item when it is applied. Applying a batch first writes the
+//! tombstones of its removals and counts its resets' items in the slot's
+//! [`stale`](Slot::stale), then updates the live counts: a slot compacted while counting has
+//! no stale item past its cursor but tombstones, unless `stale` says otherwise, and
+//! [`compact`](Wheel::compact) then keeps every other item without looking its record up. A
+//! reset leaves no tombstone: in a reset-heavy load (W3) the store costs more than the
+//! look-ups it would save. Until a departure is applied, a slot's `live` counts it as live, so
+//! a slot is never cleared under a pending departure, and
+//! [`first_live_slot`](Wheel::first_live_slot) passes over a slot that holds only departures
+//! for [`next_expiration`](crate::TimerQueue::next_expiration).
 
 use alloc::vec::Vec;
 
@@ -48,6 +51,9 @@ pub(super) const DEPART_BATCH: usize = 64;
 pub(super) struct Departure {
     pub(super) slot: u32,
     pub(super) pos: u32,
+    /// Whether the item is tombstoned when applied (a removal) or only counted as stale (a
+    /// reset: see [`Slot::stale`]).
+    pub(super) mark: bool,
 }
 
 /// One slot: items in insertion order, some of them stale.
@@ -57,6 +63,9 @@ pub(super) struct Slot {
     pub(super) items: Vec<u32>,
     /// Valid items (in the ready slot and a slot being absorbed: valid and not yet taken).
     pub(super) live: usize,
+    /// Stale items left unmarked (by resets) since the slot was last compacted or cleared:
+    /// while it is not zero, compaction looks each item's record up.
+    pub(super) stale: usize,
 }
 
 impl<T> Wheel<T> {
@@ -92,13 +101,14 @@ impl<T> Wheel<T> {
     /// counting the departure and overwriting the item with a [`TOMBSTONE`] wait for the
     /// next [`apply_departures`](Wheel::apply_departures) (see "Departures" above).
     #[inline]
-    pub(super) fn depart(&mut self, place: Place) {
+    pub(super) fn depart(&mut self, place: Place, mark: bool) {
         if self.departed.len() == self.departed.capacity() {
             self.departed.reserve_exact(DEPART_BATCH);
         }
         self.departed.push(Departure {
             slot: place.slot,
             pos: place.pos,
+            mark,
         });
         if self.departed.len() >= DEPART_BATCH {
             self.apply_batch();
@@ -129,7 +139,9 @@ impl<T> Wheel<T> {
                     "a departure names item {pos} of slot {number}, which is not its stale item"
                 );
             }
-            if let Some(item) = self.slots[number].items.get_mut(pos) {
+            if !departure.mark {
+                self.slots[number].stale += 1;
+            } else if let Some(item) = self.slots[number].items.get_mut(pos) {
                 *item = TOMBSTONE;
             }
         }
@@ -182,6 +194,7 @@ impl<T> Wheel<T> {
         }
         self.slots[number].items.clear();
         self.slots[number].live = 0;
+        self.slots[number].stale = 0;
         self.levels[number / RING].vacate(number % RING);
         if number == self.ready_slot() {
             self.cursor = 0;
@@ -198,6 +211,7 @@ impl<T> Wheel<T> {
         } else {
             0
         };
+        let lookup = core::mem::take(&mut self.slots[number].stale) != 0;
         let mut items = core::mem::take(&mut self.slots[number].items);
         let mut kept = 0;
         let mut chunk_start = start;
@@ -210,8 +224,12 @@ impl<T> Wheel<T> {
                 if index == TOMBSTONE {
                     continue;
                 }
-                // Settled: every stale item past the cursor is a tombstone.
-                debug_assert!(self.valid(index, number, read), "a stale item survived");
+                if !lookup {
+                    // Every stale item past the cursor is a tombstone.
+                    debug_assert!(self.valid(index, number, read), "a stale item survived");
+                } else if !self.valid(index, number, read) {
+                    continue;
+                }
                 if kept != read {
                     items[kept] = index;
                     self.records.set_pos(index, kept as u32);
