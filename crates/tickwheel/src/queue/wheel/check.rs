@@ -10,9 +10,13 @@
 //! 3. **Absorption.** Each level's `absorbed` is `now`'s parent slot or the one after; a level
 //!    absorbs only a slot the level above holds whole, and nothing valid lies before its
 //!    cursor (nor before the ready slot's).
-//! 4. **Bookkeeping.** A slot's occupancy bit is set exactly when it holds a live item, an
-//!    empty slot holds no items, its `live` counts its valid items, and the valid items are
-//!    exactly the live records (each record's place names one item holding its index).
+//! 4. **Bookkeeping.** A slot's occupancy bit is set exactly when its `live` count is not
+//!    zero, an empty slot holds no items, its `live` counts its valid items plus the
+//!    departures from it not yet applied (each naming a distinct stale item, not a
+//!    tombstone yet), and the valid items are exactly the live records (each record's place
+//!    names one item holding its index). Past its cursor, a slot whose `stale` count is zero
+//!    holds no stale item but tombstones and the items of departures not yet applied:
+//!    compaction then keeps every other item without looking its record up.
 //! 5. **Bounded garbage.** A slot that is neither the ready slot nor being absorbed holds at
 //!    most `COMPACT_RATIO` items a live one, plus `COMPACT_SLACK`.
 
@@ -66,6 +70,22 @@ impl<T> Wheel<T> {
                 );
             }
         }
+        let mut pending = alloc::vec![0usize; self.slots.len()];
+        for (i, departure) in self.departed.iter().enumerate() {
+            let (number, pos) = (departure.slot as usize, departure.pos as usize);
+            let item = self.slots.get(number).and_then(|slot| slot.items.get(pos));
+            assert!(
+                item.is_some_and(|&item| item != TOMBSTONE && !self.valid(item, number, pos)),
+                "(4) departure {i} names item {pos} of slot {number}, not a stale item"
+            );
+            assert!(
+                self.departed[..i]
+                    .iter()
+                    .all(|d| (d.slot, d.pos) != (departure.slot, departure.pos)),
+                "(4) two departures name item {pos} of slot {number}"
+            );
+            pending[number] += 1;
+        }
         let mut valid_total = 0;
         for (number, slot) in self.slots.iter().enumerate() {
             let l = number / RING;
@@ -88,7 +108,21 @@ impl<T> Wheel<T> {
             };
             let mut valid = 0;
             for (pos, &record) in slot.items.iter().enumerate() {
-                if record == TOMBSTONE || !self.valid(record, number, pos) {
+                if record == TOMBSTONE {
+                    continue;
+                }
+                if !self.valid(record, number, pos) {
+                    // Compaction keeps every item that is not a tombstone, unlooked-up, in a
+                    // slot whose `stale` count is zero.
+                    assert!(
+                        pos < from
+                            || slot.stale > 0
+                            || self
+                                .departed
+                                .iter()
+                                .any(|d| (d.slot as usize, d.pos as usize) == (number, pos)),
+                        "(4) stale item {pos} of slot {number} is neither a tombstone nor departing"
+                    );
                     continue;
                 }
                 assert!(pos >= from, "(3) a live item before slot {number}'s cursor");
@@ -117,7 +151,11 @@ impl<T> Wheel<T> {
                 );
                 valid += 1;
             }
-            assert_eq!(valid, slot.live, "(4) live count of slot {number}");
+            assert_eq!(
+                valid + pending[number],
+                slot.live,
+                "(4) live count of slot {number}"
+            );
             if !ready && absorbing.is_none() {
                 assert!(
                     slot.items.len() <= COMPACT_RATIO * slot.live + COMPACT_SLACK,

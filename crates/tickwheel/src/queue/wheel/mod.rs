@@ -56,27 +56,33 @@
 //! its value; the deadline sits in a cold array of its own. An item is valid only if the
 //! record it names points back at exactly that slot and position (a free record points
 //! nowhere), so an item left behind by a reset or by a move down a level is recognised as
-//! stale wherever it sits, without being written to, and a record reused by a later timer
-//! never takes its former timers' items as its own. A removal overwrites its item with a
-//! *tombstone* (an index no record has), a store that nothing waits for. The hot operations
+//! stale wherever it sits, and a record reused by a later timer never takes its former
+//! timers' items as its own. A removal or a reset notes where the timer's item was (a
+//! *departure*, 12 bytes in a small buffer); every 64 departures, and before a poll, the wheel
+//! *applies* them: it overwrites a removed timer's item with a *tombstone* (an index no record
+//! has) and updates the slots' live counts (`slots.rs`, "Departures"). The hot operations
 //! then touch memory the way the hardware likes:
 //!
 //! * **remove** loads the timer's hot record and nothing else at random (the value it returns
-//!   is in it; the slot's live count is in the small, cache-resident slot table) and stores
-//!   the tombstone; a linked list must also load both neighbours.
-//! * **reset** loads the hot record, stores the new deadline and appends a new item to the
-//!   tail of its new slot.
-//! * **expire, absorb and compact** read a slot's items front to back; the records they look
-//!   up are known up front, so they prefetch them (and, to move a timer down, its deadline)
-//!   16 items ahead and the cache misses overlap instead of forming a pointer chase;
-//!   tombstones need no look-up at all.
+//!   is in it) and appends a departure; a linked list must also load both neighbours. Few
+//!   instructions wait on the record's cache miss, so the misses of consecutive removals
+//!   overlap.
+//! * **reset** loads the hot record, stores the new deadline, appends a new item to the
+//!   tail of its new slot and a departure.
+//! * **expire and absorb** read a slot's items front to back; the records they look up are
+//!   known up front, so they prefetch them (and, to move a timer down, its deadline) 16 items
+//!   ahead and the cache misses overlap instead of forming a pointer chase; tombstones need
+//!   no look-up at all. **Compaction** looks nothing up in a slot that resets have left no
+//!   stale item in since it was last compacted (every stale item past its cursor is then a
+//!   tombstone): it keeps the other items and stores their new positions. Otherwise it looks
+//!   up the items that are not tombstones, prefetched 16 ahead, as expiry does.
 //!
 //! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
 //! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
-//! a removal or reset; an emptied slot is cleared at once. So stale items cost at most 8
-//! bytes a pending timer (plus 128 bytes a slot; twice that with the vectors' spare
-//! capacity): resets never make the wheel hold more than about twice what its pending timers
-//! need. A removed timer's value is moved out and its record freed for reuse immediately.
+//! a removal or reset; an emptied slot is cleared when its last departure is applied. So stale
+//! items cost at most 8 bytes a pending timer (plus 128 bytes a slot, and 64 departures not
+//! yet applied; twice that with the vectors' spare capacity): resets never make the wheel
+//! hold more than about twice what its pending timers need. A removed timer's value is moved out and its record freed for reuse immediately.
 //! Slot vectors keep their capacity (no allocation in steady state) until
 //! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what
 //! is unused (the records' limits are under "Costs").
@@ -110,12 +116,14 @@
 //! in `records.rs`.
 
 use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::fmt;
 
 use super::free::{grow, NIL};
 use super::records::{Place, Records};
 use super::{TimerKey, TimerQueue};
 
+mod absorb;
 mod check;
 mod level;
 mod slots;
@@ -124,7 +132,7 @@ mod tests;
 
 use level::{parent, ring, slot_number, start, Level};
 pub use level::{LEVELS, LEVEL_BITS, MIN_STEP, RING, SLOTS};
-use slots::{Slot, COMPACT_RATIO, COMPACT_SLACK, TOMBSTONE};
+use slots::{Departure, Slot, COMPACT_RATIO, COMPACT_SLACK, TOMBSTONE};
 
 /// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
@@ -159,6 +167,9 @@ pub struct Wheel<T> {
     levels: Box<[Level; LEVELS]>,
     /// Items of the ready slot already consumed.
     cursor: usize,
+    /// Where the timers removed or reset since the last [`apply_departures`](Self::apply_departures) were: their
+    /// slots' counts and tombstones, applied in a batch (see `slots.rs`, "Departures").
+    departed: Vec<Departure>,
     now: u64,
     /// `now >> LEVEL_BITS` when a pass of [`absorb_ahead`](Self::absorb_ahead) last found
     /// nothing under way and nothing to start; [`UNSETTLED`] when it must look again.
@@ -185,6 +196,7 @@ impl<T> Wheel<T> {
             slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
             levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
             cursor: 0,
+            departed: Vec::new(),
             now: tick,
             settled: UNSETTLED,
             #[cfg(debug_assertions)]
@@ -212,6 +224,7 @@ impl<T> Wheel<T> {
         let items: usize = self.slots.iter().map(|slot| slot.items.capacity()).sum();
         self.records.allocated_bytes()
             + items * core::mem::size_of::<u32>()
+            + self.departed.capacity() * core::mem::size_of::<Departure>()
             + self.slots.len() * core::mem::size_of::<Slot>()
             + core::mem::size_of::<[Level; LEVELS]>()
     }
@@ -273,110 +286,6 @@ impl<T> Wheel<T> {
     #[inline]
     fn end0(&self) -> u64 {
         self.levels[0].last_tick()
-    }
-
-    /// Whether `level` may start absorbing its next parent slot (see [`Level::can_absorb`]).
-    #[inline]
-    fn can_absorb(&self, level: usize) -> bool {
-        self.levels[level].can_absorb(self.now, &self.levels[level + 1])
-    }
-
-    /// Starts absorbing the next parent slot at `level`; an empty one is absorbed at once.
-    fn start_absorbing(&mut self, level: usize) {
-        self.settled = UNSETTLED;
-        let next = self.levels[level].absorbed + 1;
-        let number = (level + 1) * RING + ring(next);
-        if self.slots[number].live == 0 {
-            self.levels[level].absorbed = next;
-        } else {
-            self.levels[level].absorbing = Some(0);
-            self.levels[level].stepped = self.now;
-        }
-    }
-
-    /// Moves up to `quota` items of the slot `level` is absorbing down to `level`.
-    fn absorb(&mut self, level: usize, quota: usize) {
-        let (Some(number), Some(mut cursor)) = (self.source(level), self.levels[level].absorbing)
-        else {
-            return;
-        };
-        let items = core::mem::take(&mut self.slots[number].items);
-        let end = items.len().min(cursor.saturating_add(quota));
-        let mut moved = 0;
-        for chunk in items[cursor..end].chunks(TOUCH) {
-            self.records.touch(chunk);
-            self.records.touch_deadlines(chunk);
-            for &index in chunk {
-                if self.valid(index, number, cursor) {
-                    let deadline = self.records.deadline(index);
-                    // Straight to `level`: while it absorbs, the usual rule still names the
-                    // slot being emptied.
-                    self.link_at(index, deadline, level);
-                    moved += 1;
-                }
-                cursor += 1;
-            }
-        }
-        self.slots[number].items = items;
-        self.slots[number].live -= moved;
-        self.levels[level].absorbing = Some(cursor);
-        if self.slots[number].live == 0 {
-            self.clear_slot(number);
-        }
-    }
-
-    /// Completes every absorption in progress of a slot that starts by `tick`; whether there
-    /// was one. (Others go on at their pace: nothing of theirs is due by `tick`.)
-    fn finish_absorbing(&mut self, tick: u64) -> bool {
-        let mut any = false;
-        for level in 0..LEVELS - 1 {
-            let state = &self.levels[level];
-            if state.absorbing.is_some() && state.next_parent_start() <= tick {
-                self.absorb(level, usize::MAX);
-                any = true;
-            }
-        }
-        any
-    }
-
-    /// Paced work done when a poll has caught up: start what may start, and move a step of
-    /// every absorption in progress.
-    ///
-    /// Most polls have nothing to do here, and a pass over every level costs a few hundred
-    /// instructions, more than popping a timer. Once a pass leaves no absorption under way and
-    /// none that may start, none can start before `now` enters the next 64-tick block: a
-    /// level starts when `now` enters a new parent slot (a block boundary at every level) or
-    /// when the level above advances `absorbed`, which only an absorption, [`jump`](Self::jump)
-    /// or [`start_absorbing`](Self::start_absorbing) does — and those two mark it unsettled.
-    #[inline]
-    fn absorb_ahead(&mut self) {
-        if self.now >> LEVEL_BITS != self.settled {
-            self.absorb_pass();
-        }
-    }
-
-    /// The pass of [`absorb_ahead`](Self::absorb_ahead) over every level, out of line for the
-    /// same reason as [`advance_upper`](Self::advance_upper).
-    #[inline(never)]
-    fn absorb_pass(&mut self) {
-        for level in 0..LEVELS - 1 {
-            if self.can_absorb(level) {
-                self.start_absorbing(level);
-            }
-            let (Some(number), Some(cursor)) = (self.source(level), self.levels[level].absorbing)
-            else {
-                continue;
-            };
-            let remaining = self.slots[number].items.len() - cursor;
-            let quota = self.levels[level].quota(self.now, remaining);
-            self.absorb(level, quota);
-        }
-        // A level may start only now that the one above it moved on in this same pass.
-        if (0..LEVELS - 1)
-            .all(|level| self.levels[level].absorbing.is_none() && !self.can_absorb(level))
-        {
-            self.settled = self.now >> LEVEL_BITS;
-        }
     }
 
     /// Moves the clock to `to` over a stretch with no timer: every level below the lowest
@@ -470,7 +379,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
         // first, while it is at hand (its item is a tombstone before any compaction runs).
         let (index, place) = self.records.find_place(key)?;
         let value = self.records.take(index);
-        self.unlink(place, true);
+        self.depart(place, true);
         Some(value)
     }
 
@@ -479,10 +388,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
         let Some((index, place)) = self.records.find_place(key) else {
             return false;
         };
-        self.unlink(place, false);
         let deadline = deadline.max(self.now);
         self.records.set_deadline(index, deadline);
         self.link_at(index, deadline, self.level_of(deadline));
+        // After the new item is placed: the old one is stale when its departure is applied.
+        self.depart(place, false);
         true
     }
 
@@ -516,9 +426,9 @@ impl<T> TimerQueue<T> for Wheel<T> {
         if self.is_empty() {
             return None;
         }
-        let mut next = self.first_slot(0).unwrap_or(u64::MAX);
+        let mut next = self.first_live_slot(0).unwrap_or(u64::MAX);
         for level in 1..LEVELS {
-            let Some(first) = self.first_slot(level) else {
+            let Some(first) = self.first_live_slot(level) else {
                 continue;
             };
             let below = level - 1;
@@ -539,6 +449,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
         if now < self.now {
             return None;
         }
+        self.apply_departures();
         loop {
             if let Some(fired) = self.pop_ready() {
                 return Some(fired);
@@ -573,6 +484,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     fn shrink_to_fit(&mut self) {
+        self.apply_departures();
         self.records.shrink_to_fit();
         for number in 0..self.slots.len() {
             if self.slots[number].live > 0 {
