@@ -12,6 +12,12 @@ use crate::limits::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
 /// nodes (`host:port`); the client learns the rest of the cluster from them.
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
+/// The URL scheme of a primary that Redis Sentinel watches: `redis+sentinel://`, a
+/// comma-separated list of sentinels (`host[:port]`, port 26379 by default), then
+/// `/<primary name>` as the sentinels know it, and optionally `/<db>`; credentials
+/// (`user:password@` before the sentinels) are the primary's. See [`Config::url`].
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
 /// A manual clock in milliseconds since the Unix epoch, shared by clones.
 #[derive(Clone, Debug, Default)]
 pub struct ManualTime(Arc<AtomicU64>);
@@ -56,9 +62,21 @@ pub enum TimeSource {
 /// namespace should share one `Config`.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The Redis URL: one server (`redis://[user:password@]host[:port][/db]`, or
-    /// `redis+unix:///path`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
-    /// its seed nodes: see [`Config::cluster`]).
+    /// The Redis URL, one of:
+    /// - one server: `redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`;
+    /// - a primary with replicas under Redis Sentinel:
+    ///   `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]`
+    ///   (the sentinels, port 26379 by default, and the name they know the primary by; the
+    ///   credentials and database are the primary's, the sentinels are asked without
+    ///   credentials). Every connection asks the sentinels, in the order given, where the
+    ///   primary is now, and checks (`ROLE`) that the node it reaches is a primary; a
+    ///   connection that breaks, or whose write is refused with `READONLY` (a primary demoted
+    ///   by a failover), is dropped, and the next call asks again. A producer's or
+    ///   inspector's single call refused with `READONLY` did not run, and is sent once more
+    ///   on the new connection; the worker's notification subscription moves to the new
+    ///   primary as soon as the sentinels name it;
+    /// - a Redis Cluster: `redis+cluster://host:port[,host:port...]`, its seed nodes (see
+    ///   [`Config::cluster`]).
     pub url: String,
     /// The namespace: all keys start with `tw:{namespace`.
     pub namespace: String,

@@ -1,22 +1,41 @@
-//! Connections to one server or a Redis Cluster, pipelines, and reply decoding.
+//! Connections to one server, a primary that Redis Sentinel watches, or a Redis Cluster;
+//! pipelines, and reply decoding.
 
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
-use redis::{Client, Cmd, Connection, ConnectionLike, RedisResult, Value};
+use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 
-use crate::config::{Config, CLUSTER_SCHEME};
+use crate::config::{Config, CLUSTER_SCHEME, SENTINEL_SCHEME};
 use crate::error::Error;
 
 mod pipeline;
+mod sentinel;
 pub(crate) use pipeline::{query_pipe, send_pipe, Answer};
+pub(crate) use sentinel::Sentinel;
 
-/// Where a client connects: one server, or a Redis Cluster (its seed nodes kept as plain
-/// clients for the notification subscription).
+/// Where a client connects: one server; a primary that Redis Sentinel watches (each
+/// connection asks a sentinel where it is now); or a Redis Cluster (its seed nodes kept as
+/// plain clients for the notification subscription).
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     Single(Client),
+    Sentinel(Box<Sentinel>),
     Cluster(Box<ClusterClient>, Vec<Client>),
+}
+
+/// Whether an error leaves the connection it came on unfit for the next call: anything but
+/// an error reply (the connection broke, timed out, or is in doubt), or a `READONLY` reply
+/// (the node is a replica now: after a failover, the old primary demoted; a new connection
+/// finds the new primary, through the sentinels or the Cluster's slot map). A command
+/// refused with `READONLY` did not run.
+pub(crate) fn unfit(e: &RedisError) -> bool {
+    !matches!(e.kind(), redis::ErrorKind::Server(_)) || is_readonly(e)
+}
+
+/// Whether an error is a `READONLY` reply: a write sent to a replica, not run.
+pub(crate) fn is_readonly(e: &RedisError) -> bool {
+    e.code() == Some("READONLY")
 }
 
 impl Endpoint {
@@ -50,13 +69,20 @@ impl Endpoint {
                     .map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
         }
+        if cfg.url.starts_with(SENTINEL_SCHEME) {
+            return Sentinel::parse(&cfg.url)
+                .map(|s| Endpoint::Sentinel(Box::new(s)))
+                .map_err(invalid);
+        }
         if !(cfg.url.starts_with("redis://")
             || cfg.url.starts_with("rediss://")
             || cfg.url.starts_with("redis+unix://")
             || cfg.url.starts_with("unix://"))
         {
             return Err(invalid(
-                "expected redis://host[:port][/db] or redis+cluster://host:port[,host:port...]"
+                "expected redis://host[:port][/db], \
+                 redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db] or \
+                 redis+cluster://host:port[,host:port...]"
                     .into(),
             ));
         }
@@ -65,21 +91,41 @@ impl Endpoint {
             .map_err(|e| invalid(e.to_string()))
     }
 
-    /// A plain connection for the notification subscription. In a Cluster a `PUBLISH` reaches
-    /// every node, so any reachable seed node will do.
-    pub(crate) fn pubsub_connection(&self, timeout: Duration) -> RedisResult<Connection> {
+    /// A plain connection, its read and write timeouts set to `timeout`: to the one server,
+    /// to the primary as the sentinels name it now (and its address), or, on a Cluster, to any reachable seed node (for the
+    /// notification subscription: in a Cluster a `PUBLISH` reaches every node).
+    pub(crate) fn plain_connection(
+        &self,
+        timeout: Duration,
+    ) -> RedisResult<(Connection, Option<String>)> {
+        let timed = |con: Connection| -> RedisResult<Connection> {
+            con.set_read_timeout(Some(timeout))?;
+            con.set_write_timeout(Some(timeout))?;
+            Ok(con)
+        };
         match self {
-            Endpoint::Single(c) => c.get_connection_with_timeout(timeout),
+            Endpoint::Single(c) => Ok((timed(c.get_connection_with_timeout(timeout)?)?, None)),
+            Endpoint::Sentinel(s) => s.connect(timeout).map(|(con, addr)| (con, Some(addr))),
             Endpoint::Cluster(_, nodes) => {
                 let mut last = None;
                 for c in nodes {
-                    match c.get_connection_with_timeout(timeout) {
-                        Ok(con) => return Ok(con),
+                    match c.get_connection_with_timeout(timeout).and_then(timed) {
+                        Ok(con) => return Ok((con, None)),
                         Err(e) => last = Some(e),
                     }
                 }
                 Err(last.expect("a cluster URL names at least one node"))
             }
+        }
+    }
+
+    /// Under Sentinel, whether the primary that this endpoint's last connection reached is
+    /// no longer the primary (asked at most every second: see `Sentinel::moved`): its
+    /// owner then drops that connection. Every owner of a connection asks before it uses it.
+    pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
+        match self {
+            Endpoint::Sentinel(s) => s.moved(timeout),
+            _ => false,
         }
     }
 }

@@ -352,21 +352,31 @@ impl Inspector {
         self.ns.shard_of(id)
     }
 
+    /// Runs `f` on the connection (opened again if needed). The inspector only reads, so a
+    /// call whose connection proves unfit (`connection::unfit`: a node just killed, a
+    /// demoted primary) is sent once more on a new one.
     fn with_con<T>(
         &mut self,
-        f: impl FnOnce(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
+        mut f: impl FnMut(&mut Con, &Namespace, Option<u64>) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        if self.con.is_none() {
-            self.con = Some(open_con(&self.cfg, &self.client)?);
+        if self.con.is_some() && self.client.primary_moved(self.cfg.io_timeout) {
+            self.con = None;
         }
-        let con = self.con.as_mut().expect("connected above");
-        let r = f(con, &self.ns, protocol::now(&self.cfg));
-        if let Err(Error::Redis(e)) = &r {
-            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                self.con = None;
+        let mut again = true;
+        loop {
+            if self.con.is_none() {
+                self.con = Some(open_con(&self.cfg, &self.client)?);
+            }
+            let con = self.con.as_mut().expect("connected above");
+            let r = f(con, &self.ns, protocol::now(&self.cfg));
+            match &r {
+                Err(Error::Redis(e)) if crate::connection::unfit(e) => self.con = None,
+                _ => return r,
+            }
+            if !std::mem::take(&mut again) {
+                return r;
             }
         }
-        r
     }
 
     /// Every shard's owner, lease, pending and in-flight counts and next run-at, and the live
@@ -531,6 +541,9 @@ impl Inspector {
         let mut counts = vec![0u64; slots];
         let mut overdue = 0;
         self.with_con(|con, ns, _| {
+            overdue = 0; // sent again after a broken connection: from the start
+
+            counts.iter_mut().for_each(|c| *c = 0);
             // Each shard's buckets from the first, MAX_STEP a call, a call per round trip.
             let mut from: Vec<(usize, Option<u64>)> =
                 (0..ns.shards.len()).map(|s| (s, None)).collect();

@@ -232,7 +232,8 @@
 //! [`Error::IncompatibleNamespace`] instead of misreading it.
 //!
 //! **Tools** (not part of the library's API). Feature `testing`: the `server` module starts
-//! a private `redis-server` or Redis Cluster (tests, benchmarks, demos), and the `bench`
+//! a private `redis-server`, Redis Cluster, or primary with replicas under Redis Sentinel
+//! (tests, benchmarks, demos; failovers), and the `bench`
 //! module is the durable workload beside a polled sorted set (`tickwheel bench --durable`).
 //! Feature `metrics`: the `metrics` module renders a worker's
 //! [`status`](Worker::status) in the Prometheus text format and serves it over HTTP.
@@ -253,6 +254,15 @@
 //! Workers read each node's id with `CLUSTER MYID` (in their claim scripts and clock probes,
 //! see *Clock*), so a Cluster whose ACLs or configuration refuse that command cannot serve
 //! them: their claims fail and are retried.
+//!
+//! **Redis Sentinel.** A URL `redis+sentinel://host[:port][,host[:port]...]/<primary
+//! name>[/db]` ([`SENTINEL_SCHEME`]; see [`Config::url`]) names the sentinels and the
+//! primary they watch. Every connection asks the sentinels where the primary is and checks
+//! (`ROLE`) that it is one; every owner of a connection asks again, at most once a second,
+//! whether the primary moved, and reconnects when it did (a demoted primary goes on taking
+//! writes, and losing them, until a sentinel makes it a replica). A `READONLY` reply drops
+//! the connection on any URL. What the old primary took and had not replicated is lost with
+//! a failover: docs/operations.md says what that costs.
 
 mod config;
 mod connection;
@@ -274,7 +284,7 @@ mod worker;
 #[cfg(feature = "testing")]
 pub mod bench;
 
-pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME};
+pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME, SENTINEL_SCHEME};
 pub use error::{Applied, Error};
 pub use failure::{
     AttemptError, ErrorLog, FailReason, FailedCounts, Retention, RetryPolicy, ERRORS_KEPT,

@@ -97,11 +97,18 @@ impl Producer {
         self.ns.shards.len() as u32
     }
 
-    /// Runs `f` on the connection, reconnecting first if the last call broke it.
+    /// Runs `f` on the connection, reconnecting first if the last call broke it. A
+    /// connection that broke, or that reached a replica (a `READONLY` reply: after a
+    /// failover, the demoted primary), is dropped: the next call reconnects (under Sentinel,
+    /// to the primary the sentinels name then); so is one to a primary the sentinels no
+    /// longer name (see `Endpoint::primary_moved`).
     fn with_con<T>(
         &mut self,
         f: impl FnOnce(&mut Con, &Namespace) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        if self.con.is_some() && self.client.primary_moved(self.cfg.io_timeout) {
+            self.con = None;
+        }
         if self.con.is_none() {
             self.con = Some(connect(&self.cfg, &self.client)?);
         }
@@ -115,13 +122,32 @@ impl Producer {
             },
             _ => None,
         };
-        if let Some(e) = redis_error {
-            // Anything but an error reply from the server leaves the connection in doubt.
-            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                self.con = None;
-            }
+        if redis_error.is_some_and(crate::connection::unfit) {
+            self.con = None;
         }
         r
+    }
+
+    /// [`with_con`](Producer::with_con) for a call of one script: refused with `READONLY`
+    /// (it did not run: the connection reached a demoted primary), it is sent once more on a
+    /// new connection. Should that connection fail (no primary yet), the refusal is returned.
+    fn with_con_again<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Con, &Namespace) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let r = self.with_con(&mut f);
+        match &r {
+            Err(Error::Redis(e)) if crate::connection::is_readonly(e) => {
+                match connect(&self.cfg, &self.client) {
+                    Ok(con) => {
+                        self.con = Some(con);
+                        self.with_con(f)
+                    }
+                    Err(_) => r,
+                }
+            }
+            _ => r,
+        }
     }
 
     fn check(&self, id: &str, payload: &[u8]) -> Result<(), Error> {
@@ -172,7 +198,7 @@ impl Producer {
     fn store(&mut self, task: Task<'_>) -> Result<Scheduled, Error> {
         let task = self.checked(task)?;
         let now = protocol::now(&self.cfg);
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             let shard = ns.shard_of(task.id);
             let call = Schedule {
                 keys: &ns.shards[shard as usize],
@@ -249,7 +275,7 @@ impl Producer {
             groups.push(self.ns.shard_of(t.id), t);
         }
         let now = protocol::now(&self.cfg);
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             groups.invoke(con, |shard, tasks| Schedule {
                 keys: &ns.shards[shard as usize],
                 now,
@@ -288,7 +314,7 @@ impl Producer {
             check_id(id)?;
             groups.push(self.ns.shard_of(id), id);
         }
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             groups.invoke(con, |shard, ids| Cancel {
                 keys: &ns.shards[shard as usize],
                 ids,
@@ -322,7 +348,7 @@ impl Producer {
             groups.push(self.ns.shard_of(id), (id, When::new(*run_at)?));
         }
         let now = protocol::now(&self.cfg);
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             groups.invoke(con, |shard, moves| Reschedule {
                 keys: &ns.shards[shard as usize],
                 now,
@@ -337,7 +363,7 @@ impl Producer {
     /// acknowledged).
     pub fn state(&mut self, id: &str) -> Result<TaskState, Error> {
         check_id(id)?;
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             let keys = &ns.shards[ns.shard_of(id) as usize];
             protocol::invoke(con, &State { keys, id })
         })
@@ -345,7 +371,7 @@ impl Producer {
 
     /// Tasks stored in the namespace (pending and in flight), summed over shards.
     pub fn len(&mut self) -> Result<u64, Error> {
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             let mut pipe = redis::pipe();
             for s in &ns.shards {
                 pipe.cmd("HLEN").arg(s.tasks());

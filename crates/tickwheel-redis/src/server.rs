@@ -1,6 +1,7 @@
 //! Starts a private `redis-server` for tests, benchmarks and demos: its own port, its own
 //! directory, the append-only file on with `appendfsync always`, no RDB snapshots; or a
-//! private Redis Cluster of such servers ([`RedisCluster`]).
+//! private Redis Cluster of such servers ([`RedisCluster`]); or a primary with replicas
+//! under private sentinels ([`RedisSentinel`]), for failover tests.
 //!
 //! The binary is `redis-server` from `PATH`, or the path in `TICKWHEEL_REDIS_SERVER`. When it
 //! is missing, [`RedisServer::start`] returns [`Error::Server`] saying how to install it.
@@ -26,6 +27,10 @@ pub struct RedisServer {
     dir: PathBuf,
     binary: String,
     cluster: bool,
+    /// More arguments (a replica's `--replicaof`).
+    extra: Vec<String>,
+    /// A sentinel: its configuration file's text (written once: the sentinel rewrites it).
+    sentinel: Option<String>,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -43,6 +48,16 @@ impl RedisServer {
     }
 
     fn start_with(cluster: bool) -> Result<RedisServer, Error> {
+        RedisServer::start_as(cluster, Vec::new(), None)
+    }
+
+    /// Starts a server with more arguments, or (`sentinel`: a configuration without its
+    /// `port` line, added here) a sentinel.
+    fn start_as(
+        cluster: bool,
+        extra: Vec<String>,
+        sentinel: Option<String>,
+    ) -> Result<RedisServer, Error> {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tickwheel-redis-{}-{}",
@@ -59,6 +74,8 @@ impl RedisServer {
             dir,
             binary,
             cluster,
+            extra,
+            sentinel,
         };
         // The port was free when chosen, but another process may take it (or, in a Cluster,
         // its bus port, 10 000 above) before the server binds it: then it exits at once,
@@ -77,28 +94,47 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), Error> {
         let mut cmd = Command::new(&self.binary);
-        if self.cluster {
+        if let Some(conf) = &self.sentinel {
+            let path = self.dir.join("sentinel.conf");
+            std::fs::write(
+                &path,
+                format!(
+                    "port {}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n{conf}",
+                    self.port,
+                    self.dir.display()
+                ),
+            )
+            .map_err(|e| Error::Server(format!("cannot write {}: {e}", path.display())))?;
+            cmd.arg(&path).arg("--sentinel");
+        } else if self.cluster {
             // nodes.conf lands in --dir.
+            // A node unreachable for 3 s is failed over (Redis's default, 15 s, would
+            // make failover tests long).
             cmd.args([
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                "--cluster-node-timeout",
+                "3000",
             ]);
         }
+        if self.sentinel.is_none() {
+            cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(&self.dir)
+                .args([
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--save",
+                    "",
+                ])
+                .args(["--daemonize", "no", "--logfile", "redis.log"])
+                .args(&self.extra);
+        }
         let child = cmd
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .args(["--daemonize", "no", "--logfile", "redis.log"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -148,6 +184,26 @@ impl RedisServer {
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends the server SIGSTOP (`true`: it stops, its connections stay open and unanswered,
+    /// as a stalled host's) or SIGCONT (`false`).
+    pub fn pause(&self, stop: bool) -> Result<(), Error> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| Error::Server("the server is not running".into()))?;
+        let sig = if stop { "-STOP" } else { "-CONT" };
+        let out = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .output()
+            .map_err(|e| Error::Server(format!("cannot run kill: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Server(format!(
+                "kill {sig} {pid}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
     }
 
     /// Kills the server with SIGKILL (no shutdown, no final save) and waits for it.
@@ -227,6 +283,9 @@ impl RedisServer {
     }
 }
 
+mod sentinel;
+pub use sentinel::{Promotion, RedisSentinel};
+
 /// A Redis Cluster of private `redis-server` nodes (each as [`RedisServer`] starts one, with
 /// `--cluster-enabled yes` and its `nodes.conf` in its own directory), its slots spread evenly
 /// over the primaries by `redis-cli --cluster create`; no replicas ([`start`](RedisCluster::start))
@@ -293,6 +352,9 @@ impl RedisCluster {
     pub fn wait_ok(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         for i in 0..self.nodes.len() {
+            if self.nodes[i].pid().is_none() {
+                continue; // killed
+            }
             loop {
                 let info = self.info(i, "CLUSTER", "INFO")?;
                 let repl = self.info(i, "INFO", "replication")?;
@@ -326,11 +388,12 @@ impl RedisCluster {
         Ok(repl.lines().any(|l| l.trim() == "role:master"))
     }
 
-    /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now.
+    /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now
+    /// (a killed node is neither).
     pub fn replicas(&self) -> Result<Vec<usize>, Error> {
         let mut out = Vec::new();
         for i in 0..self.nodes.len() {
-            if !self.is_primary(i)? {
+            if self.nodes[i].pid().is_some() && !self.is_primary(i)? {
                 out.push(i);
             }
         }
@@ -360,6 +423,39 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.wait_ok(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Kills primary `node` (SIGKILL: writes it acknowledged and had not yet sent to its
+    /// replica are lost) and waits until another node has become a primary (its replica,
+    /// promoted once the others mark it failed: the nodes' timeout is 3 s) and every live
+    /// node reports `cluster_state:ok`. Returns when that was seen.
+    pub fn kill_primary(&mut self, node: usize, timeout: Duration) -> Result<Instant, Error> {
+        let deadline = Instant::now() + timeout;
+        let before = self.replicas()?;
+        if before.contains(&node) {
+            return Err(Error::Server(format!("node {node} is not a primary")));
+        }
+        self.nodes[node].kill();
+        loop {
+            let promoted = before
+                .iter()
+                .any(|&i| self.nodes[i].pid().is_some() && self.is_primary(i).unwrap_or(false));
+            let ok = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].pid().is_some())
+                .all(|i| {
+                    self.info(i, "CLUSTER", "INFO")
+                        .is_ok_and(|t| t.lines().any(|l| l.trim() == "cluster_state:ok"))
+                });
+            if promoted && ok {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Server(format!(
+                    "no replica of node {node} took over within {timeout:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The nodes.

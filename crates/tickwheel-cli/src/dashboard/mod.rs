@@ -56,7 +56,8 @@ const TOKEN_ENV: &str = "TICKWHEEL_DASHBOARD_TOKEN";
 /// `tickwheel dashboard`'s arguments.
 #[derive(Debug, Args)]
 pub struct DashboardArgs {
-    /// The Redis URL (`redis://[user:password@]host[:port][/db]`, or
+    /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
+    /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
     /// `redis+cluster://host:port[,host:port...]`).
     #[arg(long, value_name = "URL")]
     redis: String,

@@ -30,7 +30,8 @@ use tickwheel_redis::{
 /// `tickwheel tasks`'s arguments.
 #[derive(Debug, Args)]
 pub struct TasksArgs {
-    /// The Redis URL (`redis://[user:password@]host[:port][/db]`, or
+    /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
+    /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
     /// `redis+cluster://host:port[,host:port...]`).
     #[arg(long, value_name = "URL")]
     redis: String,

@@ -78,7 +78,8 @@ Required:
   --log FILE                the delivery log, appended to (created if missing)
 
 Options:
-  --url URL                 Redis (redis://, rediss://, redis+cluster://host:port,...)
+  --url URL                 Redis (redis://, rediss://, redis+sentinel://host:port,.../name,
+                            redis+cluster://host:port,...)
                             [default: redis://127.0.0.1:6379/]
   --lease-ms MS             shard lease [default: 5000]
   --visibility-ms MS        visibility timeout of a claim [default: 30000]

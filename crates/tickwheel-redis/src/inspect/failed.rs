@@ -103,7 +103,8 @@ impl Inspector {
         let text = filter.text();
         let mut out = Vec::new();
         self.with_con(|con, ns, _| {
-            for s in shards {
+            out.clear(); // sent again after a broken connection: from the start
+            for &s in &shards {
                 let mut cursor = Some(FailedCursor {
                     from_ms: from,
                     skip: 0,

@@ -82,7 +82,7 @@ impl Producer {
         }
         let now = protocol::now(&self.cfg);
         let window_ms = crate::task::ceil_ms(self.cfg.idempotency_window).unwrap_or(u64::MAX);
-        self.with_con(|con, ns| {
+        self.with_con_again(|con, ns| {
             groups.invoke(con, |shard, tasks| ScheduleOnce {
                 schedule: Schedule {
                     keys: &ns.shards[shard as usize],

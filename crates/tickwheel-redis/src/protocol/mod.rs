@@ -88,13 +88,8 @@ impl ShardKeys {
 pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
     let confirm = Confirm::of(cfg);
     let mut con = match client {
-        Endpoint::Single(client) => {
-            let con = client.get_connection_with_timeout(cfg.io_timeout)?;
-            con.set_read_timeout(Some(cfg.io_timeout))?;
-            con.set_write_timeout(Some(cfg.io_timeout))?;
-            Con::single(con, confirm)
-        }
         Endpoint::Cluster(client, _) => Con::cluster(client, cfg.io_timeout, confirm)?,
+        _ => Con::single(client.plain_connection(cfg.io_timeout)?.0, confirm),
     };
     scripts::scripts().load_all(&mut con)?;
     Ok(con)

@@ -119,6 +119,18 @@ impl ServerClock {
         i
     }
 
+    /// Forgets the estimate of `node`'s clock (`""`: the one server's): under Sentinel, after
+    /// a failover, `""` is another node with a clock of its own, which the old node's
+    /// estimate must not stand for (a new primary whose clock is behind would make the
+    /// deliveries early by the difference). Until the next reading, deliveries timed by it
+    /// wait.
+    pub(crate) fn forget(&self, node: &str) {
+        let mut n = self.lock();
+        if let Some(&i) = n.ids.get(node) {
+            n.clocks[i as usize] = None;
+        }
+    }
+
     /// Now by the clock of node `node` (an index from [`ServerClock::observe`]), µs since the Unix
     /// epoch, never ahead of that node's clock; `None` before any reading of it.
     pub(crate) fn node_now_us(&self, node: u32) -> Option<u64> {
@@ -182,26 +194,27 @@ pub(crate) fn clock_loop(
     let mut cluster = ClusterProbe::default();
     while !stop.load(Ordering::SeqCst) {
         match &client {
-            Endpoint::Single(c) => probe_single(c, &mut single, &clock, io_timeout),
             Endpoint::Cluster(c, _) => cluster.probe(c, &clock),
+            _ => probe_single(&client, &mut single, &clock, io_timeout),
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 /// One reading of a single server's clock with `TIME` (a command that writes nothing),
-/// reconnecting first if the last one failed.
+/// reconnecting first if the last one failed (under Sentinel, to the primary of now).
 fn probe_single(
-    client: &redis::Client,
+    client: &Endpoint,
     con: &mut Option<redis::Connection>,
     clock: &ServerClock,
     io_timeout: Duration,
 ) {
+    if con.is_some() && client.primary_moved(io_timeout) {
+        *con = None;
+        clock.forget("");
+    }
     if con.is_none() {
-        *con = client.get_connection_with_timeout(io_timeout).ok();
-        if let Some(c) = con {
-            let _ = c.set_read_timeout(Some(io_timeout));
-        }
+        *con = client.plain_connection(io_timeout).ok().map(|(c, _)| c);
     }
     if let Some(c) = con.as_mut() {
         match redis::cmd("TIME").query::<(i64, i64)>(c) {

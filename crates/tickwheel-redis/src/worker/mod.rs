@@ -60,11 +60,25 @@ const RECONNECT_MAX: Duration = Duration::from_millis(100);
 pub(crate) struct Redis {
     pub(crate) client: Endpoint,
     pub(crate) con: Option<Con>,
+    /// Under Sentinel, the primary moved since the last [`Worker::reset`].
+    pub(crate) moved: bool,
 }
 
 impl Redis {
-    /// The connection, opened again if the last one broke.
+    /// The connection, opened again if the last one broke. Under Sentinel, a connection to
+    /// a primary the sentinels no longer name is an error, as a broken one is: the worker
+    /// then reads its windows again from the new primary (what it read from the old one
+    /// since the failover, and the horizons it recorded there, are lost with it).
     pub(crate) fn con_or_reconnect(&mut self, cfg: &Config) -> Result<&mut Con, Error> {
+        if self.con.is_some() && self.client.primary_moved(cfg.io_timeout) {
+            self.con = None;
+            self.moved = true;
+            let moved = std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the sentinels name another primary",
+            );
+            return Err(Error::Redis(moved.into()));
+        }
         if self.con.is_none() {
             self.con = Some(connect(cfg, &self.client)?);
         }
@@ -179,6 +193,7 @@ impl Worker {
             redis: Redis {
                 client,
                 con: Some(con),
+                moved: false,
             },
             ns,
             id,
@@ -255,6 +270,7 @@ impl Worker {
     /// it shares must stay sound across a panic.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
+        self.reset_if_unfit(&step);
         self.publish_status(step.is_ok());
         step?;
         let leases = self.shards.leases();
@@ -265,6 +281,7 @@ impl Worker {
             self.take_outcome(d);
         }
         let sent = self.send_outcomes(true);
+        self.reset_if_unfit(&sent);
         self.publish_status(sent.is_ok());
         sent?;
         Ok(n)
@@ -403,8 +420,21 @@ impl Worker {
         r
     }
 
-    /// Forgets the connection, and marks every window to be read again (notices may have
-    /// been missed meanwhile). Kept: the leases (renewed next); the wheel, so that what it
+    /// After an error that leaves the connection unfit (it broke, or reached a demoted
+    /// primary: `READONLY`), [`reset`](Worker::reset): the next step reconnects (under
+    /// Sentinel, to the primary the sentinels name then) and reads the windows again.
+    /// `run` resets after every Redis error.
+    fn reset_if_unfit<T>(&mut self, r: &Result<T, Error>) {
+        if let Err(Error::Redis(e)) = r {
+            if crate::connection::unfit(e) {
+                self.reset();
+            }
+        }
+    }
+
+    /// Forgets the connection (and, after a failover under Sentinel, the old primary's clock
+    /// estimate), and marks every window to be read again (notices may have been missed
+    /// meanwhile). Kept: the leases (renewed next); the wheel, so that what it
     /// holds is claimed as soon as Redis answers, before the windows are read again (a claim
     /// checks each task against Redis: one cancelled or moved meanwhile is answered "gone"
     /// or "not yet"); the claimed tasks (delivered while their leases hold); and every
@@ -412,6 +442,10 @@ impl Worker {
     /// once Redis answers again, each fenced by the epoch it was delivered under.
     fn reset(&mut self) {
         self.redis.con = None;
+        if std::mem::take(&mut self.redis.moved) {
+            // The one server's clock is the new primary's now.
+            self.clock.forget("");
+        }
         self.shards.unload_all();
     }
 

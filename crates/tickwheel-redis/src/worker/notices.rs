@@ -104,7 +104,7 @@ pub(crate) fn subscribe_loop(
     while !stop.load(Ordering::SeqCst) {
         let mut up = false;
         let r = (|| -> redis::RedisResult<()> {
-            let mut con = client.pubsub_connection(io_timeout)?;
+            let (mut con, _) = client.plain_connection(io_timeout)?;
             con.set_read_timeout(Some(Duration::from_millis(200)))?;
             let mut ps = con.as_pubsub();
             ps.subscribe(&channel)?;
@@ -115,6 +115,16 @@ pub(crate) fn subscribe_loop(
             loop {
                 if stop.load(Ordering::SeqCst) {
                     return Ok(());
+                }
+                // Under Sentinel, a subscription on a demoted primary goes on (a replica
+                // serves it) and one on a stopped primary hears nothing without an error:
+                // each second, whether the sentinels still name its node.
+                if client.primary_moved(io_timeout) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        "the primary moved",
+                    )
+                    .into());
                 }
                 match ps.get_message() {
                     Ok(msg) => {

@@ -139,6 +139,24 @@ fn a_claim_waits_for_the_clock_of_the_node_that_claimed_it() {
 /// lowers nothing, an exact one tightens it, and without samples it slides back 1 ms a
 /// second; a node never read has no estimate at all, so nothing claimed on it could be
 /// delivered.
+/// Under Sentinel the one server (node `""`) is another machine after a failover: its
+/// estimate is forgotten, so a new primary whose clock is behind the old one's is not
+/// taken to be ahead (which would deliver early by the difference).
+#[test]
+fn a_failover_forgets_the_old_primarys_clock() {
+    let t0: u64 = 1_800_000_000_000_000;
+    let (clock, _local) = virtual_clock(t0);
+    let n = clock.observe("", t0 as i64 + 50_000, t0); // the old primary: 50 ms ahead
+    clock.forget("");
+    assert_eq!(
+        clock.node_now_us(n),
+        None,
+        "no estimate until the new primary is read"
+    );
+    clock.observe("", t0 as i64, t0); // the new one: on time
+    assert_eq!(clock.node_now_us(n), Some(t0));
+}
+
 #[test]
 fn node_estimates_are_lower_bounds_of_their_own_node() {
     let t0: u64 = 1_800_000_000_000_000;

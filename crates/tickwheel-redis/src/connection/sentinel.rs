@@ -1,0 +1,281 @@
+//! A primary watched by Redis Sentinel: each connection asks a sentinel where the primary is
+//! now, and checks (`ROLE`) that the node it reaches is one.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
+
+use crate::config::SENTINEL_SCHEME;
+
+/// The port of a sentinel whose address names none (Redis Sentinel's default).
+const SENTINEL_PORT: u16 = 26379;
+
+/// How often a client asks the sentinels whether the primary it reached is still the
+/// primary (see [`Sentinel::moved`]).
+pub(crate) const MOVE_CHECK: Duration = Duration::from_secs(1);
+
+/// The longest a client waits for a sentinel's answer to that check (a sentinel answers in
+/// well under a millisecond; one that does not answer at all is passed over for the next).
+const CHECK_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Where to find a primary that Redis Sentinel watches: the sentinels to ask, in the order
+/// the URL lists them, the name they know the primary by, and how to reach the primary once
+/// found (the URL's credentials and database); and the primary the last connection reached.
+/// A clone starts without the last: each owner of a connection has its own.
+#[derive(Debug)]
+pub(crate) struct Sentinel {
+    sentinels: Vec<Client>,
+    name: String,
+    /// `user:password@` as the URL spells it (still percent-encoded), or empty.
+    auth: String,
+    db: u32,
+    /// The primary the last connection reached (`host:port`), and when the sentinels last
+    /// confirmed it.
+    reached: Mutex<Option<(String, Instant)>>,
+    /// The sentinel that answered last: asked first next time, so that one down costs its
+    /// timeout once, not at every connection and check.
+    answered: AtomicUsize,
+}
+
+impl Clone for Sentinel {
+    fn clone(&self) -> Sentinel {
+        Sentinel {
+            sentinels: self.sentinels.clone(),
+            name: self.name.clone(),
+            auth: self.auth.clone(),
+            db: self.db,
+            reached: Mutex::new(None),
+            answered: AtomicUsize::new(self.answered.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl Sentinel {
+    /// Parses `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<name>[/db]`
+    /// (a sentinel's port defaults to 26379); `Err` says what is wrong.
+    pub(crate) fn parse(url: &str) -> Result<Sentinel, String> {
+        let form = "expected redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]";
+        let rest = url
+            .strip_prefix(SENTINEL_SCHEME)
+            .ok_or_else(|| form.to_string())?;
+        let (authority, path) = rest
+            .split_once('/')
+            .ok_or_else(|| format!("no primary name: {form}"))?;
+        let (auth, hosts) = match authority.rsplit_once('@') {
+            Some((auth, hosts)) => (format!("{auth}@"), hosts),
+            None => (String::new(), authority),
+        };
+        let path = path.strip_suffix('/').unwrap_or(path);
+        let (name, db) = match path.split_once('/') {
+            Some((name, db)) => {
+                let db = db
+                    .parse::<u32>()
+                    .map_err(|_| format!("the database must be a number, not {db:?}: {form}"))?;
+                (name, db)
+            }
+            None => (path, 0),
+        };
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("no primary name: {form}"));
+        }
+        if hosts.is_empty() {
+            return Err(format!("no sentinel: {form}"));
+        }
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() || host.contains('@') {
+                return Err(format!("bad sentinel address {host:?}: {form}"));
+            }
+            // `host`, `host:port`, `[::1]` or `[::1]:port`.
+            let has_port = host
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| !p.ends_with(']'));
+            let url = if has_port {
+                format!("redis://{host}/")
+            } else {
+                format!("redis://{host}:{SENTINEL_PORT}/")
+            };
+            let client =
+                Client::open(url.as_str()).map_err(|e| format!("sentinel {host:?}: {e}"))?;
+            sentinels.push(client);
+        }
+        Ok(Sentinel {
+            sentinels,
+            name: name.to_string(),
+            auth,
+            db,
+            reached: Mutex::new(None),
+            answered: AtomicUsize::new(0),
+        })
+    }
+
+    /// The sentinels, the one that answered last first, then the others in the URL's order
+    /// from there; and each one's index.
+    fn in_turn(&self) -> impl Iterator<Item = (usize, &Client)> {
+        let n = self.sentinels.len();
+        let first = self.answered.load(Ordering::Relaxed) % n;
+        (0..n).map(move |k| ((first + k) % n, &self.sentinels[(first + k) % n]))
+    }
+
+    /// What sentinel `i` names as the primary (`SENTINEL get-master-addr-by-name`), asked
+    /// within `timeout`: `Ok(None)` when it knows no primary of that name. An answer makes
+    /// it the one asked first next time.
+    fn ask(&self, i: usize, s: &Client, timeout: Duration) -> RedisResult<Option<String>> {
+        let mut con = s.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        let addr = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.name)
+            .query::<Option<(String, u16)>>(&mut con)?;
+        self.answered.store(i, Ordering::Relaxed);
+        Ok(addr.map(|(host, port)| {
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        }))
+    }
+
+    /// A connection to the primary, its read and write timeouts set to `timeout`, and the
+    /// primary's address (`host:port`). Asks the sentinels in turn (the URL's order, from
+    /// the one that answered last) and connects to the first primary named whose `ROLE` says it is one: right after a
+    /// failover a sentinel may still name the old primary (gone, or demoted) while another
+    /// names the new one. An I/O error when none does (a retry may help);
+    /// [`ErrorKind::MasterNameNotFoundBySentinel`] when every sentinel that answered knows
+    /// no primary of that name.
+    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<(Connection, String)> {
+        let mut failed = Vec::new();
+        let mut tried: Vec<String> = Vec::new();
+        let mut unknown = false;
+        for (i, s) in self.in_turn() {
+            let addr = match self.ask(i, s, timeout) {
+                Ok(Some(addr)) => addr,
+                Ok(None) => {
+                    unknown = true;
+                    continue;
+                }
+                Err(e) => {
+                    failed.push(format!("sentinel {}: {e}", s.get_connection_info().addr()));
+                    continue;
+                }
+            };
+            if tried.contains(&addr) {
+                continue;
+            }
+            match self.primary_at(&addr, timeout) {
+                Ok(con) => {
+                    *self.reached() = Some((addr.clone(), Instant::now()));
+                    return Ok((con, addr));
+                }
+                Err(e) => failed.push(format!("primary {addr}: {e}")),
+            }
+            tried.push(addr);
+        }
+        if unknown && tried.is_empty() {
+            return Err(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel knows a primary of this name",
+                format!("{:?} ({})", self.name, failed.join("; ")),
+            )));
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("no primary {:?} reached: {}", self.name, failed.join("; ")),
+        )
+        .into())
+    }
+
+    /// A connection to `addr`, checked with `ROLE` to be a primary.
+    fn primary_at(&self, addr: &str, timeout: Duration) -> RedisResult<Connection> {
+        let url = format!("redis://{}{addr}/{}", self.auth, self.db);
+        let mut con = Client::open(url.as_str())?.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        let role: Vec<Value> = redis::cmd("ROLE").query(&mut con)?;
+        let role = match role.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        if role != "master" {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("a {role}, not a primary (a failover is under way)"),
+            )
+            .into());
+        }
+        Ok(con)
+    }
+
+    fn reached(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
+        self.reached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the primary the last connection reached is no longer the primary: at most
+    /// every [`MOVE_CHECK`] (else `false` at once), the first sentinel that answers names
+    /// another node (each asked within 200 ms at most). A connection to a primary that a
+    /// failover demoted goes on working until a sentinel tells the node to replicate the
+    /// new primary (it then closes its clients' connections), which may take seconds;
+    /// writes it takes meanwhile are lost with it: so a client asks, rather than wait for
+    /// an error.
+    pub(crate) fn moved(&self, timeout: Duration) -> bool {
+        let addr = {
+            let mut reached = self.reached();
+            match &mut *reached {
+                Some((addr, checked)) if checked.elapsed() >= MOVE_CHECK => {
+                    *checked = Instant::now();
+                    addr.clone()
+                }
+                _ => return false,
+            }
+        };
+        for (i, s) in self.in_turn() {
+            if let Ok(Some(now)) = self.ask(i, s, timeout.min(CHECK_TIMEOUT)) {
+                if now != addr {
+                    *self.reached() = None;
+                    return true;
+                }
+                return false;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let s = Sentinel::parse("redis+sentinel://a:1,b,[::1]:3,[::2]/main/2").unwrap();
+        let addrs: Vec<String> = s
+            .sentinels
+            .iter()
+            .map(|c| c.get_connection_info().addr().to_string())
+            .collect();
+        assert_eq!(addrs, ["a:1", "b:26379", "::1:3", "::2:26379"]);
+        assert_eq!((s.name.as_str(), s.db, s.auth.as_str()), ("main", 2, ""));
+        let s = Sentinel::parse("redis+sentinel://u:p%40w@h:5/m/").unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.db, s.auth.as_str()),
+            ("m", 0, "u:p%40w@")
+        );
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel:///m",
+            "redis+sentinel://h:1,/m",
+            "redis+sentinel://h:1/m/x",
+            "redis+sentinel://h:1/m/1/2",
+            "redis+sentinel://h:x/m",
+            "redis://h/m",
+        ] {
+            assert!(Sentinel::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
