@@ -277,3 +277,95 @@ fn a_worker_joining_as_redis_comes_back_leaves_owned_shards_to_their_owners_for_
     assert_eq!(next.owned_shards(), vec![0, 1, 2, 3]);
     drop(owner);
 }
+
+/// A worker driven by `tick` (no `run`) through a Redis restart: the ticks during the outage
+/// fail, and once Redis answers the next tick reconnects (it does not keep the broken
+/// connection), leaves owned shards to their owners for the grace as `run` does, and
+/// delivers what is due, each task once. Manual clock: the grace is deterministic.
+#[test]
+fn a_worker_driven_by_tick_reconnects_after_an_outage_and_waits_the_grace() {
+    let mut server = common::server();
+    let time = ManualTime::new(1_000_000);
+    let mut cfg = Config::new(server.url(), "ticking");
+    cfg.shards = 4;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.lease = Duration::from_secs(2);
+    cfg.maintenance_interval = Duration::from_millis(500);
+    cfg.connect_timeout = Duration::ZERO;
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let ack = &mut move |d: &Delivery| {
+        log.lock()
+            .unwrap()
+            .entry(d.id.clone())
+            .or_default()
+            .push(d.attempt);
+        Outcome::Ack
+    };
+    // Two workers share the shards; `a` is driven through the outage, `b` sits it out and
+    // renews right after it.
+    let mut a = Worker::connect(&cfg).unwrap();
+    a.tick(ack).unwrap();
+    let mut b = Worker::connect(&cfg).unwrap();
+    let quiet = &mut |_: &Delivery| Outcome::Ack;
+    for _ in 0..6 {
+        time.advance(Duration::from_millis(500));
+        b.tick(quiet).unwrap();
+        a.tick(ack).unwrap();
+    }
+    let (held_a, held_b) = (a.owned_shards(), b.owned_shards());
+    assert_eq!(held_a.len(), 2, "a holds {held_a:?}, b {held_b:?}");
+
+    server.kill();
+    // A tick with nothing to send touches no connection; a maintenance step does.
+    time.advance(Duration::from_millis(500));
+    assert!(
+        a.tick(ack).is_err(),
+        "a maintenance step with Redis down succeeded"
+    );
+    time.advance(Duration::from_secs(3)); // past the lease: every lease has run out
+    assert!(a.tick(ack).is_err());
+    server.restart().unwrap();
+
+    // The first tick after the outage answers: the connection is opened again.
+    a.tick(ack).expect("a tick after Redis came back");
+    // Within the grace `a` takes none of `b`'s shards, though their leases ran out.
+    for _ in 0..2 {
+        time.advance(Duration::from_millis(500));
+        a.tick(ack).unwrap();
+        for s in &held_b {
+            assert!(
+                !a.owned_shards().contains(s),
+                "a took b's shard {s} within the grace"
+            );
+        }
+    }
+    // And it delivers: a task on every shard, due now, each delivered once.
+    let mut producer = Producer::connect(&cfg).unwrap();
+    let now = time.now_ms();
+    let ids: Vec<String> = (0..40).map(|i| format!("after-{i}")).collect();
+    producer
+        .schedule_many(
+            ids.iter()
+                .map(|id| Task::new(id, RunAt::AtMillis(now), b"")),
+        )
+        .unwrap();
+    b.shutdown();
+    // The notification subscription reconnects on its own thread, in real time: until it
+    // is back the windows wait (a window read without it could miss a notice).
+    let until = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < ids.len() && Instant::now() < until {
+        time.advance(Duration::from_millis(100));
+        a.tick(ack).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seen = seen.lock().unwrap();
+    for id in &ids {
+        assert_eq!(
+            seen.get(id).map(Vec::len),
+            Some(1),
+            "{id}: {:?}",
+            seen.get(id)
+        );
+    }
+}

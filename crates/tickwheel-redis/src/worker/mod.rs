@@ -62,6 +62,9 @@ pub(crate) struct Redis {
     pub(crate) con: Option<Con>,
     /// Under Sentinel, the primary moved since the last [`Worker::reset`].
     pub(crate) moved: bool,
+    /// The last step failed with a Redis error, and none has succeeded since (see
+    /// [`Worker::track_link`]).
+    pub(crate) down: bool,
 }
 
 impl Redis {
@@ -194,6 +197,7 @@ impl Worker {
                 client,
                 con: Some(con),
                 moved: false,
+                down: false,
             },
             ns,
             id,
@@ -270,7 +274,7 @@ impl Worker {
     /// it shares must stay sound across a panic.
     pub fn tick(&mut self, handler: &mut dyn FnMut(&Delivery) -> Outcome) -> Result<usize, Error> {
         let step = self.io_step(false);
-        self.reset_if_unfit(&step);
+        self.track_link(&step);
         self.publish_status(step.is_ok());
         step?;
         let leases = self.shards.leases();
@@ -281,7 +285,7 @@ impl Worker {
             self.take_outcome(d);
         }
         let sent = self.send_outcomes(true);
-        self.reset_if_unfit(&sent);
+        self.track_link(&sent);
         self.publish_status(sent.is_ok());
         sent?;
         Ok(n)
@@ -360,47 +364,20 @@ impl Worker {
     /// `run`'s I/O thread.
     fn io_loop(&mut self) -> Result<(), Error> {
         let mut backoff = Duration::from_millis(50);
-        let mut disconnected = false;
         let r = loop {
             if self.link.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            match self.io_step(true) {
+            let step = self.io_step(true);
+            self.track_link(&step);
+            match step {
                 Ok(()) => {
-                    if std::mem::take(&mut disconnected) {
-                        // Redis answers again, and so do the other workers within a
-                        // reconnection wait: a live owner renews in its first step. A shard
-                        // still unrenewed a grace later is an orphan (see `rebalance`).
-                        self.shards.acquire_after_us = self.clock.lease_us() + self.grace_us();
-                        self.emit(WorkerEvent::Reconnected);
-                    }
                     backoff = Duration::from_millis(50);
                     self.publish_status(true);
                     self.forward(false);
                     self.wait();
                 }
-                Err(e @ (Error::Redis(_) | Error::NotConfirmed { .. })) => {
-                    // A write too few replicas confirmed is handled as a lost reply (it may
-                    // be lost in a failover): its outcomes held and sent again, its claims
-                    // sent again before any is delivered, a renewal not counted. The
-                    // connection is kept: its next `WAIT` covers the earlier writes too.
-                    let keep = match e {
-                        Error::NotConfirmed { .. } => self.redis.con.take(),
-                        _ => None,
-                    };
-                    self.stats.redis_errors += 1;
-                    // Leases may run out while Redis is away, their owners alive: once it is
-                    // back, they renew first (see `rebalance`). Until then, no acquisition.
-                    self.shards.acquire_after_us = u64::MAX;
-                    if !std::mem::replace(&mut disconnected, true) {
-                        self.emit(WorkerEvent::Disconnected {
-                            error: e.to_string(),
-                        });
-                    }
-                    self.reset();
-                    if keep.is_some() {
-                        self.redis.con = keep;
-                    }
+                Err(Error::Redis(_) | Error::NotConfirmed { .. }) => {
                     self.publish_status(false);
                     self.forward(false);
                     let until = std::time::Instant::now() + backoff;
@@ -420,15 +397,48 @@ impl Worker {
         r
     }
 
-    /// After an error that leaves the connection unfit (it broke, or reached a demoted
-    /// primary: `READONLY`), [`reset`](Worker::reset): the next step reconnects (under
-    /// Sentinel, to the primary the sentinels name then) and reads the windows again.
-    /// `run` resets after every Redis error.
-    fn reset_if_unfit<T>(&mut self, r: &Result<T, Error>) {
-        if let Err(Error::Redis(e)) = r {
-            if crate::connection::unfit(e) {
-                self.reset();
+    /// Follows the link to Redis across steps, the same for [`tick`](Worker::tick) and
+    /// `run`'s I/O thread: the one place a step's Redis error is handled.
+    ///
+    /// After a Redis error: [`reset`](Worker::reset) (the next step reconnects, under
+    /// Sentinel to the primary the sentinels name then, and reads the windows again), and no
+    /// shard is acquired until Redis answers again (leases may run out while Redis is away,
+    /// their owners alive). A write too few replicas confirmed ([`Error::NotConfirmed`]) is
+    /// handled as a lost reply (it may be lost in a failover: its outcomes held and sent
+    /// again, its claims sent again before any is delivered, a renewal not counted), but
+    /// its connection is kept: its next `WAIT` covers the earlier writes too. The first
+    /// error of an outage emits [`WorkerEvent::Disconnected`].
+    ///
+    /// The first step that succeeds after errors emits [`WorkerEvent::Reconnected`] and
+    /// starts the grace: the other workers are back within a reconnection wait too, and a
+    /// live owner renews in its first step, so a shard still unrenewed a grace later is an
+    /// orphan (see `rebalance`).
+    fn track_link(&mut self, step: &Result<(), Error>) {
+        match step {
+            Ok(()) => {
+                if std::mem::take(&mut self.redis.down) {
+                    self.shards.acquire_after_us = self.clock.lease_us() + self.grace_us();
+                    self.emit(WorkerEvent::Reconnected);
+                }
             }
+            Err(e @ (Error::Redis(_) | Error::NotConfirmed { .. })) => {
+                let keep = match e {
+                    Error::NotConfirmed { .. } => self.redis.con.take(),
+                    _ => None,
+                };
+                self.stats.redis_errors += 1;
+                self.shards.acquire_after_us = u64::MAX;
+                if !std::mem::replace(&mut self.redis.down, true) {
+                    self.emit(WorkerEvent::Disconnected {
+                        error: e.to_string(),
+                    });
+                }
+                self.reset();
+                if keep.is_some() {
+                    self.redis.con = keep;
+                }
+            }
+            Err(_) => {}
         }
     }
 
