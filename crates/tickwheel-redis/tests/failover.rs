@@ -269,52 +269,8 @@ fn under_load(what: &str, ns: &str, fault: impl FnOnce(&mut RedisCluster) -> Ins
     p.schedule("far", RunAt::AtMillis(4_000_000_000_000), b"x")
         .unwrap();
     let run = load::run(&cfg, &load, || fault(&mut c));
-    let f = run.figures();
-    eprintln!(
-        "{what} (Cluster, {confirm} confirming): stored {}, lost {} ({} stored within 1 s before the fault), \
-         early {}, duplicates {} ({} stored twice), acknowledged twice {}, failed calls {} \
-         (retries found {} tasks stored), last failure {:?} ms after cluster_state:ok (fault \
-         to ok {} ms); lateness p50/p99/max of tasks due after the fault {:?} ms, before {:?} \
-         ms; errors {:#?}",
-        f.stored,
-        f.lost.len(),
-        f.lost_near_fault,
-        f.early,
-        f.duplicates,
-        f.by_retry,
-        f.acked_twice,
-        f.failed_calls,
-        run.found_stored,
-        f.last_failure_after_ready_ms,
-        run.ready_ms - run.fault_ms,
-        f.late_after,
-        f.late_before,
-        run.errors(),
-    );
-    assert_eq!(f.early, 0, "never early");
-    assert_eq!(
-        f.by_retry, 0,
-        "a retried schedule_once stores no task twice"
-    );
-    assert!(
-        f.last_failure_after_ready_ms.unwrap_or(i64::MIN) < FOLLOW.as_millis() as i64,
-        "every call succeeds within {FOLLOW:?} of cluster_state:ok: last failure {:?} ms",
-        f.last_failure_after_ready_ms
-    );
-    if confirm > 0 {
-        // The issue's target: every write a replica confirmed survives the promotion.
-        assert!(f.lost.is_empty(), "lost: {:?}", f.lost);
-        assert_eq!(f.acked_twice, 0, "acknowledged twice");
-    } else {
-        // Asynchronous replication: only what the primary acknowledged just before the
-        // fault may be lost (reported above).
-        assert_eq!(
-            f.lost.len(),
-            f.lost_near_fault,
-            "lost tasks stored long before the fault: {:?}",
-            f.lost
-        );
-    }
+    let f = load::report(&format!("{what} (Cluster, {confirm} confirming)"), &run);
+    f.assert_target(confirm, FOLLOW);
     let stats = inspector.stats().unwrap();
     assert_eq!((stats.pending(), stats.in_flight()), (1, 0), "{stats:?}");
     assert!(inspector.show("far").unwrap().is_some());

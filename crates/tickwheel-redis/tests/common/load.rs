@@ -361,3 +361,67 @@ impl Run {
         seen
     }
 }
+
+/// Prints a run's figures (and its errors, and the first lost ids) under `what`, and
+/// returns them.
+pub fn report(what: &str, run: &Run) -> Figures {
+    let f = run.figures();
+    eprintln!(
+        "{what}: stored {}, lost {} ({} stored within 1 s before the fault), early {}, \
+         duplicates {} ({} stored twice), acknowledged twice {}, failed calls {} (retries \
+         found {} tasks stored), last failure {:?} ms after ready (fault to ready {} ms); \
+         lateness p50/p99/max of tasks due after the fault {:?} ms, before {:?} ms",
+        f.stored,
+        f.lost.len(),
+        f.lost_near_fault,
+        f.early,
+        f.duplicates,
+        f.by_retry,
+        f.acked_twice,
+        f.failed_calls,
+        run.found_stored,
+        f.last_failure_after_ready_ms,
+        run.ready_ms - run.fault_ms,
+        f.late_after,
+        f.late_before,
+    );
+    eprintln!("{what}: errors seen: {:#?}", run.errors());
+    if !f.lost.is_empty() {
+        eprintln!("{what}: lost {:?}", &f.lost[..f.lost.len().min(20)]);
+    }
+    f
+}
+
+impl Figures {
+    /// Issue 35's target for a failover under load: never early; a retried
+    /// `schedule_once` stores no task twice; every call succeeds again within `follow` of
+    /// the new primary being ready; and with `confirm` replicas confirming each write,
+    /// nothing stored is lost and nothing acknowledged twice (without, only what the primary
+    /// acknowledged within a second before the fault may be lost).
+    pub fn assert_target(&self, confirm: u32, follow: Duration) {
+        assert_eq!(self.early, 0, "never early");
+        assert_eq!(
+            self.by_retry, 0,
+            "a retried schedule_once stores no task twice"
+        );
+        assert!(
+            self.last_failure_after_ready_ms.unwrap_or(i64::MIN) < follow.as_millis() as i64,
+            "every call succeeds within {follow:?} of the new primary: last failure {:?} ms",
+            self.last_failure_after_ready_ms
+        );
+        if confirm > 0 {
+            // Every write a replica confirmed survives the promotion.
+            assert!(self.lost.is_empty(), "lost: {:?}", self.lost);
+            assert_eq!(self.acked_twice, 0, "acknowledged twice");
+        } else {
+            // Asynchronous replication: only what the primary acknowledged just before the
+            // fault may be lost (reported by `report`).
+            assert_eq!(
+                self.lost.len(),
+                self.lost_near_fault,
+                "lost tasks stored long before the fault: {:?}",
+                self.lost
+            );
+        }
+    }
+}
