@@ -229,6 +229,18 @@ fn an_orphaned_shard_is_taken_a_grace_after_a_restart_not_a_lease() {
     eprintln!("orphans taken after {taken:?}, every task delivered after {delivered:?}");
 }
 
+/// A namespace of 4 shards on a manual clock with a 2 s lease and a 500 ms maintenance
+/// interval (a grace of 1.5 s), and its clock.
+fn on_manual_time(server: &tickwheel_redis::server::RedisServer, ns: &str) -> (ManualTime, Config) {
+    let time = ManualTime::new(1_000_000);
+    let mut cfg = Config::new(server.url(), ns);
+    cfg.shards = 4;
+    cfg.time = TimeSource::Manual(time.clone());
+    cfg.lease = Duration::from_secs(2);
+    cfg.maintenance_interval = Duration::from_millis(500);
+    (time, cfg)
+}
+
 /// A worker that joins as Redis comes back from an outage longer than the lease (a worker
 /// started, or restarted after a crash, while Redis was down: its connection waited for
 /// Redis) finds every lease expired by Redis's clock, their owners alive and about to renew.
@@ -240,12 +252,7 @@ fn an_orphaned_shard_is_taken_a_grace_after_a_restart_not_a_lease() {
 #[test]
 fn a_worker_joining_as_redis_comes_back_leaves_owned_shards_to_their_owners_for_a_grace() {
     let mut server = common::server();
-    let time = ManualTime::new(1_000_000);
-    let mut cfg = Config::new(server.url(), "joining");
-    cfg.shards = 4;
-    cfg.time = TimeSource::Manual(time.clone());
-    cfg.lease = Duration::from_secs(2);
-    cfg.maintenance_interval = Duration::from_millis(500);
+    let (time, cfg) = on_manual_time(&server, "joining");
     let ack = &mut |_: &Delivery| Outcome::Ack;
     let mut owner = Worker::connect(&cfg).unwrap();
     owner.tick(ack).unwrap();
@@ -285,12 +292,7 @@ fn a_worker_joining_as_redis_comes_back_leaves_owned_shards_to_their_owners_for_
 #[test]
 fn a_worker_driven_by_tick_reconnects_after_an_outage_and_waits_the_grace() {
     let mut server = common::server();
-    let time = ManualTime::new(1_000_000);
-    let mut cfg = Config::new(server.url(), "ticking");
-    cfg.shards = 4;
-    cfg.time = TimeSource::Manual(time.clone());
-    cfg.lease = Duration::from_secs(2);
-    cfg.maintenance_interval = Duration::from_millis(500);
+    let (time, mut cfg) = on_manual_time(&server, "ticking");
     cfg.connect_timeout = Duration::ZERO;
     let seen: Seen = Arc::default();
     let log = seen.clone();
