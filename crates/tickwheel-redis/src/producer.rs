@@ -216,6 +216,20 @@ impl Producer {
     }
 
     /// Checks a task's id, payload, run-at, recurrence and policy, and encodes it.
+    /// Checks tasks and groups them by shard, [`Config::batch`] a call (for
+    /// [`schedule_many`](Producer::schedule_many) and its create-only form).
+    fn grouped<'a, I>(&self, tasks: I) -> Result<Groups<ScheduleTask<'a>>, Error>
+    where
+        I: IntoIterator<Item = Task<'a>>,
+    {
+        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
+        for t in tasks {
+            let t = self.checked(t)?;
+            groups.push(self.ns.shard_of(t.id), t);
+        }
+        Ok(groups)
+    }
+
     fn checked<'a>(&self, t: Task<'a>) -> Result<ScheduleTask<'a>, Error> {
         self.check(t.id, t.payload)?;
         let recurrence = t.recurrence.map(Recurrence::encode).transpose()?;
@@ -269,11 +283,7 @@ impl Producer {
     where
         I: IntoIterator<Item = Task<'a>>,
     {
-        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
-        for t in tasks {
-            let t = self.checked(t)?;
-            groups.push(self.ns.shard_of(t.id), t);
-        }
+        let groups = self.grouped(tasks)?;
         let now = protocol::now(&self.cfg);
         self.with_con_again(|con, ns| {
             groups.invoke(con, |shard, tasks| Schedule {

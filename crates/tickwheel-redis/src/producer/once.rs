@@ -1,6 +1,6 @@
 //! Create-only schedules: `schedule_once`, safe to retry after any error.
 
-use super::{Groups, Producer};
+use super::Producer;
 use crate::error::Error;
 use crate::namespace::RunAt;
 use crate::protocol::{self, Schedule, ScheduleOnce, ScheduledOnce};
@@ -75,11 +75,7 @@ impl Producer {
     where
         I: IntoIterator<Item = Task<'a>>,
     {
-        let mut groups = Groups::new(self.ns.shards.len(), self.cfg.batch);
-        for t in tasks {
-            let t = self.checked(t)?;
-            groups.push(self.ns.shard_of(t.id), t);
-        }
+        let groups = self.grouped(tasks)?;
         let now = protocol::now(&self.cfg);
         let window_ms = crate::task::ceil_ms(self.cfg.idempotency_window).unwrap_or(u64::MAX);
         self.with_con_again(|con, ns| {
