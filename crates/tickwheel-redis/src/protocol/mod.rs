@@ -81,6 +81,11 @@ impl ShardKeys {
     pub(crate) fn tasks(&self) -> &str {
         &self.0[1]
     }
+
+    /// The shard's state hash (`owner`, `epoch`, `expires`, ...).
+    pub(crate) fn state(&self) -> &str {
+        &self.0[3]
+    }
 }
 
 /// Opens a connection with the configured timeouts and confirmation

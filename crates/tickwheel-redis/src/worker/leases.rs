@@ -357,7 +357,7 @@ impl Worker {
     /// Whether Redis names another worker the owner of shard `s` (its lease live or not;
     /// a lease this worker took without hearing the reply is its own, taken again at once).
     fn has_owner(&mut self, s: u32) -> Result<bool, Error> {
-        let state = &self.ns.shards[s as usize].0[3];
+        let state = self.ns.shards[s as usize].state();
         let con = self.redis.con_or_reconnect(&self.cfg)?;
         let owner: Option<String> = redis::cmd("HGET").arg(state).arg("owner").query(con)?;
         Ok(owner.is_some_and(|o| !o.is_empty() && o != self.id))
