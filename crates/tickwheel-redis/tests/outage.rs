@@ -33,18 +33,22 @@ fn spawn_recording(
     seen: &Seen,
 ) -> (StopHandle, WorkerStatus, JoinHandle<Result<(), Error>>) {
     let mut w = Worker::connect(cfg).unwrap();
-    let (stop, status, log) = (w.stop_handle(), w.status(), seen.clone());
-    let h = std::thread::spawn(move || {
-        w.run(move |d: &Delivery| {
-            log.lock()
-                .unwrap()
-                .entry(d.id.clone())
-                .or_default()
-                .push(d.attempt);
-            Outcome::Ack
-        })
-    });
+    let (stop, status, mut record) = (w.stop_handle(), w.status(), recorder(seen));
+    let h = std::thread::spawn(move || w.run(move |d: &Delivery| record(d)));
     (stop, status, h)
+}
+
+/// A handler that records every delivery's attempt in `seen` and acknowledges it.
+fn recorder(seen: &Seen) -> impl FnMut(&Delivery) -> Outcome + Send + 'static {
+    let log = seen.clone();
+    move |d: &Delivery| {
+        log.lock()
+            .unwrap()
+            .entry(d.id.clone())
+            .or_default()
+            .push(d.attempt);
+        Outcome::Ack
+    }
 }
 
 /// 200 tasks due `start`..`start + 200` ms.
@@ -295,15 +299,8 @@ fn a_worker_driven_by_tick_reconnects_after_an_outage_and_waits_the_grace() {
     let (time, mut cfg) = on_manual_time(&server, "ticking");
     cfg.connect_timeout = Duration::ZERO;
     let seen: Seen = Arc::default();
-    let log = seen.clone();
-    let ack = &mut move |d: &Delivery| {
-        log.lock()
-            .unwrap()
-            .entry(d.id.clone())
-            .or_default()
-            .push(d.attempt);
-        Outcome::Ack
-    };
+    let mut record = recorder(&seen);
+    let ack = &mut |d: &Delivery| record(d);
     // Two workers share the shards; `a` is driven through the outage, `b` sits it out and
     // renews right after it.
     let mut a = Worker::connect(&cfg).unwrap();
