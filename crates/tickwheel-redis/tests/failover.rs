@@ -158,6 +158,132 @@ fn every_call_follows_a_graceful_failover() {
     assert_eq!(p.len().unwrap(), 100);
 }
 
+/// A client whose seed node still has the slot map from before a failover (gossip has not
+/// reached it yet) reads that stale map each time it reconnects to follow a `MOVED`: it must
+/// keep following, with a growing pause, until the seed learns the new map, not give up
+/// after a burst of redirections (CI saw `reschedule_many` fail with `MOVED` 22 ms after
+/// `cluster_state:ok`). The seed is a proxy that answers `CLUSTER SLOTS` with the map from
+/// before the failover for 500 ms after it.
+#[test]
+fn a_seed_with_a_stale_slot_map_is_followed() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
+    };
+    let seed = StaleSlots::start(c.nodes()[0].port());
+    let mut cfg = Config::cluster(&[format!("127.0.0.1:{}", seed.port)], "stale");
+    cfg.shards = SHARDS;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let before: Vec<String> = (0..200).map(|i| format!("b{i}")).collect();
+    p.schedule_many(tasks(&before, 4_000_000_000_000)).unwrap();
+
+    let ok = failover(&c, 0);
+    seed.stale_for(Duration::from_millis(500));
+    let after: Vec<String> = (0..200).map(|i| format!("a{i}")).collect();
+    let stored = p.schedule_many(tasks(&after, 4_000_000_000_000));
+    eprintln!(
+        "schedule_many answered {:?} after cluster_state:ok",
+        ok.elapsed()
+    );
+    let stored = stored.unwrap_or_else(|e| panic!("schedule_many with a stale seed: {e}"));
+    assert!(stored.iter().all(|s| !s.replaced));
+    assert!(seed.answered() > 0, "the stale map was never read");
+    assert_eq!(p.len().unwrap(), 400);
+    let moved = p
+        .reschedule_many(
+            before
+                .iter()
+                .map(|id| (id, RunAt::AtMillis(4_000_000_000_001))),
+        )
+        .unwrap();
+    assert!(moved.iter().all(|&m| m));
+}
+
+/// A TCP proxy in front of a Cluster node that records the node's first `CLUSTER SLOTS`
+/// reply and, while told to be stale, answers `CLUSTER SLOTS` with it: a seed that gossip
+/// has not reached yet.
+struct StaleSlots {
+    port: u16,
+    until: std::sync::Arc<std::sync::Mutex<(Option<Instant>, usize)>>,
+}
+
+impl StaleSlots {
+    const SLOTS: &'static [u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+    fn start(to: u16) -> StaleSlots {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::{Arc, Mutex};
+        // The map as it is now, read raw.
+        let mut raw = TcpStream::connect(("127.0.0.1", to)).unwrap();
+        raw.write_all(Self::SLOTS).unwrap();
+        raw.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut old = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = raw.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            old.extend_from_slice(&buf[..n]);
+        }
+        assert!(old.starts_with(b"*"), "CLUSTER SLOTS: {old:?}");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let until = Arc::new(Mutex::new((None::<Instant>, 0usize)));
+        let stale = until.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let mut c_stale = c_in.try_clone().unwrap();
+                let (stale, old) = (stale.clone(), old.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut s = stale.lock().unwrap();
+                        if &buf[..n] == Self::SLOTS && s.0.is_some_and(|t| Instant::now() < t) {
+                            s.1 += 1;
+                            if c_stale.write_all(&old).is_err() {
+                                break;
+                            }
+                        } else if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        StaleSlots { port, until }
+    }
+
+    /// Answers `CLUSTER SLOTS` with the recorded map from now until `d` from now.
+    fn stale_for(&self, d: Duration) {
+        self.until.lock().unwrap().0 = Some(Instant::now() + d);
+    }
+
+    /// How many times the stale map was given.
+    fn answered(&self) -> usize {
+        self.until.lock().unwrap().1
+    }
+}
+
 /// Promotes a replica (the `k`-th, modulo their number) with `CLUSTER FAILOVER`; returns
 /// when the cluster is ok again.
 fn failover(c: &RedisCluster, k: usize) -> Instant {

@@ -86,7 +86,10 @@ pub(super) fn cluster_send(
                     asked.push((i, err))
                 }
                 Some(err) if to_follow(&err) => {
-                    wait |= !matches!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved));
+                    // A `MOVED` again after a checked map: the map came from a node that
+                    // has not heard of the change yet.
+                    wait |= round > 0
+                        || !matches!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved));
                     again.push(i);
                     last = Some(err);
                 }
@@ -116,8 +119,8 @@ pub(super) fn cluster_send(
     None
 }
 
-/// The wait before round `round` after a redirection that is not `MOVED`: 10 ms doubling,
-/// at most 200 ms.
+/// The wait before round `round` after a redirection that is not a first `MOVED`: 10 ms
+/// doubling, at most 200 ms.
 fn pause(round: usize) {
     std::thread::sleep(Duration::from_millis((10u64 << round.min(5)).min(200)));
 }
@@ -270,8 +273,8 @@ fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
 
 /// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`,
 /// with a [`probe`] per slot in one pipeline, until every slot answers: on a redirection
-/// (`MOVED`, or `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` after a wait) the cluster connection is
-/// opened again, which reads the slot map afresh (it has no retries, so it does not
+/// (`MOVED`, or `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` or a second `MOVED` after a wait) the
+/// cluster connection is opened again, which reads the slot map afresh (it has no retries, so it does not
 /// follow a redirection itself); a `NOSCRIPT` (a promoted replica, a restarted node) loads
 /// the scripts on every node. A `NOSCRIPT` reply in the real pipeline would lose the other
 /// commands' replies. `ASK` (a slot being migrated) counts as settled: the command is sent
@@ -312,7 +315,10 @@ fn check_slots<'a>(c: &mut ClusterLink, cmds: impl Iterator<Item = &'a Cmd>) -> 
             }
         }
         if let Some(err) = follow {
-            if err.kind() != ErrorKind::Server(ServerErrorKind::Moved) {
+            // A first `MOVED` is the topology changing under an old map: read it at once.
+            // A `MOVED` from a map just read means the node that gave it has not heard of
+            // the change yet (gossip takes a moment): wait for it as for a slot in flux.
+            if round > 0 || err.kind() != ErrorKind::Server(ServerErrorKind::Moved) {
                 pause(round);
             }
             // A fresh slot map.
