@@ -7,8 +7,8 @@
 
 use redis::{Cmd, Script, Value};
 
-use super::ShardKeys;
 use super::{flag, now_arg, shard_keys, Call, Fields};
+use super::{ShardKeys, Tenure};
 use crate::error::Error;
 use crate::protocol::scripts::scripts;
 
@@ -27,7 +27,8 @@ pub(crate) struct Resume {
 /// before it are published).
 pub(crate) struct Load<'a> {
     pub keys: &'a ShardKeys,
-    pub epoch: u64,
+    /// The fencing token.
+    pub tenure: Tenure<'a>,
     /// `None` to read from the first bucket, else where the last step stopped.
     pub from: Option<&'a Resume>,
     pub to_ms: u64,
@@ -65,7 +66,7 @@ pub(crate) struct Window {
 /// The reply to [`Load`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LoadReply {
-    /// The shard's epoch moved on: it is lost.
+    /// The shard is no longer held under the tenure: it is lost.
     Fenced,
     Loaded(Window),
 }
@@ -79,7 +80,7 @@ impl Call for Load<'_> {
 
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
-        cmd.arg(self.epoch);
+        cmd.arg(self.tenure);
         match self.from {
             None => cmd.arg("-inf").arg("").arg(0),
             Some(r) => cmd.arg(r.bucket).arg(&r.generation).arg(r.offset),
@@ -134,7 +135,8 @@ fn armed(mut f: Fields, shift: u64) -> Result<Vec<Armed>, Error> {
 pub(crate) struct Deliver<'a> {
     pub keys: &'a ShardKeys,
     pub now: Option<u64>,
-    pub epoch: u64,
+    /// The fencing token.
+    pub tenure: Tenure<'a>,
     pub visibility_ms: u64,
     /// The claim-ahead, ms.
     pub ahead_ms: u64,
@@ -203,7 +205,7 @@ impl Call for Deliver<'_> {
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
         now_arg(cmd, self.now);
-        cmd.arg(self.epoch)
+        cmd.arg(self.tenure)
             .arg(self.visibility_ms)
             .arg(self.ahead_ms)
             .arg(flag(self.cluster))
@@ -280,7 +282,8 @@ pub(crate) struct AckItem<'a> {
 /// (same epoch, version and attempt), re-arming recurring tasks at their next run.
 pub(crate) struct Ack<'a> {
     pub keys: &'a ShardKeys,
-    pub epoch: u64,
+    /// The fencing token.
+    pub tenure: Tenure<'a>,
     /// The namespace's notification channel.
     pub channel: &'a str,
     pub shard: u32,
@@ -297,7 +300,7 @@ impl Call for Ack<'_> {
 
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
-        cmd.arg(self.epoch).arg(self.channel).arg(self.shard);
+        cmd.arg(self.tenure).arg(self.channel).arg(self.shard);
         for a in self.acks {
             cmd.arg(a.id)
                 .arg(a.version)
@@ -325,7 +328,8 @@ impl Call for Ack<'_> {
 pub(crate) struct Retry<'a> {
     pub keys: &'a ShardKeys,
     pub now: Option<u64>,
-    pub epoch: u64,
+    /// The fencing token.
+    pub tenure: Tenure<'a>,
     pub id: &'a str,
     pub version: u64,
     pub attempt: u32,
@@ -355,7 +359,7 @@ impl Call for Retry<'_> {
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
         now_arg(cmd, self.now);
-        cmd.arg(self.epoch)
+        cmd.arg(self.tenure)
             .arg(self.id)
             .arg(self.version)
             .arg(self.attempt)

@@ -3,8 +3,8 @@
 
 use redis::{Cmd, Script, Value};
 
-use super::ShardKeys;
 use super::{now_arg, shard_keys, Call, Fields};
+use super::{ShardKeys, Tenure};
 use crate::error::Error;
 use crate::failure::{ErrorLog, FailReason};
 use crate::protocol::scripts::scripts;
@@ -25,7 +25,8 @@ pub(crate) enum RetryAsk {
 pub(crate) struct Fail<'a> {
     pub keys: &'a ShardKeys,
     pub now: Option<u64>,
-    pub epoch: u64,
+    /// The fencing token.
+    pub tenure: Tenure<'a>,
     pub channel: &'a str,
     pub shard: u32,
     pub id: &'a str,
@@ -75,7 +76,7 @@ impl Call for Fail<'_> {
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
         now_arg(cmd, self.now);
-        cmd.arg(self.epoch)
+        cmd.arg(self.tenure)
             .arg(self.channel)
             .arg(self.shard)
             .arg(self.id)

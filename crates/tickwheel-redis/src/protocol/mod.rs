@@ -51,8 +51,8 @@ pub(crate) use failure::*;
 pub(crate) use inspect::*;
 pub(crate) use producer::{Cancel, Reschedule, Schedule, ScheduleOnce, ScheduleTask, State, When};
 pub use producer::{Scheduled, ScheduledOnce};
-pub(crate) use shard::Release;
 pub(crate) use shard::{Acquire, Heartbeat, Init, Probe};
+pub(crate) use shard::{Release, Tenure};
 
 use redis::{Cmd, Pipeline, Script, Value};
 

@@ -7,6 +7,34 @@ use super::{flag, int_reply, now_arg, shard_keys, Call, Fields};
 use crate::error::Error;
 use crate::protocol::scripts::{scripts, PROBE};
 
+/// A worker's tenure of a shard: the epoch it took the shard under and its own id. It is
+/// the fencing token of every call that reads or changes the shard's tasks for the worker
+/// (LOAD, DELIVER, ACK, RETRY, FAIL, RELEASE; `holds` in `prelude.lua`): such a call runs only
+/// while the shard's state names this worker as owner under this epoch. The epoch alone is
+/// not enough: a failover that loses a write can issue the same epoch twice, to two
+/// workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tenure<'a> {
+    pub epoch: u64,
+    pub worker: &'a str,
+}
+
+impl<'a> Tenure<'a> {
+    /// Worker `worker`'s tenure under `epoch`.
+    pub(crate) fn new(epoch: u64, worker: &'a str) -> Tenure<'a> {
+        Tenure { epoch, worker }
+    }
+}
+
+impl redis::ToRedisArgs for Tenure<'_> {
+    /// One argument, `epoch:worker`.
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(format_args!("{}:{}", self.epoch, self.worker));
+    }
+}
+
+impl redis::ToSingleRedisArg for Tenure<'_> {}
+
 /// ACQUIRE (`acquire.lua`): takes a shard (`held_epoch` 0) or renews the lease held under
 /// `held_epoch`. Taking bumps the shard's epoch (the fencing token) and puts the previous
 /// tenure's in-flight tasks back among the pending ones. A worker may take a shard whose
@@ -58,12 +86,11 @@ impl Call for Acquire<'_> {
     }
 }
 
-/// RELEASE (`release.lua`): gives a shard up if `worker` holds it under `epoch` (the next
-/// owner bumps the epoch). Reply: whether it was given up.
+/// RELEASE (`release.lua`): gives a shard up if it is held under `tenure` (the next owner
+/// bumps the epoch). Reply: whether it was given up.
 pub(crate) struct Release<'a> {
     pub keys: &'a ShardKeys,
-    pub worker: &'a str,
-    pub epoch: u64,
+    pub tenure: Tenure<'a>,
 }
 
 impl Call for Release<'_> {
@@ -75,7 +102,7 @@ impl Call for Release<'_> {
 
     fn encode(&self, cmd: &mut Cmd) {
         shard_keys(cmd, self.keys);
-        cmd.arg(self.worker).arg(self.epoch);
+        cmd.arg(self.tenure);
     }
 
     fn decode(&self, reply: Value) -> Result<bool, Error> {

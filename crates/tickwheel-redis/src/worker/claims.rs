@@ -90,7 +90,7 @@ impl Worker {
         protocol::Deliver {
             keys: &self.ns.shards[b.0 as usize],
             now: protocol::now(&self.cfg),
-            epoch: b.1,
+            tenure: protocol::Tenure::new(b.1, &self.id),
             visibility_ms: self.cfg.visibility_timeout.as_millis() as u64,
             ahead_ms: self.cfg.ahead_ms(),
             cluster: self.redis.on_cluster(),

@@ -216,8 +216,7 @@ impl Worker {
         if let Some(epoch) = self.shards.epoch(shard) {
             let call = protocol::Release {
                 keys: &self.ns.shards[shard as usize],
-                worker: &self.id,
-                epoch,
+                tenure: protocol::Tenure::new(epoch, &self.id),
             };
             // Unconfirmed: should a failover lose the release, the lease runs out there.
             if let Ok(con) = self.redis.con_or_reconnect(&self.cfg) {

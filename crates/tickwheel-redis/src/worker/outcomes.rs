@@ -247,7 +247,7 @@ impl Worker {
             .zip(&items)
             .map(|((shard, epoch, _), items)| protocol::Ack {
                 keys: &self.ns.shards[*shard as usize],
-                epoch: *epoch,
+                tenure: protocol::Tenure::new(*epoch, &self.id),
                 channel: &self.ns.channel,
                 shard: *shard,
                 acks: items,
@@ -313,7 +313,7 @@ impl Worker {
             .map(|(d, after)| protocol::Retry {
                 keys: &self.ns.shards[d.shard as usize],
                 now,
-                epoch: d.epoch,
+                tenure: protocol::Tenure::new(d.epoch, &self.id),
                 id: &d.id,
                 version: d.version,
                 attempt: d.attempt,
@@ -369,7 +369,7 @@ impl Worker {
             .map(|((d, ask), &draw)| protocol::Fail {
                 keys: &self.ns.shards[d.shard as usize],
                 now,
-                epoch: d.epoch,
+                tenure: protocol::Tenure::new(d.epoch, &self.id),
                 channel: &self.ns.channel,
                 shard: d.shard,
                 id: &d.id,

@@ -111,7 +111,7 @@ impl Worker {
             .iter()
             .map(|(s, epoch, from)| protocol::Load {
                 keys: &self.ns.shards[*s as usize],
-                epoch: *epoch,
+                tenure: protocol::Tenure::new(*epoch, &self.id),
                 from: from.as_ref(),
                 to_ms: now + window,
                 limit,

@@ -1,7 +1,7 @@
 -- ACK: acknowledges deliveries (re-arming recurring tasks).
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: epoch, channel, shard, then (id, version, attempt, next run ms or 0) per delivery.
+-- ARGV: the tenure (`epoch:worker`), channel, shard, then (id, version, attempt, next run ms or 0) per delivery.
 -- Acknowledges each delivery that is still the current one (same epoch, version and
 -- attempt): a one-shot task, or a recurring one with next 0 (its series ended), is removed;
 -- a recurring task with a next run is re-armed in the same step, at that run with a new
@@ -9,7 +9,7 @@
 -- error log goes: a re-armed run starts with no failures. A crash can therefore
 -- fall only before the acknowledgement (the run is delivered again) or after the re-arm.
 -- Returns {-1} when fenced, else {1, acked...} with 1 where the delivery was acknowledged.
-if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
+if not holds(KEYS[4], ARGV[1]) then return {-1} end
 local out = {1}
 local note = {}
 local horizon = nil

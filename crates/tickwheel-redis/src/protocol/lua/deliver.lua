@@ -1,7 +1,7 @@
 -- DELIVER: claims tasks for delivery.
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: now, epoch, visibility ms, ahead ms, cluster (`1`|`0`), force (`1`|`0`), ids...
+-- ARGV: now, the tenure (`epoch:worker`), visibility ms, ahead ms, cluster (`1`|`0`), force (`1`|`0`), ids...
 -- Claims each task that is pending and due within `ahead` ms (its run-at at most now +
 -- ahead: the worker holds it and delivers it at its run-at), or in flight past its
 -- visibility deadline, or with force in flight whatever its deadline (the worker sends again
@@ -20,7 +20,7 @@
 local us = clock_us(ARGV[1])
 local now = math.floor(us / 1000)
 local node = node_id(ARGV[5])
-if not epoch_is(KEYS[4], ARGV[2]) then return {-1, now, us, node} end
+if not holds(KEYS[4], ARGV[2]) then return {-1, now, us, node} end
 if redis.call('HGET', KEYS[4], 'paused') == '1' then return {-2, now, us, node} end
 local out = {1, now, us, node}
 local ahead = tonumber(ARGV[4])

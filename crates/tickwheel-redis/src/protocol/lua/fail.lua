@@ -1,7 +1,7 @@
 -- FAIL: a delivery's attempt failed: retry it, or move it to the failed set.
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: now, epoch, channel, shard, id, version, attempt, error text, retry, the
+-- ARGV: now, the tenure (`epoch:worker`), channel, shard, id, version, attempt, error text, retry, the
 -- namespace's policy, jitter draw (0 ..= 999999), failed kept per shard, failed kept ms,
 -- next run ms (a recurring task's, 0 for none).
 -- `retry` is `p` (by the policy), `n` (never: non-retryable) or `<ms>` (after this delay,
@@ -22,7 +22,7 @@
 -- Returns {-1} fenced, {0} stale, {1, run_at, failures} pending again,
 -- {2, reason, failures, next run or 0} failed.
 local now = clock(ARGV[1])
-if not epoch_is(KEYS[4], ARGV[2]) then return {-1} end
+if not holds(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[5]
 local h = redis.call('HGET', KEYS[2], id)
 if not h then return {0} end

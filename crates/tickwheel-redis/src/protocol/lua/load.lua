@@ -1,7 +1,7 @@
 -- LOAD: reads a step of a shard's window.
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: epoch, from (`-inf`, or the first bucket not read to its end), its generation (see
+-- ARGV: the tenure (`epoch:worker`), from (`-inf`, or the first bucket not read to its end), its generation (see
 -- `open_list`; empty when none of its entries were read), offset (entries of that
 -- generation already read), to ms, limit, with in-flight (`1`|`0`).
 -- Reads the pending tasks of the buckets up to the one holding `to` (so a window ends at a
@@ -13,7 +13,7 @@
 -- notifications, whatever happens to a bucket between two reads.
 -- Returns {-1} when fenced, else {horizon, next bucket, next generation, next offset,
 -- more (1|0), {id, run_at, version, ...}, {id, visible_at, version, ...}}.
-if not epoch_is(KEYS[4], ARGV[1]) then return {-1} end
+if not holds(KEYS[4], ARGV[1]) then return {-1} end
 local from, from_gen, offset = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local last = math.floor(tonumber(ARGV[5]) / BUCKET_MS)
 local limit = tonumber(ARGV[6])

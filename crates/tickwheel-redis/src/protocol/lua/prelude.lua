@@ -106,8 +106,14 @@ local function notify(channel, shard, entries)
     redis.call('PUBLISH', channel, shard .. ':' .. table.concat(entries))
   end
 end
-local function epoch_is(state, e)
-  return tonumber(redis.call('HGET', state, 'epoch') or '0') == tonumber(e)
+-- Whether the shard is held under `tenure` (`epoch:worker`, the fencing token): its state
+-- names that worker as owner under that epoch. Both, since a failover that loses a write can
+-- issue an epoch twice, to two workers.
+local function holds(state, tenure)
+  local e, w = string.match(tenure, '^(%d+):(.*)$')
+  if not e then return false end
+  local st = redis.call('HMGET', state, 'owner', 'epoch')
+  return st[1] == w and tonumber(st[2] or '0') == tonumber(e)
 end
 local function bucket(ms)
   return string.format('%d', math.floor(tonumber(ms) / BUCKET_MS))

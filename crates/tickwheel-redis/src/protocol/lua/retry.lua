@@ -1,12 +1,12 @@
 -- RETRY: puts an in-flight delivery back among the pending tasks.
 -- KEYS: the shard's keys (see prelude.lua).
 --
--- ARGV: now, epoch, id, version, attempt, delay ms, undo (`1`|`0`). Puts an in-flight
+-- ARGV: now, the tenure (`epoch:worker`), id, version, attempt, delay ms, undo (`1`|`0`). Puts an in-flight
 -- delivery back among the pending tasks at now + delay, keeping its attempt count; with
 -- undo, a claim that was never delivered (its lease lapsed in the worker) goes back as it
 -- was: at its due time, the attempt count one less. {-1} fenced, {0} stale, {1, run_at}.
 local now = clock(ARGV[1])
-if not epoch_is(KEYS[4], ARGV[2]) then return {-1} end
+if not holds(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[3]
 local h = redis.call('HGET', KEYS[2], id)
 if not h then return {0} end

@@ -16,7 +16,7 @@ pub(super) fn claim_at(
     let call = Deliver {
         keys,
         now: Some(now),
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         visibility_ms: 30_000,
         ahead_ms: 0,
         cluster: false,
@@ -55,7 +55,7 @@ pub(super) fn fail(
     let call = Fail {
         keys,
         now: Some(now),
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         channel: "tw:{t}:wake",
         shard: 0,
         id,
@@ -270,7 +270,7 @@ fn failed_attempts_back_off_by_the_policy_then_move_to_the_failed_set() {
         FailReply::Stale
     );
     let fenced = Fail {
-        epoch: 9,
+        tenure: Tenure::new(9, "w"),
         keys: &keys,
         now: Some(now),
         channel: "c",
@@ -326,7 +326,7 @@ fn jitter_shortens_and_the_cap_holds() {
     let call = |draw| Fail {
         keys: &keys,
         now: Some(T0),
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         channel: "c",
         shard: 0,
         id: "j",
@@ -512,7 +512,7 @@ fn error_logs_go_with_their_task_and_retention_trims_the_oldest() {
     };
     let ack = Ack {
         keys: &keys,
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         channel: "c",
         shard: 0,
         acks: &[item],

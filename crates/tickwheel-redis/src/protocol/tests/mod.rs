@@ -171,8 +171,7 @@ fn leases_are_taken_renewed_refused_and_released() {
     assert_eq!(invoke(&mut con, &acquire("w2", 1)).unwrap().epoch, None);
     let release = |worker, epoch| Release {
         keys: &keys,
-        worker,
-        epoch,
+        tenure: Tenure::new(epoch, worker),
     };
     assert!(!invoke(&mut con, &release("w2", 1)).unwrap());
     assert!(invoke(&mut con, &release("w1", 1)).unwrap());
@@ -203,7 +202,7 @@ fn leases_are_taken_renewed_refused_and_released() {
 fn load(con: &mut Con, keys: &ShardKeys, epoch: u64, from: Option<&Resume>) -> LoadReply {
     let call = Load {
         keys,
-        epoch,
+        tenure: Tenure::new(epoch, "w"),
         from,
         to_ms: T0 + 10_000,
         limit: 2,
@@ -217,7 +216,7 @@ fn deliver(con: &mut Con, keys: &ShardKeys, epoch: u64, ids: &[String]) -> Deliv
     let call = Deliver {
         keys,
         now: Some(T0 + 100),
-        epoch,
+        tenure: Tenure::new(epoch, "w"),
         visibility_ms: 30_000,
         ahead_ms: 700,
         cluster: false,
@@ -308,7 +307,7 @@ fn a_window_is_read_in_steps_and_its_tasks_claimed_settled_and_fenced() {
     let retry = |after_ms, attempt| Retry {
         keys: &keys,
         now: Some(T0 + 200),
-        epoch,
+        tenure: Tenure::new(epoch, "w"),
         id: "a",
         version: 1,
         attempt,
@@ -345,7 +344,7 @@ fn a_window_is_read_in_steps_and_its_tasks_claimed_settled_and_fenced() {
     let (first, second) = ([item(1)], [item(2)]);
     let ack = |epoch, attempt| Ack {
         keys: &keys,
-        epoch,
+        tenure: Tenure::new(epoch, "w"),
         channel: "c",
         shard: 0,
         acks: if attempt == 1 { &first } else { &second },
@@ -367,7 +366,7 @@ fn a_window_is_read_in_steps_and_its_tasks_claimed_settled_and_fenced() {
     let gone = invoke(&mut con, &retry(Some(1), 2)).unwrap();
     assert_eq!(gone, RetryReply::Stale, "an acknowledged task is stale");
     let fenced = Retry {
-        epoch: epoch + 1,
+        tenure: Tenure::new(epoch + 1, "w"),
         ..retry(Some(1), 2)
     };
     assert_eq!(invoke(&mut con, &fenced).unwrap(), RetryReply::Fenced);
@@ -424,3 +423,99 @@ fn malformed_replies_are_protocol_errors_naming_the_script() {
 mod failure;
 mod once;
 mod retries;
+
+/// A failover that loses a shard's acquisition lets the next one issue the same epoch to
+/// another worker: worker `a` took epoch 1 on the old primary (the write lost), `b` takes
+/// epoch 1 on the new one. The fence is the tenure (epoch and worker), so `a` can no longer
+/// read, claim, acknowledge or requeue anything of `b`'s shard.
+#[test]
+fn an_epoch_issued_twice_after_a_lost_write_fences_the_other_worker() {
+    let (_s, mut con, keys) = setup("twice");
+    schedule(&mut con, &keys, T0, &[task("t", When::At(T0 + 50))]);
+    let take = |worker| Acquire {
+        keys: &keys,
+        now: Some(T0),
+        worker,
+        lease_ms: 5_000,
+        held_epoch: 0,
+    };
+    // `a`'s acquisition, then the failover that loses it: the state is as before.
+    assert_eq!(invoke(&mut con, &take("a")).unwrap().epoch, Some(1));
+    redis::cmd("DEL").arg(keys.state()).exec(&mut con).unwrap();
+    assert_eq!(invoke(&mut con, &take("b")).unwrap().epoch, Some(1));
+    let ids = ["t".to_string()];
+    let a = Tenure {
+        epoch: 1,
+        worker: "a",
+    };
+    let b = Tenure {
+        epoch: 1,
+        worker: "b",
+    };
+    let claim = |tenure| Deliver {
+        keys: &keys,
+        now: Some(T0 + 100),
+        tenure,
+        visibility_ms: 30_000,
+        ahead_ms: 700,
+        cluster: false,
+        force: false,
+        ids: &ids,
+    };
+    let loaded = |tenure| Load {
+        keys: &keys,
+        tenure,
+        from: None,
+        to_ms: T0 + 10_000,
+        limit: 10,
+        in_flight: true,
+        ahead_ms: 700,
+    };
+    assert_eq!(invoke(&mut con, &loaded(a)).unwrap(), LoadReply::Fenced);
+    assert_eq!(invoke(&mut con, &claim(a)).unwrap().claims, None, "fenced");
+    assert!(matches!(
+        invoke(&mut con, &loaded(b)).unwrap(),
+        LoadReply::Loaded(_)
+    ));
+    let got = invoke(&mut con, &claim(b)).unwrap();
+    assert!(
+        matches!(got.claims.as_deref(), Some([Claim::Claimed(_)])),
+        "{got:?}"
+    );
+    let items = [AckItem {
+        id: "t",
+        version: 1,
+        attempt: 1,
+        next_run_ms: None,
+    }];
+    let ack = |tenure| Ack {
+        keys: &keys,
+        tenure,
+        channel: "tw:{t}:wake",
+        shard: 0,
+        acks: &items,
+    };
+    let requeue = |tenure| Retry {
+        keys: &keys,
+        now: Some(T0 + 200),
+        tenure,
+        id: "t",
+        version: 1,
+        attempt: 1,
+        after_ms: Some(10),
+    };
+    assert_eq!(invoke(&mut con, &requeue(a)).unwrap(), RetryReply::Fenced);
+    assert_eq!(invoke(&mut con, &ack(a)).unwrap(), None, "fenced");
+    assert!(matches!(
+        state(&mut con, &keys, "t"),
+        TaskState::InFlight { .. }
+    ));
+    assert_eq!(invoke(&mut con, &ack(b)).unwrap(), Some(vec![true]));
+    // A released shard fences its last tenure too.
+    let release = Release {
+        keys: &keys,
+        tenure: b,
+    };
+    assert!(invoke(&mut con, &release).unwrap());
+    assert_eq!(invoke(&mut con, &loaded(b)).unwrap(), LoadReply::Fenced);
+}

@@ -44,7 +44,7 @@ fn run_and_ack(con: &mut Con, keys: &ShardKeys, now: u64, id: &str) {
     };
     let ack = Ack {
         keys,
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         channel: "c",
         shard: 0,
         acks: &[item],

@@ -73,7 +73,7 @@ fn a_retried_recurring_run_carries_its_phase_until_the_series_moves_on() {
     let snooze = |id, version| Retry {
         keys: &keys,
         now: Some(T0 + 5),
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         id,
         version,
         attempt: 1,
@@ -110,7 +110,7 @@ fn a_retried_recurring_run_carries_its_phase_until_the_series_moves_on() {
     };
     let ack = Ack {
         keys: &keys,
-        epoch: 1,
+        tenure: Tenure::new(1, "w"),
         channel: "c",
         shard: 0,
         acks: &[item],
