@@ -264,6 +264,10 @@ pub struct Figures {
     pub duplicates: usize,
     /// Tasks delivered under two versions or more: stored twice.
     pub by_retry: usize,
+    /// Acknowledgements the workers counted less the tasks delivered: above 0 only when a
+    /// task was acknowledged twice (each claim is a new attempt, and ACK takes only the
+    /// current one). Below 0 by acknowledgements Redis applied whose reply a fault lost
+    /// (the worker does not count those), so it is read as "at most 0".
     pub acked_twice: i64,
     pub failed_calls: usize,
     /// The last failed call's start, ms after ready (negative: before).
@@ -368,7 +372,8 @@ pub fn report(what: &str, run: &Run) -> Figures {
     let f = run.figures();
     eprintln!(
         "{what}: stored {}, lost {} ({} stored within 1 s before the fault), early {}, \
-         duplicates {} ({} stored twice), acknowledged twice {}, failed calls {} (retries \
+         duplicates {} ({} stored twice), acks counted less tasks delivered {} (above 0: \
+         acknowledged twice), failed calls {} (retries \
          found {} tasks stored), last failure {:?} ms after ready (fault to ready {} ms); \
          lateness p50/p99/max of tasks due after the fault {:?} ms, before {:?} ms",
         f.stored,
@@ -412,7 +417,11 @@ impl Figures {
         if confirm > 0 {
             // Every write a replica confirmed survives the promotion.
             assert!(self.lost.is_empty(), "lost: {:?}", self.lost);
-            assert_eq!(self.acked_twice, 0, "acknowledged twice");
+            assert!(
+                self.acked_twice <= 0,
+                "acknowledged twice: {} acks beyond the tasks delivered",
+                self.acked_twice
+            );
         } else {
             // Asynchronous replication: only what the primary acknowledged just before the
             // fault may be lost (reported by `report`).
