@@ -411,9 +411,18 @@ fn the_overview_shows_counts_chart_in_flight_and_search_finds_a_task() {
     let server = RedisServer::start().expect("redis-server");
     let worker = seed(&server, "dash");
     let cfg = worker.cfg.clone();
+    // An id schedule_once remembers after its task was cancelled.
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule_once("once-gone", RunAt::After(Duration::from_secs(3600)), b"")
+        .unwrap();
+    assert!(p.cancel("once-gone").unwrap());
     let dash = Dashboard::start(&server.url(), "dash", &[], None);
     let mut b = Browser::start();
     b.goto(&format!("{}/", dash.url));
+    assert_eq!(
+        b.text("document.getElementById('remembered').textContent"),
+        "1"
+    );
 
     // Counts: 30 orders and the recurring task pending, the hostile task in flight.
     assert_eq!(
@@ -567,6 +576,12 @@ fn the_overview_shows_counts_chart_in_flight_and_search_finds_a_task() {
     // An unknown id: a page that says so; malformed requests: 400.
     b.goto(&format!("{}/task?id=no-such-task", dash.url));
     assert!(b.eval("!!document.getElementById('not-found')") == json!(true));
+    assert!(b.eval("!!document.getElementById('remembered')") == json!(false));
+    b.goto(&format!("{}/task?id=once-gone", dash.url));
+    assert!(b.eval("!!document.getElementById('not-found')") == json!(true));
+    assert!(b
+        .text("document.getElementById('remembered').textContent")
+        .contains("schedule_once of this id stores nothing until then"));
     assert_eq!(b.fetch_status("/task?id=no-such-task", None), 404);
     assert_eq!(b.fetch_status("/task?id=", None), 400);
     assert_eq!(b.fetch_status("/task", None), 400);

@@ -909,3 +909,44 @@ fn the_new_writes_need_allow_writes() {
     let r = tasks_read_only(&url, "ro", &["failed"]);
     assert_eq!(r.code, 0, "{}", r.err);
 }
+
+/// `stats` counts the ids `schedule_once` remembers; `show` says until when one is
+/// remembered, for a stored task and for one that is gone (cancelled: a `schedule_once` of
+/// it still stores nothing), in text and JSON.
+#[test]
+fn show_and_stats_say_what_schedule_once_remembers() {
+    let s = server();
+    let url = s.url();
+    let mut cfg = Config::new(&url, "once");
+    cfg.shards = 4;
+    let mut p = Producer::connect(&cfg).unwrap();
+    let hour = Duration::from_secs(3600);
+    p.schedule_once("kept", RunAt::After(hour), b"").unwrap();
+    p.schedule_once("dropped", RunAt::After(hour), b"").unwrap();
+    p.schedule("plain", RunAt::After(hour), b"").unwrap();
+    assert!(p.cancel("dropped").unwrap());
+
+    let st = json(&url, "once", &["stats"]);
+    assert_eq!(st["totals"]["remembered"], 2, "{st}");
+    let r = tasks(&url, "once", &["stats"]);
+    assert!(r.out.contains("ids schedule_once remembers 2"), "{}", r.out);
+
+    let kept = json(&url, "once", &["show", "kept"]);
+    let until = kept["remembered_until"]["ms"].as_u64().expect("remembered");
+    let ahead = until.saturating_sub(now_ms());
+    assert!((3_500_000..=3_600_000).contains(&ahead), "{kept}");
+    let r = tasks(&url, "once", &["show", "kept"]);
+    assert!(r.out.contains("remembered  by schedule_once until"), "{}", r.out);
+    let plain = json(&url, "once", &["show", "plain"]);
+    assert!(plain["remembered_until"].is_null(), "{plain}");
+
+    let r = tasks(&url, "once", &["show", "dropped"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.err.contains("no task \"dropped\"") && r.err.contains("remembered by schedule_once"),
+        "{}",
+        r.err
+    );
+    let r = tasks(&url, "once", &["show", "plain-missing"]);
+    assert!(!r.err.contains("remembered"), "{}", r.err);
+}

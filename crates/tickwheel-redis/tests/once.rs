@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use tickwheel_redis::{
-    Config, Delivery, Error, FailReason, Outcome, Producer, RunAt, ScheduledOnce, Task, TaskState,
-    Worker,
+    Config, Delivery, Error, FailReason, Inspector, Outcome, Producer, RunAt, ScheduledOnce, Task,
+    TaskState, Worker,
 };
 
 const T0: u64 = 1_000_000;
@@ -330,4 +330,49 @@ fn schedule_once_on_a_three_node_cluster() {
         "{again:?}"
     );
     assert_eq!(tick_at(&mut w, &time, T0 + 1, |_| Outcome::Ack).len(), 0);
+}
+
+/// The inspector shows what `schedule_once` remembers: until when an id's window runs
+/// (sliding: a later `schedule_once` of it moves the end), and how many ids each shard
+/// remembers; a plain `schedule` remembers nothing, and an ended window is not shown.
+#[test]
+fn the_inspector_shows_what_schedule_once_remembers() {
+    let s = common::server();
+    let (mut cfg, time) = common::manual(&s, "once-ins", 4);
+    cfg.idempotency_window = Duration::from_millis(WINDOW_MS);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let at = |ms| RunAt::AtMillis(ms);
+    stored_at(p.schedule_once("a", at(T0 + 60_000), b"").unwrap());
+    stored_at(p.schedule_once("c", at(T0 + 60_000), b"").unwrap());
+    p.schedule("b", at(T0 + 60_000), b"").unwrap();
+    let mut i = Inspector::connect(&cfg).unwrap();
+    assert_eq!(i.remembered("a").unwrap(), Some(T0 + WINDOW_MS));
+    assert_eq!(
+        i.remembered("b").unwrap(),
+        None,
+        "schedule remembers nothing"
+    );
+    assert_eq!(i.remembered("never").unwrap(), None);
+    assert!(matches!(i.remembered(""), Err(Error::InvalidId { .. })));
+    assert_eq!(i.stats().unwrap().remembered(), 2);
+
+    // The window slides: named again at T0 + 3 000 (it exists: nothing stored).
+    time.set_ms(T0 + 3_000);
+    assert!(matches!(
+        p.schedule_once("a", at(T0 + 60_000), b"").unwrap(),
+        ScheduledOnce::Exists(_)
+    ));
+    time.set_ms(T0 + WINDOW_MS - 1);
+    assert_eq!(i.remembered("a").unwrap(), Some(T0 + 3_000 + WINDOW_MS));
+    assert_eq!(i.remembered("c").unwrap(), Some(T0 + WINDOW_MS));
+    // At its end a window is over: "c" is no longer remembered, "a" still is.
+    time.set_ms(T0 + WINDOW_MS);
+    assert_eq!(i.remembered("c").unwrap(), None);
+    let stats = i.stats().unwrap();
+    assert_eq!(stats.remembered(), 1);
+    assert_eq!(
+        stats.shards[i.shard_of("a") as usize].remembered,
+        1,
+        "counted in its own shard"
+    );
 }

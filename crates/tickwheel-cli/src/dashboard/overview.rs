@@ -212,6 +212,11 @@ fn glance(b: &mut String, stats: &Stats, up: &Upcoming) {
             "Shards paused",
             format!("{} of {}", stats.paused(), stats.shards.len()),
         ),
+        (
+            "remembered",
+            "Ids schedule_once remembers",
+            stats.remembered().to_string(),
+        ),
     ];
     b.push_str("<section><h2>At a glance</h2><table class=\"glance\">");
     for (id, label, value) in rows {

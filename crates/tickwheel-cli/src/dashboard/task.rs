@@ -60,9 +60,9 @@ pub fn task(app: &App, req: &Request) -> Response {
         } else {
             ins.show(id)
         };
-        found.and_then(|found| Ok((found, ins.now_ms()?)))
+        found.and_then(|found| Ok((found, ins.remembered(id)?, ins.now_ms()?)))
     };
-    let (found, now_ms) = match read {
+    let (found, remembered, now_ms) = match read {
         Ok(r) => r,
         Err(e @ Error::InvalidId { .. }) => return error(400, &e.to_string()),
         Err(e) => return unavailable(&e),
@@ -75,10 +75,16 @@ pub fn task(app: &App, req: &Request) -> Response {
     }
     let mut b = header(app, now_ms);
     let Some(detail) = found else {
+        let once = remembered.map_or(String::new(), |until| {
+            format!(
+                "<p id=\"remembered\">Remembered by schedule_once: {}</p>",
+                remembered_html(until, now_ms)
+            )
+        });
         let _ = write!(
             b,
             "<section><h2>No such task</h2><p id=\"not-found\">No task <code id=\"task-id\">{}\
-             </code> in this namespace: never scheduled, cancelled, or acknowledged.</p>\
+             </code> in this namespace: never scheduled, cancelled, or acknowledged.</p>{once}\
              </section>",
             id_text(id)
         );
@@ -87,7 +93,7 @@ pub fn task(app: &App, req: &Request) -> Response {
             body: document("No such task", &b),
         };
     };
-    task_details(&mut b, &detail, now_ms);
+    task_details(&mut b, &detail, remembered, now_ms);
     let failed = matches!(detail.info.state, TaskState::Failed { .. });
     b.push_str(&changes(app, &detail.info.id, failed));
     Response {
@@ -134,7 +140,7 @@ fn changes(app: &App, id: &str, failed: bool) -> String {
 }
 
 /// A task's fields and its payload preview.
-fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
+fn task_details(b: &mut String, d: &TaskDetail, remembered: Option<u64>, now_ms: u64) {
     let t = &d.info;
     let at = |ms: u64| format!("{} ({})", rfc3339(ms), relative(ms, now_ms));
     let mut rows: Vec<(&str, &str, String)> = vec![("task-id", "Id", id_text(&t.id))];
@@ -190,6 +196,13 @@ fn task_details(b: &mut String, d: &TaskDetail, now_ms: u64) {
         }
     };
     rows.push(("recurrence", "Recurrence", recurrence));
+    if let Some(until) = remembered {
+        rows.push((
+            "remembered",
+            "Remembered by schedule_once",
+            remembered_html(until, now_ms),
+        ));
+    }
     if d.errors.failures > 0 || !d.errors.errors.is_empty() {
         rows.push((
             "failures",
@@ -497,4 +510,13 @@ mod tests {
             assert_eq!(from_hex_text(bad), None, "{bad}");
         }
     }
+}
+
+/// Until when `schedule_once` remembers an id, and what that means (no user data).
+fn remembered_html(until_ms: u64, now_ms: u64) -> String {
+    format!(
+        "until {} ({}): a schedule_once of this id stores nothing until then",
+        rfc3339(until_ms),
+        relative(until_ms, now_ms)
+    )
 }

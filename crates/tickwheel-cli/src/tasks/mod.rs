@@ -409,19 +409,25 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
             render::stats(&args.namespace, &stats, json);
         }
         TasksCommand::Ls(ls) => list(&mut ins, ls, json).map_err(failed)?,
-        TasksCommand::Show { id } => match ins.show(id).map_err(failed)? {
-            Some(task) => {
-                let now = ins.now_ms().map_err(failed)?;
-                render::show(&task, now, json);
+        TasksCommand::Show { id } => {
+            let found = ins.show(id).map_err(failed)?;
+            let remembered = ins.remembered(id).map_err(failed)?;
+            let now = ins.now_ms().map_err(failed)?;
+            match found {
+                Some(task) => render::show(&task, remembered, now, json),
+                None => {
+                    let once = remembered.map_or(String::new(), |until| {
+                        format!("; remembered {}", render::remembered_text(until, now))
+                    });
+                    return Err(format!(
+                        "no task \"{}\" in namespace {:?} (never scheduled, cancelled, or \
+                         acknowledged){once}",
+                        escape::escape(id),
+                        args.namespace
+                    ));
+                }
             }
-            None => {
-                return Err(format!(
-                "no task \"{}\" in namespace {:?} (never scheduled, cancelled, or acknowledged)",
-                escape::escape(id),
-                args.namespace
-            ))
-            }
-        },
+        }
         TasksCommand::Cancel { ids } => cancel(&cfg, ids, json).map_err(failed)??,
         TasksCommand::Reschedule(r) => reschedule(&cfg, &mut ins, r, json).map_err(failed)??,
         TasksCommand::Upcoming { per, horizon } => {

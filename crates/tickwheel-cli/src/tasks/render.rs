@@ -130,6 +130,7 @@ fn stats_json(namespace: &str, s: &Stats) {
                 "failed": sh.failed,
                 "paused": sh.paused,
                 "trimmed": sh.trimmed,
+                "remembered": sh.remembered,
             })
         })
         .collect();
@@ -151,6 +152,7 @@ fn stats_json(namespace: &str, s: &Stats) {
             "live_workers": s.live_workers,
             "failed": s.failed(),
             "paused_shards": s.paused(),
+            "remembered": s.remembered(),
         },
         "shards": shards,
         "workers": workers,
@@ -232,10 +234,11 @@ pub fn stats(namespace: &str, s: &Stats, json: bool) {
         s.in_flight_expired()
     );
     say!(
-        "failed {}, paused shards {} of {}",
+        "failed {}, paused shards {} of {}, ids schedule_once remembers {}",
         s.failed(),
         s.paused(),
-        s.shards.len()
+        s.shards.len(),
+        s.remembered()
     );
     if s.paused() > 0 {
         say!(
@@ -554,9 +557,10 @@ pub fn progress(total: u64) -> ProgressBar {
 }
 
 /// `show --json`.
-fn show_json(t: &TaskDetail, rec: Option<String>) {
+fn show_json(t: &TaskDetail, rec: Option<String>, remembered: Option<u64>) {
     let i = &t.info;
     let mut v = task_json(i);
+    v["remembered_until"] = opt_time(remembered);
     v["recurrence"] = rec.map_or(Value::Null, Value::String);
     v["payload_preview_hex"] = Value::String(hex(&t.payload_preview));
     v["payload_preview_utf8"] = std::str::from_utf8(&t.payload_preview)
@@ -567,7 +571,8 @@ fn show_json(t: &TaskDetail, rec: Option<String>) {
 }
 
 /// `show`.
-pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
+/// `show`: `remembered` is until when `schedule_once` remembers the id.
+pub fn show(t: &TaskDetail, remembered: Option<u64>, now_ms: u64, json: bool) {
     let i = &t.info;
     let rec = t.recurrence.as_ref().map(|r| match r {
         Recurrence::Every(d) => format!("every {}", span(*d)),
@@ -576,7 +581,7 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
         }
     });
     if json {
-        show_json(t, rec);
+        show_json(t, rec, remembered);
         return;
     }
     let due = i.due_ms();
@@ -616,11 +621,23 @@ pub fn show(t: &TaskDetail, now_ms: u64, json: bool) {
         rec.unwrap_or_else(|| "none (one-shot)".into()),
     ));
     rows.push(("payload", format!("{} bytes", i.payload_len)));
+    if let Some(until) = remembered {
+        rows.push(("remembered", remembered_text(until, now_ms)));
+    }
     for (k, v) in rows {
         say!("{k:<11} {v}");
     }
     preview(t);
     error_log(&t.errors, now_ms);
+}
+
+/// Until when `schedule_once` remembers an id, and what that means.
+pub fn remembered_text(until_ms: u64, now_ms: u64) -> String {
+    format!(
+        "by schedule_once until {} ({}): a schedule_once of this id stores nothing until then",
+        rfc3339(until_ms),
+        relative(until_ms, now_ms)
+    )
 }
 
 /// `show`'s error log: the failed attempts counted, since when, and each kept error.

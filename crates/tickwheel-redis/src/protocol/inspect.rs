@@ -90,6 +90,8 @@ pub(crate) struct ShardReply {
     pub paused: bool,
     /// Failed tasks the retention bound removed, ever.
     pub trimmed: u64,
+    /// Ids `schedule_once` remembers now.
+    pub remembered: u64,
 }
 
 impl Call for InspectShard<'_> {
@@ -123,6 +125,7 @@ impl Call for InspectShard<'_> {
             failed: f.u64()?,
             paused: f.int()? == 1,
             trimmed: f.u64()?,
+            remembered: f.u64()?,
         })
     }
 }

@@ -86,6 +86,11 @@ impl ShardKeys {
     pub(crate) fn state(&self) -> &str {
         &self.0[3]
     }
+
+    /// The ids `schedule_once` remembers (sorted set id -> remembered until, ms).
+    pub(crate) fn once(&self) -> &str {
+        &self.0[7]
+    }
 }
 
 /// Opens a connection with the configured timeouts and confirmation

@@ -4,7 +4,8 @@
 -- ARGV: now, scan (most entries of the first bucket's list read for the next run-at).
 -- Returns {now, owner or '', epoch, lease expiry ms, horizon, tasks, in flight, in flight
 -- past their visibility deadline, buckets, first bucket or -1, next run-at or -1, exact,
--- failed, paused (1|0), trimmed (failed tasks removed by the retention bound, ever)}:
+-- failed, paused (1|0), trimmed (failed tasks removed by the retention bound, ever),
+-- remembered (ids `schedule_once` remembers: their window ends after now)}:
 -- tasks counts pending and in-flight tasks (pending = tasks - in flight); the next run-at
 -- is the earliest among the first `scan` entries of the earliest bucket, exact (1) when
 -- that was the whole bucket, else (0) only known to lie in that bucket's second.
@@ -34,4 +35,5 @@ if #b > 0 then
 end
 return {now, st[1] or '', tonumber(st[2] or '0'), tonumber(st[3] or '0'),
         tonumber(st[4] or '0'), tasks, infl, expired, nb, first, next_at, exact,
-        redis.call('ZCARD', KEYS[6]), st[5] == '1' and 1 or 0, tonumber(st[6] or '0')}
+        redis.call('ZCARD', KEYS[6]), st[5] == '1' and 1 or 0, tonumber(st[6] or '0'),
+        redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf')}
