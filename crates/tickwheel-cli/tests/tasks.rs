@@ -936,7 +936,11 @@ fn show_and_stats_say_what_schedule_once_remembers() {
     let ahead = until.saturating_sub(now_ms());
     assert!((3_500_000..=3_600_000).contains(&ahead), "{kept}");
     let r = tasks(&url, "once", &["show", "kept"]);
-    assert!(r.out.contains("remembered  by schedule_once until"), "{}", r.out);
+    assert!(
+        r.out.contains("remembered  by schedule_once until"),
+        "{}",
+        r.out
+    );
     let plain = json(&url, "once", &["show", "plain"]);
     assert!(plain["remembered_until"].is_null(), "{plain}");
 

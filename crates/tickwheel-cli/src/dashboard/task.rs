@@ -491,6 +491,15 @@ pub fn failed_task_href(id: &str) -> String {
     format!("{}&failed=1", task_href(id))
 }
 
+/// Until when `schedule_once` remembers an id, and what that means (no user data).
+fn remembered_html(until_ms: u64, now_ms: u64) -> String {
+    format!(
+        "until {} ({}): a schedule_once of this id stores nothing until then",
+        rfc3339(until_ms),
+        relative(until_ms, now_ms)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,13 +519,4 @@ mod tests {
             assert_eq!(from_hex_text(bad), None, "{bad}");
         }
     }
-}
-
-/// Until when `schedule_once` remembers an id, and what that means (no user data).
-fn remembered_html(until_ms: u64, now_ms: u64) -> String {
-    format!(
-        "until {} ({}): a schedule_once of this id stores nothing until then",
-        rfc3339(until_ms),
-        relative(until_ms, now_ms)
-    )
 }
