@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::proxy::{Proxy, Verdict};
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -382,81 +384,6 @@ fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() 
     }
 }
 
-/// A TCP proxy in front of a server: forwards both ways; once armed, the first chunk a
-/// client sends that contains `marker` is forwarded, its reply swallowed, and both sides of
-/// that connection closed (a reply lost after the command ran). Later connections, and the
-/// same command sent again on one, pass through.
-struct Proxy {
-    port: u16,
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Proxy {
-    fn start(to: u16, marker: &'static [u8]) -> Proxy {
-        use std::io::{Read, Write};
-        use std::net::{Shutdown, TcpListener, TcpStream};
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let arm = armed.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
-                    continue;
-                };
-                let swallow = Arc::new(AtomicBool::new(false));
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (mut s_in, mut c_out) = (server, client);
-                let (arm, cut) = (arm.clone(), swallow.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = c_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        let hit = buf[..n].windows(marker.len()).any(|w| w == marker);
-                        let drop_it = hit && arm.swap(false, Ordering::SeqCst);
-                        if drop_it {
-                            cut.store(true, Ordering::SeqCst);
-                        }
-                        if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                        if drop_it {
-                            // The command runs; its reply is swallowed; the link dies.
-                            std::thread::sleep(Duration::from_millis(200));
-                            let _ = s_out.shutdown(Shutdown::Both);
-                            let _ = c_in.shutdown(Shutdown::Both);
-                            break;
-                        }
-                    }
-                });
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = s_in.read(&mut buf) {
-                        if n == 0 || swallow.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        if c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = c_out.shutdown(Shutdown::Both);
-                });
-            }
-        });
-        Proxy { port, armed }
-    }
-
-    fn arm(&self) {
-        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// `calls` of `EVALSHA` in a server's `INFO commandstats`.
 fn evalsha_calls(con: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
@@ -472,7 +399,17 @@ fn on_a_cluster_a_write_whose_reply_is_lost_is_not_sent_again() {
     // A one-node Cluster that announces the proxy's port, so every connection of the
     // client goes through the proxy.
     let node = RedisServer::start_cluster_node().unwrap();
-    let proxy = Proxy::start(node.port(), b"drop-me");
+    // Once armed, the first chunk that sends "drop-me" runs and loses its reply.
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arm = armed.clone();
+    let proxy = Proxy::start(node.port(), move |chunk| {
+        let hit = chunk.windows(7).any(|w| w == b"drop-me");
+        if hit && arm.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            Verdict::ForwardThenCut
+        } else {
+            Verdict::Forward
+        }
+    });
     let mut con = redis::Client::open(node.url().as_str())
         .unwrap()
         .get_connection()
@@ -518,7 +455,7 @@ fn on_a_cluster_a_write_whose_reply_is_lost_is_not_sent_again() {
         .arg("RESETSTAT")
         .query(&mut con)
         .unwrap();
-    proxy.arm();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let r = p.schedule("drop-me", RunAt::AtMillis(T0 + 100), b"2");
     assert!(
         matches!(r, Err(Error::Redis(_))),

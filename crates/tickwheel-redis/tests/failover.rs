@@ -8,9 +8,14 @@
 
 #[path = "common/load.rs"]
 mod load;
+#[path = "common/proxy.rs"]
+mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use proxy::{Proxy, Verdict};
 
 use tickwheel_redis::server::RedisCluster;
 use tickwheel_redis::{
@@ -199,12 +204,13 @@ fn a_seed_with_a_stale_slot_map_is_followed() {
     assert!(moved.iter().all(|&m| m));
 }
 
-/// A TCP proxy in front of a Cluster node that records the node's first `CLUSTER SLOTS`
-/// reply and, while told to be stale, answers `CLUSTER SLOTS` with it: a seed that gossip
-/// has not reached yet.
+/// A proxy in front of a Cluster node that records the node's `CLUSTER SLOTS` reply and,
+/// while told to be stale, answers `CLUSTER SLOTS` with it: a seed that gossip has not
+/// reached yet.
 struct StaleSlots {
     port: u16,
-    until: std::sync::Arc<std::sync::Mutex<(Option<Instant>, usize)>>,
+    /// Stale until then; how many times the stale map was given.
+    until: Arc<Mutex<(Option<Instant>, usize)>>,
 }
 
 impl StaleSlots {
@@ -212,10 +218,8 @@ impl StaleSlots {
 
     fn start(to: u16) -> StaleSlots {
         use std::io::{Read, Write};
-        use std::net::{TcpListener, TcpStream};
-        use std::sync::{Arc, Mutex};
         // The map as it is now, read raw.
-        let mut raw = TcpStream::connect(("127.0.0.1", to)).unwrap();
+        let mut raw = std::net::TcpStream::connect(("127.0.0.1", to)).unwrap();
         raw.write_all(Self::SLOTS).unwrap();
         raw.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
@@ -228,49 +232,21 @@ impl StaleSlots {
             old.extend_from_slice(&buf[..n]);
         }
         assert!(old.starts_with(b"*"), "CLUSTER SLOTS: {old:?}");
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let until = Arc::new(Mutex::new((None::<Instant>, 0usize)));
         let stale = until.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
-                    continue;
-                };
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (mut s_in, mut c_out) = (server, client);
-                let mut c_stale = c_in.try_clone().unwrap();
-                let (stale, old) = (stale.clone(), old.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = c_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        let mut s = stale.lock().unwrap();
-                        if &buf[..n] == Self::SLOTS && s.0.is_some_and(|t| Instant::now() < t) {
-                            s.1 += 1;
-                            if c_stale.write_all(&old).is_err() {
-                                break;
-                            }
-                        } else if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                });
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = s_in.read(&mut buf) {
-                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                });
+        let proxy = Proxy::start(to, move |chunk| {
+            let mut s = stale.lock().unwrap();
+            if chunk == Self::SLOTS && s.0.is_some_and(|t| Instant::now() < t) {
+                s.1 += 1;
+                Verdict::Answer(old.clone())
+            } else {
+                Verdict::Forward
             }
         });
-        StaleSlots { port, until }
+        StaleSlots {
+            port: proxy.port,
+            until,
+        }
     }
 
     /// Answers `CLUSTER SLOTS` with the recorded map from now until `d` from now.

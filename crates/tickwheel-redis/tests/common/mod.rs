@@ -2,6 +2,8 @@
 //! `appendfsync always`), killed on drop. A missing `redis-server` fails the test loudly.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use tickwheel_redis::server::RedisServer;
 use tickwheel_redis::{Config, ManualTime, TimeSource};
 
