@@ -250,6 +250,17 @@ fn caveats(s: &Settings) -> Vec<String> {
     }
     if w4
         && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::FloorWorkers))
+    {
+        notes.push(
+            "floor-workers is bucket-floor with a worker hand-off (its thread hands each due \
+             bucket to a worker a core through a mutex and a condition variable): not a timer \
+             either, the floor of a design whose callbacks run off the timer thread"
+                .to_owned(),
+        );
+    }
+    if w4
+        && s.entrants
             .iter()
             .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
     {

@@ -38,6 +38,7 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
         ServiceEntrant::DelayQueueChannel => queue_color(QueueEntrant::DelayQueue),
         ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),
         ServiceEntrant::BucketFloor => queue_color(QueueEntrant::Hhwt),
+        ServiceEntrant::FloorWorkers => queue_color(QueueEntrant::PriorityQueue),
     }
 }
 

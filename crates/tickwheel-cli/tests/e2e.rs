@@ -44,7 +44,7 @@ const FUTURES: [&str; 5] = [
     "async-io",
     "no-timer",
 ];
-const SERVICES: [&str; 7] = [
+const SERVICES: [&str; 8] = [
     "tickwheel-service",
     "tickwheel-service-handle",
     "tickwheel-service-here",
@@ -52,6 +52,7 @@ const SERVICES: [&str; 7] = [
     "delayqueue-channel",
     "binaryheap-thread",
     "bucket-floor",
+    "floor-workers",
 ];
 
 fn read_json(path: &Path) -> Value {

@@ -455,3 +455,146 @@ impl RealTimeTimer for BucketFloor {
         }
     }
 }
+
+/// What the floor with workers adds to the floor's shared state: the due buckets on their
+/// way to the workers, and how many workers wait for one.
+struct Handoff {
+    due: Mutex<(std::collections::VecDeque<Vec<u32>>, usize, bool)>,
+    work: Condvar,
+}
+
+/// The floor with a worker hand-off: [`BucketFloor`]'s producer and thread, but the thread
+/// hands each due millisecond's bucket to a pool of worker threads (one a core, as
+/// `TimerService` has by default) instead of running it: a mutex-guarded queue of buckets and
+/// a condition variable, notified only when a worker waits. Not a timer either: what the
+/// least work W4 costs once callbacks run off the timer thread, to tell what the hand-off
+/// costs on this machine from what the service adds to it.
+pub struct FloorWorkers {
+    floor: BucketFloor,
+    handoff: Arc<Handoff>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl FloorWorkers {
+    /// Starts the thread and the workers.
+    pub fn new() -> Result<FloorWorkers> {
+        let shared = Arc::new(FloorShared {
+            base: Instant::now(),
+            staged: Mutex::new(Vec::new()),
+            log: OnceLock::new(),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let handoff = Arc::new(Handoff {
+            due: Mutex::new((std::collections::VecDeque::new(), 0, false)),
+            work: Condvar::new(),
+        });
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = (0..cores)
+            .map(|i| {
+                let (shared, handoff) = (Arc::clone(&shared), Arc::clone(&handoff));
+                std::thread::Builder::new()
+                    .name(format!("floor-worker-{i}"))
+                    .spawn(move || floor_worker(&shared, &handoff))
+                    .map_err(|e| Error::io("cannot start a floor worker", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (worker, to_workers) = (Arc::clone(&shared), Arc::clone(&handoff));
+        let thread = std::thread::Builder::new()
+            .name("floor-handoff".into())
+            .spawn(move || floor_handoff_thread(&worker, &to_workers))
+            .map_err(|e| Error::io("cannot start the floor's thread", e))?;
+        Ok(FloorWorkers {
+            floor: BucketFloor {
+                shared,
+                thread: Some(thread),
+            },
+            handoff,
+            workers,
+        })
+    }
+}
+
+fn floor_worker(shared: &FloorShared, handoff: &Handoff) {
+    let mut due = handoff.due.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if let Some(bucket) = due.0.pop_front() {
+            drop(due);
+            if let Some(log) = shared.log.get() {
+                bucket.into_iter().for_each(|id| log.fire(id));
+            }
+            due = handoff.due.lock().unwrap_or_else(PoisonError::into_inner);
+            continue;
+        }
+        if due.2 {
+            return;
+        }
+        due.1 += 1;
+        due = handoff
+            .work
+            .wait(due)
+            .unwrap_or_else(PoisonError::into_inner);
+        due.1 -= 1;
+    }
+}
+
+/// [`floor_thread`], handing each due bucket to the workers.
+fn floor_handoff_thread(shared: &FloorShared, handoff: &Handoff) {
+    const MS: Duration = Duration::from_millis(1);
+    let mut buckets: Vec<Vec<u32>> = Vec::new();
+    let mut swap: Vec<(u32, u32)> = Vec::new();
+    let mut next = 0usize;
+    loop {
+        std::mem::swap(
+            &mut *shared.staged.lock().unwrap_or_else(PoisonError::into_inner),
+            &mut swap,
+        );
+        for (bucket, id) in swap.drain(..) {
+            let bucket = (bucket as usize).max(next);
+            if buckets.len() <= bucket {
+                buckets.resize_with(bucket + 1, Vec::new);
+            }
+            buckets[bucket].push(id);
+        }
+        let now_ms = (shared.base.elapsed().as_nanos() / MS.as_nanos()) as usize;
+        while next <= now_ms && next < buckets.len() {
+            let bucket = std::mem::take(&mut buckets[next]);
+            next += 1;
+            if bucket.is_empty() {
+                continue;
+            }
+            let mut due = handoff.due.lock().unwrap_or_else(PoisonError::into_inner);
+            due.0.push_back(bucket);
+            let waiting = due.1 > 0;
+            drop(due);
+            if waiting {
+                handoff.work.notify_one();
+            }
+        }
+        next = next.max(now_ms.min(buckets.len()));
+        if shared.stop.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let wake = shared.base + MS * (now_ms as u32 + 1);
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+impl RealTimeTimer for FloorWorkers {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
+        self.floor.schedule(id, deadline, log);
+    }
+
+    fn shutdown(self: Box<Self>) {
+        let FloorWorkers {
+            floor,
+            handoff,
+            workers,
+        } = *self;
+        Box::new(floor).shutdown();
+        handoff.due.lock().unwrap_or_else(PoisonError::into_inner).2 = true;
+        handoff.work.notify_all();
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
+}

@@ -62,11 +62,14 @@ pub enum ServiceEntrant {
     /// A floor, not a timer: 1 ms buckets filled and run by one thread (see
     /// [`adapters::BucketFloor`]).
     BucketFloor,
+    /// A floor with a worker hand-off: the bucket floor whose thread hands each due bucket to
+    /// worker threads (see [`adapters::FloorWorkers`]).
+    FloorWorkers,
 }
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 7] = [
+    pub const ALL: [ServiceEntrant; 8] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TimerServiceHere,
@@ -74,6 +77,7 @@ impl ServiceEntrant {
         ServiceEntrant::DelayQueueChannel,
         ServiceEntrant::HeapThread,
         ServiceEntrant::BucketFloor,
+        ServiceEntrant::FloorWorkers,
     ];
 
     /// The name used on the command line, in tables and in files.
@@ -86,6 +90,7 @@ impl ServiceEntrant {
             ServiceEntrant::DelayQueueChannel => "delayqueue-channel",
             ServiceEntrant::HeapThread => "binaryheap-thread",
             ServiceEntrant::BucketFloor => "bucket-floor",
+            ServiceEntrant::FloorWorkers => "floor-workers",
         }
     }
 
@@ -293,6 +298,7 @@ pub fn start(
         ServiceEntrant::DelayQueueChannel => Box::new(adapters::DelayQueueChannel::new()?),
         ServiceEntrant::HeapThread => Box::new(adapters::HeapThread::new()?),
         ServiceEntrant::BucketFloor => Box::new(adapters::BucketFloor::new()?),
+        ServiceEntrant::FloorWorkers => Box::new(adapters::FloorWorkers::new()?),
     })
 }
 

@@ -128,7 +128,7 @@ pub fn table(samples: &[ServiceSample]) -> String {
             out,
             "resolution: tickwheel entrants {}; peers their own (tokio-sleep and \
              delayqueue-channel: tokio's 1 ms timer; binaryheap-thread: condvar timeouts, \
-             no tick; bucket-floor: 1 ms buckets)",
+             no tick; bucket-floor and floor-workers: 1 ms buckets)",
             ticks.join(", ")
         );
     }

@@ -9,7 +9,9 @@
 //! (deadline, insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort
 //! merges those sorted runs in O(n log shards)) — the worker callbacks and, apart, the
 //! entries that run on the timer thread (wakers, notifications). When only one shard is due,
-//! its chunks are handed on as they come out, already in order, so workers start early.
+//! its chunks are handed on as they come out, already in order, once they add up to a share
+//! a worker ([`Dispatch::handoff_at`]), so workers start early on a large tick without a
+//! push (and a wake-up) for every chunk.
 //! Callbacks are therefore handed out, and timer-thread entries run, ordered by (deadline
 //! tick, shard index, insertion order within the shard). A thread always schedules into the same shard, so one thread's timers keep their
 //! schedule order at equal deadlines; timers of *different* threads at the same tick have no
@@ -292,9 +294,13 @@ impl ServiceState {
 
     /// Takes every timer due at `now` out of every shard and hands it on; returns how many.
     ///
-    /// When one shard is due (one producer thread, or one busy one), each chunk is handed to
-    /// the workers as soon as it is out of the queue, so the first callbacks of a tick start
-    /// while the rest are still being drained. Otherwise the shards' runs are merged first.
+    /// When one shard is due (one producer thread, or one busy one), its chunks are handed to
+    /// the workers as they come out of the queue, in pushes of at least
+    /// [`Dispatch::handoff_at`] callbacks (the rest at the end), so the first callbacks of a
+    /// large tick start while the rest are still being drained. A push for every chunk a
+    /// drain takes out (`DRAIN_CHUNK`, 128 timers) would wake a worker for each: a worker gets
+    /// through a chunk faster than the drain takes the next one out, so it waits in between.
+    /// Otherwise the shards' runs are merged first.
     /// Then every shard's staged timers that were not due are queued (see `shard/`).
     ///
     /// With no workers the calling thread runs every due entry itself, in deadline order,
@@ -334,7 +340,19 @@ impl ServiceState {
         } = buffers;
         let mut due = self.shards.iter().filter(|shard| shard.earliest() <= now);
         if let (Some(shard), None) = (due.next(), due.next()) {
-            return shard.drain(now, drained, |chunk| self.hand_off(chunk, ready, merge));
+            let n = shard.drain(now, drained, |chunk| {
+                // The workers get the due callbacks in a few large pushes, not one a chunk:
+                // a worker done with a small batch waits again, and each push would then
+                // cost a wake-up (see `HANDOFF_AT`).
+                let at = self.dispatch.handoff_at();
+                if chunk.jobs.len() >= at || chunk.jobs.is_empty() {
+                    self.hand_off(chunk, ready, merge);
+                } else {
+                    self.run_inline(chunk);
+                }
+            });
+            self.hand_off(drained, ready, merge);
+            return n;
         }
         let mut n = 0;
         for shard in self.shards.iter() {
@@ -423,6 +441,16 @@ impl ServiceState {
             ready.append(&mut drained.jobs);
             return;
         }
+        self.run_inline(drained);
+        self.dispatch.push(&mut drained.jobs);
+    }
+
+    /// Runs the timer-thread entries (wakers, notifications) of `drained` (with workers; with
+    /// none they wait in `ready` like the callbacks, see [`Self::hand_off`]).
+    fn run_inline(&self, drained: &mut Drained) {
+        if self.run_here || drained.inline.is_empty() {
+            return;
+        }
         let inline = drained.inline.len();
         for job in drained.inline.drain(..) {
             // A waker or an `expire` must not panic; should one anyway, the timer thread
@@ -430,7 +458,6 @@ impl ServiceState {
             let _ = catch_unwind(AssertUnwindSafe(|| job.callback.call()));
         }
         self.notified.add(inline as u64);
-        self.dispatch.push(&mut drained.jobs);
     }
 
     /// Closes every shard and stops the workers, serialised with drains: a `settle` draining
@@ -589,6 +616,24 @@ mod tests {
             None,
             true,
         ))
+    }
+
+    /// A drain of one shard with many due callbacks hands them to the workers in pushes of
+    /// at least `handoff_at` callbacks (512 for two workers) and the rest at its end, not one
+    /// push a drained chunk of 128: 1000 callbacks go in two pushes, each split in two shares
+    /// (one push a chunk would have made 16 batches of 64, each push a wake-up).
+    #[cfg(not(loom))]
+    #[test]
+    fn a_drain_hands_its_callbacks_on_in_few_pushes() {
+        let state = one_timer_due_at_tick_1(Callback::new(|| {}), 2);
+        for _ in 1..1000 {
+            if state.shards[0].insert(1, Callback::new(|| {})).is_err() {
+                panic!("shard closed");
+            }
+        }
+        assert_eq!(state.dispatch.handoff_at(), 512);
+        assert_eq!(state.drain_due(1), 1000);
+        assert_eq!(state.dispatch.batch_sizes(), [256, 256, 244, 244]);
     }
 
     /// A timer due at tick 1 is drained by one thread (the timer thread's part) while another

@@ -12,6 +12,11 @@
 //! take batches in push order, so callbacks *start* in the order they were pushed (deadline
 //! order, see the service docs); with one worker they also *run* in that order.
 //!
+//! A drain pushes what it took out in few pushes (at least [`Dispatch::handoff_at`] callbacks
+//! each, the rest at its end; see `state.rs`), not one a chunk it drains: each push that
+//! finds a worker waiting costs a futex wake and a context switch, and a worker that has run
+//! a small batch is waiting again before the drain has taken the next one out.
+//!
 //! A push wakes only workers that wait: the queue counts them, and with none waiting (every
 //! worker still busy with earlier batches, which it looks for again before it waits) the
 //! push makes no syscall at all. Likewise a worker that finishes the last callback in flight
@@ -122,6 +127,18 @@ impl Dispatch {
             1 => self.work.notify_one(),
             _ => self.work.notify_all(),
         }
+    }
+
+    /// How many due callbacks a drain collects before it hands them on ([`MAX_BATCH`] a
+    /// worker): below that it keeps draining and pushes once at its end (see `state.rs`).
+    pub(crate) fn handoff_at(&self) -> usize {
+        MAX_BATCH * self.workers
+    }
+
+    /// The sizes of the batches queued, in order (tests only).
+    #[cfg(test)]
+    pub(crate) fn batch_sizes(&self) -> Vec<usize> {
+        lock(&self.queue).batches.iter().map(Vec::len).collect()
     }
 
     /// Counts `n` callbacks as in flight that the calling thread will run itself (a service

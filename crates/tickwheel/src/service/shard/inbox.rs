@@ -5,7 +5,7 @@
 //! swap, and needs no queue key for that. The timer thread moves the timers into the queue
 //! under the queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest
 //! after the due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new
-//! tick). A producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that;
+//! tick; the inbox is taken once a drain, not chased while a producer keeps staging). A producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that;
 //! one that finds [`BACKLOG`] timers not queued yet (the timer thread is behind) queues its
 //! shard's staged timers itself ([`Shard::help_flush`]), so the timer thread never faces a
 //! backlog that would make it late, and producers scale with their number. So the producer
@@ -283,10 +283,16 @@ impl Shard {
 
     /// Queues every staged timer, oldest first, [`FLUSH_CHUNK`] a lock hold, unless `stop`
     /// says to stop between two chunks (a tick has begun whose timers come first): the end
-    /// of a drain. What stays is still covered by `earliest`.
+    /// of a drain. The inbox is taken once, at the first chunk: what a producer stages
+    /// meanwhile waits for the next drain (or its [`FLUSH_AT`] wake-up). Taking it again after
+    /// every chunk would chase a busy producer, handing it back a buffer the timer thread has
+    /// just read every few hundred timers, so that most of its stages write to a cache line
+    /// the other core holds. What stays is still covered by `earliest`.
     pub(crate) fn flush_staged(&self, stop: impl Fn() -> bool) {
-        while self.unqueued() > 0 {
-            self.queue_chunk(&mut self.lock_drain());
+        let mut take = true;
+        while take && self.staged() > 0 || self.taken_len.load(Ordering::Relaxed) > 0 {
+            self.queue_chunk(&mut self.lock_drain(), take);
+            take = false;
             if stop() {
                 break;
             }
@@ -300,17 +306,17 @@ impl Shard {
     #[cold]
     pub(crate) fn help_flush(&self) {
         while self.unqueued() > 0 {
-            self.queue_chunk(&mut self.lock_producer());
+            self.queue_chunk(&mut self.lock_producer(), true);
         }
     }
 
-    /// Takes the inbox in behind `taken` and queues up to [`FLUSH_CHUNK`] timers from the
-    /// front of `taken`; when `taken` is empty, it first queues up to [`DIRECT`] of the
-    /// inbox's timers straight from its buffer. Either way timers are queued in staging
+    /// Takes the inbox in behind `taken` (if `take`) and queues up to [`FLUSH_CHUNK`] timers
+    /// from the front of `taken`; when `taken` is empty, it first queues up to [`DIRECT`] of
+    /// the inbox's timers straight from its buffer. Either way timers are queued in staging
     /// order. The caller holds the queue lock (`st`).
-    pub(super) fn queue_chunk(&self, st: &mut ShardState) {
+    pub(super) fn queue_chunk(&self, st: &mut ShardState, take: bool) {
         let mut spare = std::mem::take(&mut st.spare);
-        if self.take_inbox(&mut spare, &mut st.cells) {
+        if take && self.take_inbox(&mut spare, &mut st.cells) {
             let mut rest = spare.drain(..);
             if st.taken.is_empty() {
                 // Nothing staged earlier waits: the inbox's timers are taken in straight

@@ -279,6 +279,37 @@ fn a_full_inbox_asks_for_a_flush() {
     assert_eq!(shard.earliest(), 9);
 }
 
+/// The end of a drain takes the inbox once: what a producer stages while the staged timers
+/// are queued (here, between two chunks) waits for the next drain, still published.
+#[test]
+fn the_end_of_a_drain_takes_the_inbox_once() {
+    let shard = shard();
+    let ran = Arc::new(AtomicUsize::new(0));
+    for _ in 0..FLUSH_CHUNK + 6 {
+        assert!(shard.stage(9, counter(&ran)).is_ok());
+    }
+    let staged_meanwhile = std::cell::Cell::new(false);
+    shard.flush_staged(|| {
+        if !staged_meanwhile.replace(true) {
+            for _ in 0..3 {
+                assert!(shard.stage(7, counter(&ran)).is_ok());
+            }
+        }
+        false
+    });
+    shard.check_invariants();
+    assert!(staged_meanwhile.get());
+    assert_eq!(
+        shard.staged(),
+        3,
+        "staged during the flush: left for the next drain"
+    );
+    assert_eq!(shard.counts().pending, FLUSH_CHUNK + 9);
+    assert_eq!(shard.earliest(), 7);
+    assert_eq!(fire(&shard, 9), FLUSH_CHUNK + 9);
+    assert_eq!(ran.load(Ordering::SeqCst), FLUSH_CHUNK + 9);
+}
+
 #[test]
 fn a_producer_helping_queues_everything_in_order() {
     let shard = shard();
