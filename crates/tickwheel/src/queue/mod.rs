@@ -60,6 +60,7 @@ pub mod hashed;
 pub mod heap;
 pub(crate) mod records;
 pub(crate) mod slab;
+pub mod slim;
 pub mod wheel;
 
 use core::fmt;
@@ -68,6 +69,7 @@ use core::num::NonZeroU64;
 
 pub use hashed::HashedWheel;
 pub use heap::Heap;
+pub use slim::SlimWheel;
 pub use wheel::Wheel;
 
 /// The handle of one timer in a [`TimerQueue`]: 8 bytes, `Copy`, generational.

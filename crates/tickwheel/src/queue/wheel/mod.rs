@@ -125,7 +125,7 @@ use super::{TimerKey, TimerQueue};
 
 mod absorb;
 mod check;
-mod level;
+pub(in crate::queue) mod level;
 mod slots;
 #[cfg(test)]
 mod tests;
