@@ -20,6 +20,9 @@
 //! TICKWHEEL_MODEL_OPS=100000000 cargo test --release -p tickwheel --test model long_model_run -- --exact --nocapture
 //! ```
 //!
+//! `TICKWHEEL_MODEL_ONLY=SlimWheel` (names as the run prints them, comma-separated) runs only
+//! those queues.
+//!
 //! Every queue runs through [`Subject`]: a [`TimerQueue`] flavor of `tests/common/mod.rs`
 //! as [`Keyed`], or the `SlimWheel` itself, whose reset returns a new key (the old key goes
 //! stale in the model too, and is picked later like any other stale key). A new queue, or a
@@ -550,8 +553,15 @@ fn long_model_run() {
     timed::<SlimWheel<u32>>("SlimWheel", 5, total);
 }
 
-/// [`long_run`] on flavor `F`, printing how long it took.
+/// [`long_run`] on subject `S`, printing how long it took; skipped when
+/// `TICKWHEEL_MODEL_ONLY` (names as printed, comma-separated) leaves it out.
 fn timed<S: Subject>(name: &str, seed: u64, total: u64) {
+    if let Ok(only) = std::env::var("TICKWHEEL_MODEL_ONLY") {
+        if !only.split(',').any(|wanted| wanted.trim() == name) {
+            println!("  {name}: skipped (TICKWHEEL_MODEL_ONLY)");
+            return;
+        }
+    }
     let start = std::time::Instant::now();
     long_run::<S>(seed, total);
     println!("  {name}: {:.1} s", start.elapsed().as_secs_f64());

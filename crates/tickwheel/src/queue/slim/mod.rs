@@ -178,6 +178,7 @@ impl<T> SlimWheel<T> {
     /// Removes a pending timer and returns its value; `None` for a stale key.
     #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
+        self.store.touch_value(key);
         let (index, slot) = self.store.find(key)?;
         let value = self.store.take(index);
         self.depart(slot);
@@ -202,6 +203,7 @@ impl<T> SlimWheel<T> {
     /// stale from then on. `None` (and nothing changes) for a stale key.
     #[inline]
     pub fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
+        self.store.touch_deadline(key);
         let (index, slot) = self.store.find(key)?;
         let deadline = deadline.max(self.now);
         let number = slot_number(deadline, self.level_of(deadline));

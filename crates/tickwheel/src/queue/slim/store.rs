@@ -155,6 +155,21 @@ impl<T> Store<T> {
         (hot.generation == key.generation() && hot.slot != VACANT).then_some((index, hot.slot))
     }
 
+    /// Starts loading the deadline of the timer `key` names, which a reset is about to write:
+    /// its address is known from the key alone, so the miss overlaps the hot record's
+    /// instead of starting when the store leaves the store buffer, after that miss.
+    #[inline]
+    pub(super) fn touch_deadline(&self, key: TimerKey) {
+        prefetch(self.deadlines.as_ptr().wrapping_add(key.index() as usize));
+    }
+
+    /// Starts loading the value of the timer `key` names, which a removal is about to read
+    /// (as [`touch_deadline`](Self::touch_deadline) does for a reset).
+    #[inline]
+    pub(super) fn touch_value(&self, key: TimerKey) {
+        prefetch(self.values.as_ptr().wrapping_add(key.index() as usize));
+    }
+
     /// Whether `item`, in slot `number`, is the current item of a live timer.
     #[inline]
     pub(super) fn valid(&self, item: Item, number: usize) -> bool {

@@ -100,3 +100,44 @@ fn cancels_and_resets_without_polls_stay_bounded() {
     assert_eq!(wheel.drain_expired(101).count(), 1_000);
     assert!(wheel.is_empty());
 }
+
+/// Values are owned: moved out once by `remove` and expiry, dropped in place once by `cancel`,
+/// kept by a reset (also one that moves the timer to another record), dropped once with the
+/// wheel, never read from a vacant record (Miri checks this test in CI).
+#[test]
+fn owned_values_survive_every_path() {
+    use alloc::string::{String, ToString};
+    let mut wheel: SlimWheel<String> = SlimWheel::new();
+    let mut keys: Vec<_> = (0..120u64)
+        .map(|i| wheel.insert(i % 3 + 100, i.to_string()))
+        .collect();
+    for (i, key) in keys.iter_mut().enumerate() {
+        match i % 4 {
+            0 => assert_eq!(wheel.remove(*key), Some(i.to_string())),
+            1 => *key = wheel.reset(*key, 70).expect("pending"),
+            2 => assert!(wheel.cancel(*key)),
+            _ => {}
+        }
+    }
+    for _ in 0..10 {
+        for key in keys.iter_mut().skip(1).step_by(4) {
+            *key = wheel.reset(*key, 70).expect("pending");
+        }
+    }
+    // A reset at the last generation moves the value to another record.
+    *wheel.store.generation_mut(keys[5].index()) = MAX_GENERATION;
+    let spent = TimerKey::new(keys[5].index(), MAX_GENERATION);
+    keys[5] = wheel.reset(spent, 70).expect("pending");
+    assert_eq!(wheel.remove(keys[0]), None);
+    assert!(!wheel.cancel(keys[2]));
+    wheel.get_mut(keys[3]).unwrap().push('!');
+    let fired: Vec<_> = wheel.drain_expired(70).map(|(_, v)| v).collect();
+    assert_eq!(fired.len(), 30);
+    assert_eq!(fired[0], "1");
+    assert_eq!(wheel.deadline(keys[3]), Some(100));
+    wheel.shrink_to_fit();
+    assert_eq!(wheel.get_mut(keys[3]).map(|v| v.as_str()), Some("3!"));
+    assert_eq!(wheel.len(), 30);
+    wheel.check_invariants();
+    // The rest are dropped with the wheel.
+}

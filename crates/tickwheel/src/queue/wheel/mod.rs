@@ -114,6 +114,15 @@
 //!
 //! What a cancel costs at a million timers, and why the records are split as they are, is
 //! in `records.rs`.
+//!
+//! # The slim form
+//!
+//! [`SlimWheel`](super::SlimWheel) (`queue/slim/`) runs these same levels, pacing and expiry
+//! (this module's `level.rs` is shared) over 8-byte records: the record holds no position
+//! and no value, an item carries its timer's generation instead, and so a reset gives the
+//! timer a new key. Pick it for many timers cancelled or reset at random when the caller
+//! keeps the key a reset returns; keep this `Wheel` when a key must survive a reset (the
+//! `queue` module docs, "Which to pick").
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
