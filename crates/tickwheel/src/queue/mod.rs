@@ -75,7 +75,7 @@
 //! checks 10^8 operations a queue (the `SlimWheel` included, through its own model driver
 //! whose reset re-keys the model). `fuzz/` (outside the workspace, nightly) drives each queue
 //! with arbitrary operations against the same model: `cargo +nightly fuzz run wheel` (or
-//! `hashed_wheel`, `heap`).
+//! `slim_wheel`, `hashed_wheel`, `heap`).
 
 pub(crate) mod free;
 pub mod hashed;
