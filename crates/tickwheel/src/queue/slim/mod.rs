@@ -46,9 +46,9 @@
 //!
 //! Insert, cancel, remove and reset are O(1) (amortized, for compaction); a timer moves at
 //! most once a level. Memory a pending timer: hot record 8 bytes, deadline 8, value
-//! `size_of::<T>()`, item 8 — 28 bytes for a `u32` value — plus at most 16 bytes of stale
-//! items awaiting compaction (a slot is compacted past two items a live one, plus
-//! 32) and the vectors' spare capacity. A freed record stays for reuse, with 4 bytes on
+//! `size_of::<T>()`, item 8 — 28 bytes for a `u32` value — plus at most 8 bytes of stale
+//! items awaiting compaction (a slot is compacted past two items a live one, plus 32, and a
+//! full slot at least a quarter stale rather than grown) and the vectors' spare capacity. A freed record stays for reuse, with 4 bytes on
 //! the free stack; [`shrink_to_fit`](SlimWheel::shrink_to_fit) drops the free records at the
 //! end of the arrays and compacts every slot. [`SlimWheel::allocated_bytes`] reports the
 //! total.
@@ -202,6 +202,7 @@ impl<T> SlimWheel<T> {
     /// behind timers already due at the same tick), and returns its **new key**; `key` is
     /// stale from then on. `None` (and nothing changes) for a stale key.
     #[inline]
+    #[must_use = "the timer has a new key: the one passed in is stale"]
     pub fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
         self.store.touch_deadline(key);
         let (index, slot) = self.store.find(key)?;
