@@ -46,8 +46,8 @@
 //!
 //! Insert, cancel, remove and reset are O(1) (amortized, for compaction); a timer moves at
 //! most once a level. Memory a pending timer: hot record 8 bytes, deadline 8, value
-//! `size_of::<T>()`, item 8 — 28 bytes for a `u32` value — plus at most 8 bytes of stale
-//! items awaiting compaction (a slot is compacted past two items a live one, plus 32, and a
+//! `size_of::<T>()`, item 8 — 28 bytes for a `u32` value — plus at most 16 bytes of stale
+//! items awaiting compaction (a slot is compacted past three items a live one, plus 32, and a
 //! full slot at least a quarter stale rather than grown) and the vectors' spare capacity. A freed record stays for reuse, with 4 bytes on
 //! the free stack; [`shrink_to_fit`](SlimWheel::shrink_to_fit) drops the free records at the
 //! end of the arrays and compacts every slot. [`SlimWheel::allocated_bytes`] reports the

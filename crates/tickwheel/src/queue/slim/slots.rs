@@ -27,9 +27,11 @@ use super::{grow, SlimWheel, RING, TOUCH};
 use alloc::vec::Vec;
 
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one, plus
-/// [`COMPACT_SLACK`]: stale items then cost at most 8 bytes a pending timer (16 with the
-/// vector's spare capacity), as in the `Wheel`, whose items are half the size.
-pub(super) const COMPACT_RATIO: usize = 2;
+/// [`COMPACT_SLACK`], as in the `Wheel`: stale items then cost at most 16 bytes a pending
+/// timer, the items being twice the `Wheel`'s; the vectors' spare capacity is bounded by
+/// compacting a full slot at least a quarter stale instead of growing it. At 2 items a live
+/// one, compaction looks up more items a reset, and the memory bound gains nothing it needs.
+pub(super) const COMPACT_RATIO: usize = 3;
 /// Stale items a slot may hold beyond its live ones before it is compacted.
 pub(super) const COMPACT_SLACK: usize = 32;
 /// Departures noted before they are applied.
