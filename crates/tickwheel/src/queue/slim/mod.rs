@@ -110,6 +110,9 @@ pub struct SlimWheel<T> {
     cursor: usize,
     /// Slot numbers that timers left since the last `apply_departures` (see `slots.rs`).
     departed: Vec<u32>,
+    /// Each level's emptied slot vectors, kept for the next slot of that level that fills
+    /// (see `slots.rs`, "Spare vectors").
+    spare: Box<[Vec<Vec<Item>>; LEVELS]>,
     now: u64,
     /// `now >> LEVEL_BITS` when a pass of `absorb_ahead` last found nothing under way and
     /// nothing to start; [`UNSETTLED`] when it must look again.
@@ -133,6 +136,7 @@ impl<T> SlimWheel<T> {
             levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
             cursor: 0,
             departed: Vec::new(),
+            spare: Box::new(core::array::from_fn(|_| Vec::new())),
             now: tick,
             settled: UNSETTLED,
             #[cfg(debug_assertions)]
@@ -156,10 +160,16 @@ impl<T> SlimWheel<T> {
     /// Bytes of memory the wheel holds (its own struct excluded): records, slot vectors at
     /// their capacity and the slot table.
     pub fn allocated_bytes(&self) -> usize {
-        let items: usize = self.slots.iter().map(|slot| slot.items.capacity()).sum();
+        let spare = self.spare.iter().flatten();
+        let items: usize = (self.slots.iter().map(|slot| &slot.items))
+            .chain(spare)
+            .map(Vec::capacity)
+            .sum();
         self.store.allocated_bytes()
             + items * core::mem::size_of::<Item>()
             + self.departed.capacity() * core::mem::size_of::<u32>()
+            + self.spare.iter().map(Vec::capacity).sum::<usize>()
+                * core::mem::size_of::<Vec<Item>>()
             + self.slots.len() * core::mem::size_of::<Slot>()
             + core::mem::size_of::<[Level; LEVELS]>()
     }
@@ -327,6 +337,9 @@ impl<T> SlimWheel<T> {
                 self.compact(number);
             }
             self.slots[number].items.shrink_to_fit();
+        }
+        for spare in self.spare.iter_mut() {
+            *spare = Vec::new();
         }
         self.store.shrink_to_fit();
     }

@@ -16,6 +16,16 @@
 //! items are stale: resets append items at the tail of their new slot, and a vector that
 //! only doubled would keep twice the room its live items need after every storm of resets.
 //!
+//! # Spare vectors
+//!
+//! A level keeps two rotations of slots, but the timers of a workload whose delays span a
+//! fraction of a rotation occupy only that fraction at a time: a vector that kept its
+//! capacity when its slot emptied would leave every ring slot the workload ever passed
+//! through holding room for a full slot. An emptied slot's vector goes to its level's spare
+//! list instead, and the next slot of that level to fill takes it (a slot's first item is
+//! the one that finds its vector without capacity). So the room held is about what the
+//! occupied slots need, and steady state still allocates nothing.
+//!
 //! No item is overwritten: an item carries its generation, so compaction tells a stale one by
 //! its record alone. It looks every item up (prefetched [`TOUCH`] ahead, branch-free, so the
 //! misses overlap) and keeps the current ones in order; no record stores a position, so
@@ -67,6 +77,12 @@ impl<T> SlimWheel<T> {
     #[cold]
     #[inline(never)]
     fn make_room(&mut self, number: usize) {
+        if self.slots[number].items.capacity() == 0 {
+            if let Some(spare) = self.spare[number / RING].pop() {
+                self.slots[number].items = spare;
+                return;
+            }
+        }
         let target = &self.slots[number];
         if target.items.len() >= COMPACT_SLACK && 4 * target.live <= 3 * target.items.len() {
             self.compact(number);
@@ -146,7 +162,11 @@ impl<T> SlimWheel<T> {
         if let Some(level) = self.absorber(number) {
             self.levels[level].absorbed_next();
         }
-        self.slots[number].items.clear();
+        let mut items = core::mem::take(&mut self.slots[number].items);
+        if items.capacity() > 0 {
+            items.clear();
+            self.spare[number / RING].push(items);
+        }
         self.slots[number].live = 0;
         self.levels[number / RING].vacate(number % RING);
         if number == self.ready_slot() {
