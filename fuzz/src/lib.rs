@@ -6,11 +6,14 @@
 //! Ticks are chosen relative to the queue's clock (the past, the next ticks, wheel level
 //! boundaries, powers of two ahead, `u64::MAX`), so that arbitrary bytes keep reaching the
 //! interesting places; keys are picked among every key issued, stale ones included.
+//!
+//! [`run_slim`] drives the `SlimWheel`, whose reset returns a new key: the model then drops
+//! the old key and takes the new one, and the old one is picked later as a stale key.
 
 use std::collections::HashSet;
 
 use arbitrary::Arbitrary;
-use tickwheel::{TimerKey, TimerQueue};
+use tickwheel::{SlimWheel, TimerKey, TimerQueue};
 
 /// A tick relative to the queue's clock when the operation runs.
 #[derive(Arbitrary, Clone, Copy, Debug)]
@@ -72,9 +75,120 @@ pub enum Op {
 /// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
 type Model = tickwheel_lab::model::Model<TimerKey, u32>;
 
+/// What [`drive`] needs of a queue: a [`TimerQueue`] (through [`Keyed`]) or the `SlimWheel`.
+trait Subject {
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey;
+    fn remove(&mut self, key: TimerKey) -> Option<u32>;
+    fn cancel(&mut self, key: TimerKey) -> bool;
+    /// The key the timer has after the reset (`key` itself for a `TimerQueue`).
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey>;
+    fn deadline(&self, key: TimerKey) -> Option<u64>;
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32>;
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)>;
+    fn next_expiration(&self) -> Option<u64>;
+    fn len(&self) -> usize;
+    fn now(&self) -> u64;
+    fn shrink_to_fit(&mut self);
+    fn check_invariants(&self);
+}
+
+struct Keyed<Q>(Q);
+
+impl<Q: TimerQueue<u32>> Subject for Keyed<Q> {
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
+        self.0.insert(deadline, value)
+    }
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        self.0.remove(key)
+    }
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        self.0.remove(key).is_some()
+    }
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
+        self.0.reset(key, deadline).then_some(key)
+    }
+    fn deadline(&self, key: TimerKey) -> Option<u64> {
+        self.0.deadline(key)
+    }
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
+        self.0.get_mut(key)
+    }
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
+        self.0.poll_expired(now)
+    }
+    fn next_expiration(&self) -> Option<u64> {
+        self.0.next_expiration()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+    fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+    fn check_invariants(&self) {
+        self.0.check_invariants();
+    }
+}
+
+impl Subject for SlimWheel<u32> {
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
+        SlimWheel::insert(self, deadline, value)
+    }
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        SlimWheel::remove(self, key)
+    }
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        SlimWheel::cancel(self, key)
+    }
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
+        SlimWheel::reset(self, key, deadline)
+    }
+    fn deadline(&self, key: TimerKey) -> Option<u64> {
+        SlimWheel::deadline(self, key)
+    }
+    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
+        SlimWheel::get_mut(self, key)
+    }
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
+        SlimWheel::poll_expired(self, now)
+    }
+    fn next_expiration(&self) -> Option<u64> {
+        SlimWheel::next_expiration(self)
+    }
+    fn len(&self) -> usize {
+        SlimWheel::len(self)
+    }
+    fn now(&self) -> u64 {
+        SlimWheel::now(self)
+    }
+    fn shrink_to_fit(&mut self) {
+        SlimWheel::shrink_to_fit(self);
+    }
+    fn check_invariants(&self) {
+        SlimWheel::check_invariants(self);
+    }
+}
+
+/// Everything `q` has due by `t`, in firing order.
+fn drain<S: Subject>(q: &mut S, t: u64) -> Vec<(TimerKey, u32)> {
+    std::iter::from_fn(|| q.poll_expired(t)).collect()
+}
+
 /// Applies `ops` to `q` (fresh) and to the model, panicking at the first difference; at the
 /// end everything left must fire in model order.
-pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
+pub fn run<Q: TimerQueue<u32>>(q: Q, ops: &[Op]) {
+    drive(Keyed(q), ops);
+}
+
+/// [`run`] for the `SlimWheel`, whose reset re-keys the timer.
+pub fn run_slim(q: SlimWheel<u32>, ops: &[Op]) {
+    drive(q, ops);
+}
+
+fn drive<Q: Subject>(mut q: Q, ops: &[Op]) {
     let mut model = Model::default();
     let mut keys: Vec<TimerKey> = Vec::new();
     let mut issued: HashSet<TimerKey> = HashSet::new();
@@ -108,18 +222,33 @@ pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
             Op::CancelStorm(start, count) => {
                 for n in 0..u16::from(count) * 2 {
                     if let Some(key) = pick(&keys, start.wrapping_add(n.wrapping_mul(97))) {
-                        assert_eq!(q.remove(key), model.remove(key), "remove({key:?})");
+                        // Every other one a cancel, which hands no value back.
+                        if n % 2 == 0 {
+                            assert_eq!(q.remove(key), model.remove(key), "remove({key:?})");
+                        } else {
+                            let live = model.remove(key).is_some();
+                            assert_eq!(q.cancel(key), live, "cancel({key:?})");
+                        }
                     }
                 }
             }
             Op::Reset(i, tick) => {
                 if let Some(key) = pick(&keys, i) {
                     let deadline = tick.at(q.now());
-                    assert_eq!(
-                        q.reset(key, deadline),
-                        model.reset(key, deadline),
-                        "reset({key:?}, {deadline})"
-                    );
+                    match q.reset(key, deadline) {
+                        // A new key: a reset is a removal and a new insertion.
+                        Some(new) if new != key => {
+                            let value = model.remove(key).expect("a stale key was reset");
+                            assert!(issued.insert(new), "key {new:?} issued twice");
+                            model.insert(new, deadline, value);
+                            keys.push(new);
+                        }
+                        got => assert_eq!(
+                            got.is_some(),
+                            model.reset(key, deadline),
+                            "reset({key:?}, {deadline})"
+                        ),
+                    }
                 }
             }
             Op::Deadline(i) => {
@@ -140,7 +269,7 @@ pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
             }
             Op::Drain(tick) => {
                 let t = tick.at(q.now());
-                let got: Vec<_> = q.drain_expired(t).collect();
+                let got = drain(&mut q, t);
                 let expected: Vec<_> = std::iter::from_fn(|| model.poll(t)).collect();
                 assert_eq!(got, expected, "drain_expired({t})");
             }
@@ -158,7 +287,7 @@ pub fn run<Q: TimerQueue<u32>>(mut q: Q, ops: &[Op]) {
         assert_eq!(q.now(), model.now, "now after {op:?}");
         q.check_invariants();
     }
-    let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+    let rest = drain(&mut q, u64::MAX);
     let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
     assert_eq!(rest, expected, "final drain");
 }

@@ -18,6 +18,7 @@ const SIZE: (u32, u32) = (960, 600);
 fn queue_color(entrant: QueueEntrant) -> RGBColor {
     match entrant {
         QueueEntrant::Wheel => RGBColor(214, 39, 40),
+        QueueEntrant::SlimWheel => RGBColor(227, 119, 194),
         QueueEntrant::HashedWheel => RGBColor(255, 127, 14),
         QueueEntrant::Heap => RGBColor(148, 103, 189),
         QueueEntrant::BinaryHeap => RGBColor(31, 119, 180),

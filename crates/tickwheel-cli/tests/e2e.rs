@@ -26,8 +26,9 @@ fn tickwheel_ok(args: &[&str], what: &str) -> String {
     stdout
 }
 
-const QUEUES: [&str; 8] = [
+const QUEUES: [&str; 9] = [
     "tickwheel-wheel",
+    "tickwheel-slim",
     "tickwheel-hashed",
     "tickwheel-heap",
     "std-binaryheap",

@@ -4,6 +4,9 @@
 //!
 //! * `lazy heap`: `BinaryHeap<Reverse<(deadline, seq, id, generation)>>`; a cancel bumps the
 //!   id's generation and leaves the entry in the heap (the `std-binaryheap` peer).
+//! * `SlimWheel`: `tickwheel::SlimWheel`, the queue built on `split wheel`'s layout below with
+//!   the `Wheel`'s levels and pacing; it cancels with `cancel` and takes the key a reset
+//!   returns.
 //! * `bare wheel`: a classic wheel, 64 slots and 4 levels (ticks below 2^24), items
 //!   `(deadline, id, generation)` in slot vectors, cascaded when the clock enters a slot. No
 //!   keys and no slab: it cancels lazily, as the heap does.
@@ -45,7 +48,7 @@ use std::collections::BinaryHeap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tickwheel::{TimerKey, TimerQueue, Wheel};
+use tickwheel::{SlimWheel, TimerKey, TimerQueue, Wheel};
 use tickwheel_lab::workloads::{self, ChurnInput, ChurnOp, QueueInput};
 
 /// What a workload needs of a queue: the same operations as `tickwheel bench`'s entrants.
@@ -76,6 +79,30 @@ impl Queue for TheWheel {
     fn reset(&mut self, key: TimerKey, _: u32, deadline: u64) -> TimerKey {
         self.0.reset(key, deadline);
         key
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        while let Some((_, id)) = self.0.poll_expired(now) {
+            fired.push((id, now));
+        }
+    }
+}
+
+/// `tickwheel::SlimWheel`: a cancel that reads no value, a reset that returns a new key.
+#[derive(Default)]
+struct TheSlim(SlimWheel<u32>);
+
+impl Queue for TheSlim {
+    type Handle = TimerKey;
+    fn insert(&mut self, id: u32, deadline: u64) -> TimerKey {
+        self.0.insert(deadline, id)
+    }
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        self.0.cancel(key)
+    }
+    fn reset(&mut self, key: TimerKey, id: u32, deadline: u64) -> TimerKey {
+        self.0
+            .reset(key, deadline)
+            .unwrap_or_else(|| self.0.insert(deadline, id))
     }
     fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
         while let Some((_, id)) = self.0.poll_expired(now) {
@@ -1045,6 +1072,7 @@ fn main() {
             vec![
                 entrant("lazy heap", workloads::w1, w1::<LazyHeap>),
                 entrant("Wheel", workloads::w1, w1::<TheWheel>),
+                entrant("SlimWheel", workloads::w1, w1::<TheSlim>),
                 entrant("keyed wheel", workloads::w1, w1::<KeyedWheel<false>>),
                 entrant("find+free", workloads::w1, w1::<KeyedWheel<true>>),
                 entrant("split wheel", workloads::w1, w1::<SplitWheel<true>>),
@@ -1060,6 +1088,7 @@ fn main() {
             vec![
                 entrant("lazy heap", workloads::w2, w2::<LazyHeap>),
                 entrant("Wheel", workloads::w2, w2::<TheWheel>),
+                entrant("SlimWheel", workloads::w2, w2::<TheSlim>),
                 entrant("bare wheel", workloads::w2, w2::<BareWheel>),
                 entrant("keyed wheel", workloads::w2, w2::<KeyedWheel<false>>),
                 entrant("split wheel", workloads::w2, w2::<SplitWheel<true>>),
@@ -1072,6 +1101,7 @@ fn main() {
             vec![
                 entrant("lazy heap", workloads::w3, w3::<LazyHeap>),
                 entrant("Wheel", workloads::w3, w3::<TheWheel>),
+                entrant("SlimWheel", workloads::w3, w3::<TheSlim>),
                 entrant("bare wheel", workloads::w3, w3::<BareWheel>),
                 entrant("keyed wheel", workloads::w3, w3::<KeyedWheel<false>>),
                 entrant("split wheel", workloads::w3, w3::<SplitWheel<true>>),
@@ -1086,6 +1116,7 @@ fn main() {
             vec![
                 entrant("lazy heap", workloads::w5, w5::<LazyHeap>),
                 entrant("Wheel", workloads::w5, w5::<TheWheel>),
+                entrant("SlimWheel", workloads::w5, w5::<TheSlim>),
                 entrant("bare wheel", workloads::w5, w5::<BareWheel>),
                 entrant("split wheel", workloads::w5, w5::<SplitWheel<true>>),
                 entrant("lean wheel", workloads::w5, w5::<LeanWheel<true>>),

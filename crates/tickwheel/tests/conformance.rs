@@ -1,6 +1,8 @@
 //! The queue conformance suite: every case is written once, generic over a [`Flavor`], and
-//! instantiated for each queue (`Wheel`, `Heap`, and `HashedWheel` with 512, 8 and 1 slots)
-//! by [`suite!`] at the bottom. The cases pin down the contract in `tickwheel::queue`.
+//! instantiated for each queue (`Wheel`, `Heap`, `HashedWheel` with 512, 8 and 1 slots, and
+//! `SlimWheel` behind the `Rekeyed` adapter) by [`suite!`] at the bottom. The cases pin down
+//! the contract in `tickwheel::queue`; what the `SlimWheel`'s contract changes (a reset
+//! returns a new key) has its own cases in [`slim_contract`].
 
 mod common;
 
@@ -8,7 +10,9 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, SplitMix64, WheelFlavor};
+use common::{
+    Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, SlimFlavor, SplitMix64, WheelFlavor,
+};
 use tickwheel::{TimerKey, TimerQueue};
 
 /// Polls once at `t` and returns the value; the queue's invariants are checked before and
@@ -601,6 +605,7 @@ suite!(
     hashed: super::Hashed512,
     hashed_8_slots: super::Hashed8,
     hashed_1_slot: super::Hashed1,
+    slim: super::SlimFlavor,
 );
 
 /// Memory after cancels and resets, for each queue type (`allocated_bytes` is not part of the
@@ -687,4 +692,128 @@ memory_bounds!(
     wheel_memory: tickwheel::Wheel::<u64>::new(),
     heap_memory: tickwheel::Heap::<u64>::new(),
     hashed_memory: tickwheel::HashedWheel::<u64>::new(),
+    slim_memory: crate::common::Rekeyed::new(tickwheel::SlimWheel::<u64>::new()),
 );
+
+/// What the `SlimWheel`'s contract says differently from `TimerQueue`'s, on the wheel itself
+/// (no adapter): a reset returns a new key and stales the old one, keys from resets are
+/// never reissued either, and `cancel` is `remove` without the value.
+mod slim_contract {
+    use super::{Counted, SplitMix64};
+    use std::cell::Cell;
+    use std::collections::HashSet;
+    use std::rc::Rc;
+    use tickwheel::{SlimWheel, TimerKey};
+
+    fn drain<T>(q: &mut SlimWheel<T>, t: u64) -> Vec<T> {
+        q.check_invariants();
+        let fired = q.drain_expired(t).map(|(_, v)| v).collect();
+        q.check_invariants();
+        fired
+    }
+
+    #[test]
+    fn reset_returns_a_new_key_and_the_old_one_is_stale() {
+        let mut q = SlimWheel::new();
+        let a = q.insert(100, 'a');
+        q.insert(100, 'b');
+        let c = q.insert(50, 'c');
+        let a2 = q.reset(a, 100).expect("pending");
+        let c2 = q.reset(c, 100).expect("pending");
+        assert!(a2 != a && c2 != c);
+        for stale in [a, c] {
+            assert_eq!(q.deadline(stale), None);
+            assert_eq!(q.get_mut(stale), None);
+            assert_eq!(q.reset(stale, 10), None, "a stale key resets nothing");
+            assert_eq!(q.remove(stale), None);
+            assert!(!q.cancel(stale));
+        }
+        assert_eq!(q.len(), 3, "stale keys touched nothing");
+        assert_eq!(q.deadline(a2), Some(100));
+        *q.get_mut(c2).unwrap() = 'C';
+        // Each reset is a new insertion: behind b.
+        let fired: Vec<_> = q.drain_expired(100).collect();
+        assert_eq!(fired, [(q_key(&fired, 'b'), 'b'), (a2, 'a'), (c2, 'C')]);
+        assert_eq!(q.reset(a2, 500), None, "fired keys are stale");
+    }
+
+    /// The key that fired with `value` (the one `insert` gave, for a timer never reset).
+    fn q_key(fired: &[(TimerKey, char)], value: char) -> TimerKey {
+        fired.iter().find(|(_, v)| *v == value).expect("fired").0
+    }
+
+    #[test]
+    fn poll_returns_the_key_of_the_last_reset() {
+        let mut q = SlimWheel::with_start(1_000);
+        let key = q.insert(5_000, 1u32);
+        let later = q.reset(key, 2_000).unwrap();
+        let past = q.reset(later, 3).unwrap();
+        assert_eq!(
+            q.deadline(past),
+            Some(1_000),
+            "a reset into the past is due now"
+        );
+        assert_eq!(q.poll_expired(1_000), Some((past, 1)));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn keys_from_inserts_and_resets_are_never_reissued() {
+        let mut rng = SplitMix64::new(31);
+        let mut q = SlimWheel::new();
+        let mut seen = HashSet::new();
+        let mut live: Vec<TimerKey> = Vec::new();
+        for round in 0..200u64 {
+            for _ in 0..50 {
+                let key = q.insert(round + rng.in_range(1..=300), ());
+                assert!(seen.insert(key), "insert reissued {key:?}");
+                live.push(key);
+            }
+            for _ in 0..100 {
+                let at = rng.in_range(0..=live.len() as u64 - 1) as usize;
+                match q.reset(live[at], round + rng.in_range(0..=300)) {
+                    Some(key) => {
+                        assert!(seen.insert(key), "reset reissued {key:?}");
+                        live[at] = key;
+                    }
+                    None => {
+                        live.swap_remove(at);
+                    }
+                }
+            }
+            for _ in 0..10 {
+                let at = rng.in_range(0..=live.len() as u64 - 1) as usize;
+                q.cancel(live.swap_remove(at));
+            }
+            q.drain_expired(round).for_each(drop);
+            if round % 50 == 49 {
+                q.shrink_to_fit();
+            }
+            q.check_invariants();
+        }
+    }
+
+    #[test]
+    fn cancel_drops_the_value_once_and_remove_hands_it_back() {
+        let alive = Rc::new(Cell::new(0));
+        let mut q = SlimWheel::new();
+        let keys: Vec<_> = (0..90u64)
+            .map(|i| q.insert(i % 30, Counted::new(&alive)))
+            .collect();
+        for key in keys.iter().step_by(3) {
+            assert!(q.cancel(*key));
+            assert!(!q.cancel(*key), "a second cancel finds nothing");
+        }
+        assert_eq!(alive.get(), 60, "cancel drops the value at once");
+        let taken = q.remove(keys[1]).expect("pending");
+        assert_eq!(alive.get(), 60, "remove hands the value back");
+        drop(taken);
+        let reset = q.reset(keys[2], 1_000).expect("pending");
+        assert_eq!(alive.get(), 59, "a reset keeps the value");
+        assert_eq!(drain(&mut q, 29).len(), 58);
+        assert_eq!(alive.get(), 1);
+        assert!(q.get_mut(reset).is_some());
+        drop(q);
+        assert_eq!(alive.get(), 0, "dropping the wheel drops what is pending");
+    }
+}

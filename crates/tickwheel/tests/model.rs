@@ -20,8 +20,13 @@
 //! TICKWHEEL_MODEL_OPS=100000000 cargo test --release -p tickwheel --test model long_model_run -- --exact --nocapture
 //! ```
 //!
-//! Every queue runs through [`Flavor`]: a new queue, or a new form of one, joins the soak
-//! with a flavor in `tests/common/mod.rs` and a line in `long_model_run`.
+//! `TICKWHEEL_MODEL_ONLY=SlimWheel` (names as the run prints them, comma-separated) runs only
+//! those queues.
+//!
+//! Every queue runs through [`Subject`]: a [`TimerQueue`] flavor of `tests/common/mod.rs`
+//! as [`Keyed`], or the `SlimWheel` itself, whose reset returns a new key (the old key goes
+//! stale in the model too, and is picked later like any other stale key). A new queue, or a
+//! new form of one, joins the soak with a subject and a line in `long_model_run`.
 
 mod common;
 
@@ -29,7 +34,7 @@ use std::collections::HashSet;
 
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
 use proptest::prelude::*;
-use tickwheel::{TimerKey, TimerQueue};
+use tickwheel::{SlimWheel, TimerKey, TimerQueue};
 use tickwheel_lab::SplitMix64;
 
 /// A tick chosen relative to the clock when the operation runs.
@@ -157,9 +162,114 @@ impl Keys {
 /// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
 type Model = tickwheel_lab::model::Model<TimerKey, u32>;
 
-/// Runs `ops` on a fresh queue of flavor `F` and on the model, comparing after each step.
-fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut q = F::make::<u32>();
+/// A queue the model drives.
+trait Subject {
+    fn fresh() -> Self;
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey;
+    fn remove(&mut self, key: TimerKey) -> Option<u32>;
+    /// Removes without handing the value back; whether the key was live.
+    fn cancel(&mut self, key: TimerKey) -> bool;
+    /// The key the timer has after the reset: `key` itself for a [`TimerQueue`], a new one
+    /// for the `SlimWheel`; `None` for a stale key.
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey>;
+    fn deadline(&self, key: TimerKey) -> Option<u64>;
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)>;
+    fn next_expiration(&self) -> Option<u64>;
+    fn len(&self) -> usize;
+    fn now(&self) -> u64;
+    fn shrink_to_fit(&mut self);
+    fn check_invariants(&self);
+}
+
+/// A [`TimerQueue`] flavor as a [`Subject`].
+struct Keyed<F: Flavor>(F::Q<u32>);
+
+impl<F: Flavor> Subject for Keyed<F> {
+    fn fresh() -> Self {
+        Keyed(F::make())
+    }
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
+        self.0.insert(deadline, value)
+    }
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        self.0.remove(key)
+    }
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        self.0.remove(key).is_some()
+    }
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
+        self.0.reset(key, deadline).then_some(key)
+    }
+    fn deadline(&self, key: TimerKey) -> Option<u64> {
+        self.0.deadline(key)
+    }
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
+        self.0.poll_expired(now)
+    }
+    fn next_expiration(&self) -> Option<u64> {
+        self.0.next_expiration()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+    fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+    fn check_invariants(&self) {
+        self.0.check_invariants();
+    }
+}
+
+impl Subject for SlimWheel<u32> {
+    fn fresh() -> Self {
+        SlimWheel::new()
+    }
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
+        SlimWheel::insert(self, deadline, value)
+    }
+    fn remove(&mut self, key: TimerKey) -> Option<u32> {
+        SlimWheel::remove(self, key)
+    }
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        SlimWheel::cancel(self, key)
+    }
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
+        SlimWheel::reset(self, key, deadline)
+    }
+    fn deadline(&self, key: TimerKey) -> Option<u64> {
+        SlimWheel::deadline(self, key)
+    }
+    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
+        SlimWheel::poll_expired(self, now)
+    }
+    fn next_expiration(&self) -> Option<u64> {
+        SlimWheel::next_expiration(self)
+    }
+    fn len(&self) -> usize {
+        SlimWheel::len(self)
+    }
+    fn now(&self) -> u64 {
+        SlimWheel::now(self)
+    }
+    fn shrink_to_fit(&mut self) {
+        SlimWheel::shrink_to_fit(self);
+    }
+    fn check_invariants(&self) {
+        SlimWheel::check_invariants(self);
+    }
+}
+
+/// Everything `q` has due by `t`, in firing order.
+fn drain<S: Subject>(q: &mut S, t: u64) -> Vec<(TimerKey, u32)> {
+    std::iter::from_fn(|| q.poll_expired(t)).collect()
+}
+
+/// Runs `ops` on a fresh queue `S` and on the model, comparing after each step.
+fn check<S: Subject>(ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut q = S::fresh();
     let mut model = Model::default();
     let mut keys = Keys::default();
     for (step, op) in ops.iter().enumerate() {
@@ -170,14 +280,14 @@ fn check<F: Flavor>(ops: &[Op]) -> Result<(), TestCaseError> {
         q.check_invariants();
     }
     // Whatever is left fires, in model order.
-    let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+    let rest = drain(&mut q, u64::MAX);
     let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
     prop_assert_eq!(rest, expected);
     Ok(())
 }
 
-fn apply<Q: TimerQueue<u32>>(
-    q: &mut Q,
+fn apply<S: Subject>(
+    q: &mut S,
     model: &mut Model,
     keys: &mut Keys,
     op: &Op,
@@ -208,14 +318,29 @@ fn apply<Q: TimerQueue<u32>>(
         Op::CancelStorm(start, count) => {
             for i in 0..usize::from(count) {
                 if let Some(key) = pick(start.wrapping_add(i.wrapping_mul(7_919))) {
-                    prop_assert_eq!(q.remove(key), model.remove(key));
+                    // Every other one a cancel, which hands no value back.
+                    if i % 2 == 0 {
+                        prop_assert_eq!(q.remove(key), model.remove(key));
+                    } else {
+                        prop_assert_eq!(q.cancel(key), model.remove(key).is_some());
+                    }
                 }
             }
         }
         Op::Reset(i, tick) => {
             if let Some(key) = pick(i) {
                 let deadline = tick.at(q.now());
-                prop_assert_eq!(q.reset(key, deadline), model.reset(key, deadline));
+                match q.reset(key, deadline) {
+                    // A new key: the model removes the old one and inserts the new one, which
+                    // is what a reset is (a new insertion at `max(deadline, now)`).
+                    Some(new) if new != key => {
+                        let value = model.remove(key);
+                        prop_assert!(value.is_some(), "reset of stale key {:?} succeeded", key);
+                        prop_assert!(keys.issue(new), "key {:?} issued twice", new);
+                        model.insert(new, deadline, value.unwrap_or_default());
+                    }
+                    got => prop_assert_eq!(got.is_some(), model.reset(key, deadline)),
+                }
             }
         }
         Op::Deadline(i) => {
@@ -230,12 +355,12 @@ fn apply<Q: TimerQueue<u32>>(
         }
         Op::Drain(tick) => {
             let t = tick.at(q.now());
-            let got: Vec<_> = q.drain_expired(t).collect();
+            let got = drain(q, t);
             let expected: Vec<_> = std::iter::from_fn(|| model.poll(t)).collect();
             prop_assert_eq!(got, expected, "drain_expired({})", t);
         }
         Op::NextExpiration => check_next_expiration(q, model)?,
-        Op::Len => prop_assert_eq!(q.is_empty(), model.timers.is_empty()),
+        Op::Len => prop_assert_eq!(q.len() == 0, model.timers.is_empty()),
         Op::Shrink => q.shrink_to_fit(),
     }
     Ok(())
@@ -243,7 +368,7 @@ fn apply<Q: TimerQueue<u32>>(
 
 /// `next_expiration` is `Some` iff non-empty and never after the earliest deadline; wheels
 /// may answer earlier, so this checks bounds, not equality.
-fn check_next_expiration<Q: TimerQueue<u32>>(q: &Q, model: &Model) -> Result<(), TestCaseError> {
+fn check_next_expiration<S: Subject>(q: &S, model: &Model) -> Result<(), TestCaseError> {
     let earliest = model.order.keys().next().map(|&(eff, _)| eff);
     let next = q.next_expiration();
     prop_assert_eq!(next.is_some(), earliest.is_some());
@@ -271,27 +396,32 @@ proptest! {
 
     #[test]
     fn wheel_matches_model(ops in ops()) {
-        check::<WheelFlavor>(&ops)?;
+        check::<Keyed<WheelFlavor>>(&ops)?;
     }
 
     #[test]
     fn heap_matches_model(ops in ops()) {
-        check::<HeapFlavor>(&ops)?;
+        check::<Keyed<HeapFlavor>>(&ops)?;
     }
 
     #[test]
     fn hashed_wheel_matches_model(ops in ops()) {
-        check::<Hashed512>(&ops)?;
+        check::<Keyed<Hashed512>>(&ops)?;
     }
 
     #[test]
     fn hashed_wheel_8_slots_matches_model(ops in ops()) {
-        check::<Hashed8>(&ops)?;
+        check::<Keyed<Hashed8>>(&ops)?;
     }
 
     #[test]
     fn hashed_wheel_1_slot_matches_model(ops in ops()) {
-        check::<Hashed1>(&ops)?;
+        check::<Keyed<Hashed1>>(&ops)?;
+    }
+
+    #[test]
+    fn slim_wheel_matches_model(ops in ops()) {
+        check::<SlimWheel<u32>>(&ops)?;
     }
 }
 
@@ -357,13 +487,13 @@ fn random_op(rng: &mut SplitMix64) -> Op {
 /// clock has run to the far end of time (where every deadline is `u64::MAX`) is drained,
 /// checked and replaced by a fresh one, and so is one after every million operations; the key
 /// list keeps the last 10^5 keys issued, stale ones included.
-fn long_run<F: Flavor>(seed: u64, total: u64) {
+fn long_run<S: Subject>(seed: u64, total: u64) {
     let mut rng = SplitMix64::new(seed);
     let mut done = 0u64;
     let mut queues = 0u64;
     while done < total {
         queues += 1;
-        let mut q = F::make::<u32>();
+        let mut q = S::fresh();
         let mut model = Model::default();
         let mut keys = Keys::default();
         let mut run = 0u64;
@@ -394,7 +524,7 @@ fn long_run<F: Flavor>(seed: u64, total: u64) {
             done += weight;
             run += weight;
         }
-        let rest: Vec<_> = q.drain_expired(u64::MAX).collect();
+        let rest = drain(&mut q, u64::MAX);
         let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
         assert_eq!(rest, expected, "final drain, seed {seed}");
     }
@@ -416,15 +546,23 @@ fn long_run_ops() -> u64 {
 #[test]
 fn long_model_run() {
     let total = long_run_ops();
-    timed::<WheelFlavor>("Wheel", 1, total);
-    timed::<HeapFlavor>("Heap", 2, total);
-    timed::<Hashed512>("HashedWheel (512 slots)", 3, total);
-    timed::<Hashed8>("HashedWheel (8 slots)", 4, total);
+    timed::<Keyed<WheelFlavor>>("Wheel", 1, total);
+    timed::<Keyed<HeapFlavor>>("Heap", 2, total);
+    timed::<Keyed<Hashed512>>("HashedWheel (512 slots)", 3, total);
+    timed::<Keyed<Hashed8>>("HashedWheel (8 slots)", 4, total);
+    timed::<SlimWheel<u32>>("SlimWheel", 5, total);
 }
 
-/// [`long_run`] on flavor `F`, printing how long it took.
-fn timed<F: Flavor>(name: &str, seed: u64, total: u64) {
+/// [`long_run`] on subject `S`, printing how long it took; skipped when
+/// `TICKWHEEL_MODEL_ONLY` (names as printed, comma-separated) leaves it out.
+fn timed<S: Subject>(name: &str, seed: u64, total: u64) {
+    if let Ok(only) = std::env::var("TICKWHEEL_MODEL_ONLY") {
+        if !only.split(',').any(|wanted| wanted.trim() == name) {
+            println!("  {name}: skipped (TICKWHEEL_MODEL_ONLY)");
+            return;
+        }
+    }
     let start = std::time::Instant::now();
-    long_run::<F>(seed, total);
+    long_run::<S>(seed, total);
     println!("  {name}: {:.1} s", start.elapsed().as_secs_f64());
 }

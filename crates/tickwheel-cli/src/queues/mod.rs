@@ -20,12 +20,12 @@ pub use adapters::VirtualTimeQueue;
 use crate::error::{Error, Result};
 use crate::workload::Workload;
 use adapters::{
-    BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, TickwheelQueue,
-    TokioDelayQueue,
+    BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, SlimQueue,
+    TickwheelQueue, TokioDelayQueue,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
-use tickwheel::{HashedWheel, Heap, Wheel};
+use tickwheel::{HashedWheel, Heap, SlimWheel, Wheel};
 use tickwheel_lab::workloads::{self, ChurnInput, QueueInput};
 
 /// A timer queue that runs the virtual-time workloads.
@@ -33,6 +33,9 @@ use tickwheel_lab::workloads::{self, ChurnInput, QueueInput};
 pub enum QueueEntrant {
     /// `tickwheel::Wheel`.
     Wheel,
+    /// `tickwheel::SlimWheel`: the `Wheel`'s levels over 8-byte records, a reset returning a
+    /// new key.
+    SlimWheel,
     /// `tickwheel::HashedWheel`.
     HashedWheel,
     /// `tickwheel::Heap`.
@@ -51,8 +54,9 @@ pub enum QueueEntrant {
 
 impl QueueEntrant {
     /// All queue entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [QueueEntrant; 8] = [
+    pub const ALL: [QueueEntrant; 9] = [
         QueueEntrant::Wheel,
+        QueueEntrant::SlimWheel,
         QueueEntrant::HashedWheel,
         QueueEntrant::Heap,
         QueueEntrant::BinaryHeap,
@@ -66,6 +70,7 @@ impl QueueEntrant {
     pub fn name(self) -> &'static str {
         match self {
             QueueEntrant::Wheel => "tickwheel-wheel",
+            QueueEntrant::SlimWheel => "tickwheel-slim",
             QueueEntrant::HashedWheel => "tickwheel-hashed",
             QueueEntrant::Heap => "tickwheel-heap",
             QueueEntrant::BinaryHeap => "std-binaryheap",
@@ -80,7 +85,10 @@ impl QueueEntrant {
     pub fn is_tickwheel(self) -> bool {
         matches!(
             self,
-            QueueEntrant::Wheel | QueueEntrant::HashedWheel | QueueEntrant::Heap
+            QueueEntrant::Wheel
+                | QueueEntrant::SlimWheel
+                | QueueEntrant::HashedWheel
+                | QueueEntrant::Heap
         )
     }
 
@@ -185,6 +193,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<Outcome> {
     match e {
         QueueEntrant::Wheel => on(TickwheelQueue(Wheel::new()), w, input, check),
+        QueueEntrant::SlimWheel => on(SlimQueue(SlimWheel::new()), w, input, check),
         QueueEntrant::HashedWheel => on(TickwheelQueue(HashedWheel::new()), w, input, check),
         QueueEntrant::Heap => on(TickwheelQueue(Heap::new()), w, input, check),
         QueueEntrant::BinaryHeap => on(LazyBinaryHeap::default(), w, input, check),

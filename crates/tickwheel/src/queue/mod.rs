@@ -8,6 +8,27 @@
 //! | [`HashedWheel`] | one level of slots with round counts (scheme 6, Netty, libco fixed) | O(1) | O(slot length) a visited slot |
 //! | [`Heap`] | indexed 4-ary min-heap in libev's cache-line layout (asio `timer_queue`, libev) | O(log n) | O(log n) |
 //!
+//! A fourth form, [`SlimWheel`], is the `Wheel` with 8-byte records and one guarantee less:
+//! its `reset` returns a **new key** (the old one is stale), so it is not a `TimerQueue`;
+//! everything else below holds for it word for word.
+//!
+//! # Which to pick
+//!
+//! * [`Wheel`]: the default. A key stays valid across resets, so it can be shared or stored
+//!   where it cannot be rewritten; behind the [`TimerQueue`] trait.
+//! * [`SlimWheel`]: many timers (10^5 and up) cancelled or reset at random, by a caller that
+//!   stores the key a reset returns (a connection keeps its idle timer's key in its own
+//!   struct). A cancel or reset touches an 8-byte record where the `Wheel`'s is 12 bytes
+//!   plus the value, and [`SlimWheel::cancel`] reads no value that has no drop glue: at a
+//!   million timers that is the difference between missing in the last-level cache or not.
+//!   Small values (a `u32` index, a plain struct) fit it best; a large value is cheaper
+//!   boxed or kept in the caller's array, as in any queue.
+//! * [`Heap`]: exact [`next_expiration`](TimerQueue::next_expiration), O(log n).
+//! * [`HashedWheel`]: deadlines within a known horizon, one level of slots.
+//!
+//! `cargo run --release -p tickwheel-cli -- bench --workloads w1,w3,w5` measures the
+//! choice on cancel, reset and churn beside the lazy `BinaryHeap`.
+//!
 //! No queue reads a clock, starts a thread or allocates per timer in steady state: timers live
 //! in a slab with a free list and are linked by `u32` index. The queues build under
 //! `no_std + alloc`.
@@ -51,15 +72,17 @@
 //! TICKWHEEL_MODEL_OPS=100000000 cargo test --release -p tickwheel --test model long_model_run -- --nocapture
 //! ```
 //!
-//! checks 10^8 operations a queue. `fuzz/` (outside the workspace, nightly) drives each queue
+//! checks 10^8 operations a queue (the `SlimWheel` included, through its own model driver
+//! whose reset re-keys the model). `fuzz/` (outside the workspace, nightly) drives each queue
 //! with arbitrary operations against the same model: `cargo +nightly fuzz run wheel` (or
-//! `hashed_wheel`, `heap`).
+//! `slim_wheel`, `hashed_wheel`, `heap`).
 
 pub(crate) mod free;
 pub mod hashed;
 pub mod heap;
 pub(crate) mod records;
 pub(crate) mod slab;
+pub mod slim;
 pub mod wheel;
 
 use core::fmt;
@@ -68,6 +91,7 @@ use core::num::NonZeroU64;
 
 pub use hashed::HashedWheel;
 pub use heap::Heap;
+pub use slim::SlimWheel;
 pub use wheel::Wheel;
 
 /// The handle of one timer in a [`TimerQueue`]: 8 bytes, `Copy`, generational.

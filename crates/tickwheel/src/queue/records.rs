@@ -46,7 +46,9 @@
 //! the record's miss (`wheel/slots.rs`, "Departures"), so the misses of consecutive cancels
 //! overlap. The wheels of `cargo run --release -p tickwheel-lab --example queue_floors`,
 //! which do less than this contract, show how far a layout alone can go (the workloads are
-//! defined in `docs/ARCHITECTURE.md`).
+//! defined in `docs/ARCHITECTURE.md`). The [`SlimWheel`](crate::SlimWheel) takes the
+//! smallest of those layouts with bounded memory (8-byte records, `queue/slim/store.rs`) at
+//! the price of a key that does not survive a reset.
 //!
 //! # Generations
 //!

@@ -14,6 +14,7 @@ mod btree;
 mod delay_queue;
 mod hhwt;
 mod priority_queue;
+mod slim;
 mod tickwheel;
 
 pub use binary_heap::LazyBinaryHeap;
@@ -21,6 +22,7 @@ pub use btree::BTreeTimers;
 pub use delay_queue::TokioDelayQueue;
 pub use hhwt::HierarchicalHashWheel;
 pub use priority_queue::IndexedPriorityQueue;
+pub use slim::SlimQueue;
 pub use tickwheel::TickwheelQueue;
 
 /// The operations the virtual-time workloads need, over virtual ticks.

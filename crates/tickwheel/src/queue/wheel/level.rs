@@ -40,20 +40,20 @@ const RING_MASK: u64 = RING as u64 - 1;
 /// Items an absorption step moves at least, so that small slots go in one step.
 pub const MIN_STEP: usize = 256;
 /// Steps an absorption is spread over, at least when it has the time (see [`Level::pace`]).
-pub(super) const STEPS: u64 = SLOTS as u64;
+pub(in crate::queue) const STEPS: u64 = SLOTS as u64;
 /// About the most items one absorption step moves when the time before the slot is due
 /// allows more steps: a step this size takes tens of microseconds.
-pub(super) const STEP_ITEMS: usize = 1024;
+pub(in crate::queue) const STEP_ITEMS: usize = 1024;
 
 /// Bits below level `level`.
 #[inline]
-pub(super) const fn shift(level: usize) -> u32 {
+pub(in crate::queue) const fn shift(level: usize) -> u32 {
     level as u32 * LEVEL_BITS
 }
 
 /// The slot index of `tick` at `level` (`level < LEVELS`, so the shift is at most 60).
 #[inline]
-pub(super) fn index(tick: u64, level: usize) -> u64 {
+pub(in crate::queue) fn index(tick: u64, level: usize) -> u64 {
     tick >> shift(level)
 }
 
@@ -65,49 +65,49 @@ pub(super) fn index(tick: u64, level: usize) -> u64 {
 /// small enough to inline (with the field, a `Wheel` executed 9–16 % more instructions on
 /// insert, cancel, fire and reset).
 #[inline]
-pub(super) fn slot_number(tick: u64, level: usize) -> usize {
+pub(in crate::queue) fn slot_number(tick: u64, level: usize) -> usize {
     level * RING + ring(index(tick, level))
 }
 
 /// The parent slot of `tick` at `level`: its index at `level + 1` (0 above the top level).
 #[inline]
-pub(super) fn parent(tick: u64, level: usize) -> u64 {
+pub(in crate::queue) fn parent(tick: u64, level: usize) -> u64 {
     tick.checked_shr(shift(level + 1)).unwrap_or(0)
 }
 
 /// The first tick of slot `index` at `level`, `u64::MAX` if that is past the end of time.
 #[inline]
-pub(super) fn start(index: u64, level: usize) -> u64 {
+pub(in crate::queue) fn start(index: u64, level: usize) -> u64 {
     u64::try_from(u128::from(index) << shift(level)).unwrap_or(u64::MAX)
 }
 
 /// The ring slot of slot index `index`.
 #[inline]
-pub(super) fn ring(index: u64) -> usize {
+pub(in crate::queue) fn ring(index: u64) -> usize {
     (index & RING_MASK) as usize
 }
 
 /// The state of one level: which of its ring slots are occupied, and how far it has taken in
 /// the level above (see the wheel's "Terms and invariants").
 #[derive(Clone, Copy)]
-pub(super) struct Level {
+pub(in crate::queue) struct Level {
     /// This level's number, 0 for the level of single ticks.
-    pub(super) level: usize,
+    pub(in crate::queue) level: usize,
     /// Occupied ring slots, bit `i` for ring slot `i`.
-    pub(super) occupied: u128,
+    pub(in crate::queue) occupied: u128,
     /// The last parent slot (an index at the level above) whose timers this level holds.
-    pub(super) absorbed: u64,
+    pub(in crate::queue) absorbed: u64,
     /// While this level takes in parent slot `absorbed + 1`: how many of that slot's items
     /// it has moved.
-    pub(super) absorbing: Option<usize>,
+    pub(in crate::queue) absorbing: Option<usize>,
     /// The tick of this level's last absorption step (or of its start).
-    pub(super) stepped: u64,
+    pub(in crate::queue) stepped: u64,
 }
 
 impl Level {
     /// Level `level` of a wheel whose clock reads `tick`: empty, with `tick`'s parent slot
     /// absorbed.
-    pub(super) fn new(level: usize, tick: u64) -> Level {
+    pub(in crate::queue) fn new(level: usize, tick: u64) -> Level {
         Level {
             level,
             occupied: 0,
@@ -119,39 +119,39 @@ impl Level {
 
     /// The number (in the wheel's slot table) of the slot of this level that holds `tick`.
     #[inline]
-    pub(super) fn slot_of(&self, tick: u64) -> usize {
+    pub(in crate::queue) fn slot_of(&self, tick: u64) -> usize {
         slot_number(tick, self.level)
     }
 
     /// Whether this level's absorbed range reaches `deadline` (a timer due then belongs on
     /// the lowest level that does).
     #[inline]
-    pub(super) fn reaches(&self, deadline: u64) -> bool {
+    pub(in crate::queue) fn reaches(&self, deadline: u64) -> bool {
         parent(deadline, self.level) <= self.absorbed
     }
 
     /// Marks ring slot `ring_slot` occupied.
     #[inline]
-    pub(super) fn occupy(&mut self, ring_slot: usize) {
+    pub(in crate::queue) fn occupy(&mut self, ring_slot: usize) {
         self.occupied |= 1 << ring_slot;
     }
 
     /// Marks ring slot `ring_slot` empty.
     #[inline]
-    pub(super) fn vacate(&mut self, ring_slot: usize) {
+    pub(in crate::queue) fn vacate(&mut self, ring_slot: usize) {
         self.occupied &= !(1 << ring_slot);
     }
 
     /// The slot number (at the level above) this level is absorbing, if it is.
     #[inline]
-    pub(super) fn source(&self) -> Option<usize> {
+    pub(in crate::queue) fn source(&self) -> Option<usize> {
         self.absorbing
             .map(|_| (self.level + 1) * RING + ring(self.absorbed + 1))
     }
 
     /// The absorption in progress is complete: the parent slot is taken in.
     #[inline]
-    pub(super) fn absorbed_next(&mut self) {
+    pub(in crate::queue) fn absorbed_next(&mut self) {
         self.absorbing = None;
         self.absorbed += 1;
     }
@@ -159,7 +159,7 @@ impl Level {
     /// The first occupied slot of this level after `now`'s own (the ready slot included at
     /// level 0): its index.
     #[inline]
-    pub(super) fn first_slot(&self, now: u64) -> Option<u64> {
+    pub(in crate::queue) fn first_slot(&self, now: u64) -> Option<u64> {
         if self.occupied == 0 {
             return None;
         }
@@ -173,21 +173,21 @@ impl Level {
 
     /// The last tick this level covers (the end of its absorbed range).
     #[inline]
-    pub(super) fn last_tick(&self) -> u64 {
+    pub(in crate::queue) fn last_tick(&self) -> u64 {
         let end = (u128::from(self.absorbed) + 1) << shift(self.level + 1);
         u64::try_from(end - 1).unwrap_or(u64::MAX)
     }
 
     /// The first tick of the parent slot this level absorbs (or would absorb next).
     #[inline]
-    pub(super) fn next_parent_start(&self) -> u64 {
+    pub(in crate::queue) fn next_parent_start(&self) -> u64 {
         start(self.absorbed + 1, self.level + 1)
     }
 
     /// Whether this level may start absorbing its next parent slot at `now`: the clock has
     /// left the bank it will reuse, and the level `above` holds that slot whole.
     #[inline]
-    pub(super) fn can_absorb(&self, now: u64, above: &Level) -> bool {
+    pub(in crate::queue) fn can_absorb(&self, now: u64, above: &Level) -> bool {
         self.absorbing.is_none()
             && self.absorbed == parent(now, self.level)
             && (self.absorbed + 1) >> LEVEL_BITS <= above.absorbed
@@ -195,7 +195,7 @@ impl Level {
 
     /// Catches up with a clock that jumped to `to` over a stretch with no timer.
     #[inline]
-    pub(super) fn catch_up(&mut self, to: u64) {
+    pub(in crate::queue) fn catch_up(&mut self, to: u64) {
         // An empty level catches up; a non-empty one already reaches `to` (its timers are
         // later than `to`, and lie within its absorbed range).
         self.absorbed = self.absorbed.max(parent(to, self.level));
@@ -210,7 +210,7 @@ impl Level {
     /// as make steps of about [`STEP_ITEMS`] items: a slot of millions of timers a whole
     /// rotation ahead (an upper level at a fine resolution) is moved a small step at a time
     /// over that rotation, not in 64 steps of tens of thousands of items each.
-    pub(super) fn pace(&self, now: u64, remaining: usize) -> (u64, u64) {
+    pub(in crate::queue) fn pace(&self, now: u64, remaining: usize) -> (u64, u64) {
         let margin = if self.level == 0 {
             0
         } else {
@@ -228,7 +228,7 @@ impl Level {
     /// share of the ticks since the last step (several when the driver polled late: it gets
     /// the steps it missed too, so that the slot is still done in time instead of all at once
     /// at its start, the fallback of `finish_absorbing`), plus [`MIN_STEP`].
-    pub(super) fn quota(&mut self, now: u64, remaining: usize) -> usize {
+    pub(in crate::queue) fn quota(&mut self, now: u64, remaining: usize) -> usize {
         let (window, _) = self.pace(now, remaining);
         let elapsed = now.saturating_sub(self.stepped).clamp(1, window);
         self.stepped = now;
@@ -241,7 +241,7 @@ impl Level {
     /// The tick the next absorption step of this level is due at, with `remaining` items
     /// left to move.
     #[inline]
-    pub(super) fn next_step(&self, now: u64, remaining: usize) -> u64 {
+    pub(in crate::queue) fn next_step(&self, now: u64, remaining: usize) -> u64 {
         now.saturating_add(self.pace(now, remaining).1)
     }
 }

@@ -83,7 +83,8 @@
 //! items cost at most 8 bytes a pending timer (plus 128 bytes a slot, and 64 departures not
 //! yet applied; twice that with the vectors' spare capacity): resets never make the wheel
 //! hold more than about twice what its pending timers need. A removed timer's value is moved out and its record freed for reuse immediately.
-//! Slot vectors keep their capacity (no allocation in steady state) until
+//! An emptied slot's vector is kept for the next slot of its level to fill (no allocation in
+//! steady state, `slots.rs`, "Spare vectors") until
 //! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what
 //! is unused (the records' limits are under "Costs").
 //!
@@ -114,6 +115,15 @@
 //!
 //! What a cancel costs at a million timers, and why the records are split as they are, is
 //! in `records.rs`.
+//!
+//! # The slim form
+//!
+//! [`SlimWheel`](super::SlimWheel) (`queue/slim/`) runs these same levels, pacing and expiry
+//! (this module's `level.rs` is shared) over 8-byte records: the record holds no position
+//! and no value, an item carries its timer's generation instead, and so a reset gives the
+//! timer a new key. Pick it for many timers cancelled or reset at random when the caller
+//! keeps the key a reset returns; keep this `Wheel` when a key must survive a reset (the
+//! `queue` module docs, "Which to pick").
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -125,7 +135,7 @@ use super::{TimerKey, TimerQueue};
 
 mod absorb;
 mod check;
-mod level;
+pub(in crate::queue) mod level;
 mod slots;
 #[cfg(test)]
 mod tests;
@@ -170,6 +180,9 @@ pub struct Wheel<T> {
     /// Where the timers removed or reset since the last [`apply_departures`](Self::apply_departures) were: their
     /// slots' counts and tombstones, applied in a batch (see `slots.rs`, "Departures").
     departed: Vec<Departure>,
+    /// Each level's emptied slot vectors, for the next slot of that level to fill
+    /// (`slots.rs`, "Spare vectors").
+    spare: Box<[Vec<Vec<u32>>; LEVELS]>,
     now: u64,
     /// `now >> LEVEL_BITS` when a pass of [`absorb_ahead`](Self::absorb_ahead) last found
     /// nothing under way and nothing to start; [`UNSETTLED`] when it must look again.
@@ -197,6 +210,7 @@ impl<T> Wheel<T> {
             levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
             cursor: 0,
             departed: Vec::new(),
+            spare: Box::new(core::array::from_fn(|_| Vec::new())),
             now: tick,
             settled: UNSETTLED,
             #[cfg(debug_assertions)]
@@ -221,10 +235,15 @@ impl<T> Wheel<T> {
     /// capacity and the slot table. [`shrink_to_fit`](TimerQueue::shrink_to_fit) gives back
     /// what pending timers do not need.
     pub fn allocated_bytes(&self) -> usize {
-        let items: usize = self.slots.iter().map(|slot| slot.items.capacity()).sum();
+        let spare = self.spare.iter().flatten();
+        let items: usize = (self.slots.iter().map(|slot| &slot.items))
+            .chain(spare)
+            .map(Vec::capacity)
+            .sum();
         self.records.allocated_bytes()
             + items * core::mem::size_of::<u32>()
             + self.departed.capacity() * core::mem::size_of::<Departure>()
+            + self.spare.iter().map(Vec::capacity).sum::<usize>() * core::mem::size_of::<Vec<u32>>()
             + self.slots.len() * core::mem::size_of::<Slot>()
             + core::mem::size_of::<[Level; LEVELS]>()
     }
@@ -491,6 +510,9 @@ impl<T> TimerQueue<T> for Wheel<T> {
                 self.compact(number);
             }
             self.slots[number].items.shrink_to_fit();
+        }
+        for spare in self.spare.iter_mut() {
+            *spare = Vec::new();
         }
     }
 }

@@ -25,6 +25,16 @@
 //! a slot is never cleared under a pending departure, and
 //! [`first_live_slot`](Wheel::first_live_slot) passes over a slot that holds only departures
 //! for [`next_expiration`](crate::TimerQueue::next_expiration).
+//!
+//! # Spare vectors
+//!
+//! A level keeps two rotations of slots, but timers whose delays span a fraction of a
+//! rotation occupy only that fraction at a time, and as the clock turns they pass through
+//! every ring slot: a vector that kept its capacity when its slot emptied would leave each
+//! of them holding room for a full slot. An emptied slot's vector goes to its level's spare
+//! list instead, and the next slot of that level to receive its first item takes it. The
+//! room held is then about what the occupied slots need, and steady state still allocates
+//! nothing.
 
 use alloc::vec::Vec;
 
@@ -76,12 +86,28 @@ impl<T> Wheel<T> {
         let target = &mut self.slots[number];
         let pos = target.items.len();
         if pos == target.items.capacity() {
-            grow(&mut target.items);
+            self.make_room(number);
         }
+        let target = &mut self.slots[number];
         target.items.push(record);
         target.live += 1;
         self.levels[number / RING].occupy(number % RING);
         pos
+    }
+
+    /// Gives full slot `number` room for an item: a spare vector of its level if the slot
+    /// has none yet (see "Spare vectors" above), else twice the room.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, number: usize) {
+        let target = &mut self.slots[number];
+        if target.items.capacity() == 0 {
+            if let Some(spare) = self.spare[number / RING].pop() {
+                target.items = spare;
+                return;
+            }
+        }
+        grow(&mut target.items);
     }
 
     /// Whether the item `index` at `pos` of slot `number` is the current item of a live
@@ -185,14 +211,18 @@ impl<T> Wheel<T> {
         None
     }
 
-    /// Empties a slot that holds no live timer (keeping its capacity). Emptying the slot a
-    /// level is absorbing completes that absorption.
+    /// Empties a slot that holds no live timer; its vector goes to its level's spare list.
+    /// Emptying the slot a level is absorbing completes that absorption.
     #[inline]
     pub(super) fn clear_slot(&mut self, number: usize) {
         if let Some(level) = self.absorber(number) {
             self.levels[level].absorbed_next();
         }
-        self.slots[number].items.clear();
+        let mut items = core::mem::take(&mut self.slots[number].items);
+        if items.capacity() > 0 {
+            items.clear();
+            self.spare[number / RING].push(items);
+        }
         self.slots[number].live = 0;
         self.slots[number].stale = 0;
         self.levels[number / RING].vacate(number % RING);
