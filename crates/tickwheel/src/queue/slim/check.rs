@@ -20,7 +20,7 @@ use alloc::vec;
 
 use super::level::{index, parent};
 use super::slots::{COMPACT_RATIO, COMPACT_SLACK};
-use super::{SlimWheel, LEVELS, LEVEL_BITS, RING};
+use super::{SlimWheel, Tiered, LEVELS, LEVEL_BITS, RING};
 
 /// How often a debug build checks the invariants of a wheel holding more than
 /// [`CHECK_SMALL`] timers: once in this many polls that caught up.

@@ -20,6 +20,7 @@
 //! 5. **Bounded garbage.** A slot that is neither the ready slot nor being absorbed holds at
 //!    most `COMPACT_RATIO` items a live one, plus `COMPACT_SLACK`.
 
+use super::absorb::Tiered;
 use super::level::{index, parent};
 use super::{Wheel, COMPACT_RATIO, COMPACT_SLACK, LEVELS, LEVEL_BITS, RING, TOMBSTONE};
 
