@@ -60,7 +60,7 @@ use core::fmt;
 use super::free::grow;
 use super::wheel::absorb::Tiered;
 use super::wheel::level::{self, ring, slot_number, start, Level};
-use super::wheel::{LEVELS, LEVEL_BITS, RING, TOUCH, UNSETTLED};
+use super::wheel::{LEVELS, RING, TOUCH, UNSETTLED};
 use super::TimerKey;
 
 mod absorb;

@@ -46,6 +46,33 @@ pub(in crate::queue) trait Tiered {
     /// Empties slot `number`, which holds no live timer (the wheel's `clear_slot`).
     fn empty_slot(&mut self, number: usize);
 
+    /// Asserts the levels' part of invariant (3) of `check.rs` (each wheel's
+    /// `check_invariants` runs it first).
+    fn check_levels(&self) {
+        let now = self.clock();
+        for (l, level) in self.levels().iter().enumerate() {
+            assert_eq!(level.level, l, "level {l} knows its number");
+            let own = parent(now, l);
+            assert!(
+                level.absorbed == own || level.absorbed == own + 1,
+                "(3) level {l} absorbed {} with now's parent slot {own}",
+                level.absorbed
+            );
+            if let Some(cursor) = level.absorbing {
+                assert!(l < LEVELS - 1, "(3) the top level never absorbs");
+                assert!(
+                    (level.absorbed + 1) >> LEVEL_BITS <= self.levels()[l + 1].absorbed,
+                    "(3) level {l} absorbs a slot the level above does not hold whole"
+                );
+                let source = level.source().expect("absorbing has a source");
+                assert!(
+                    cursor <= self.slot_sizes(source).0,
+                    "(3) level {l}'s cursor is past its source's items"
+                );
+            }
+        }
+    }
+
     /// The slot number of the ready slot (level 0, `now`'s slot).
     #[inline]
     fn ready_slot(&self) -> usize {
