@@ -115,6 +115,8 @@ pub(in crate::queue) trait Tiered {
 
     /// Moves the clock to `to` over a stretch with no timer: every level below the lowest
     /// non-empty one is empty, and no absorption in progress takes in a slot due by `to`.
+    /// Inlined into [`advance_upper`](Self::advance_upper), as it was before it was shared.
+    #[inline]
     fn jump(&mut self, to: u64) {
         self.set_clock(to);
         self.set_settled(UNSETTLED);
