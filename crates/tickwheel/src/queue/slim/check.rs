@@ -20,7 +20,7 @@ use alloc::vec;
 
 use super::level::{index, parent};
 use super::slots::{COMPACT_RATIO, COMPACT_SLACK};
-use super::{SlimWheel, LEVELS, LEVEL_BITS, RING};
+use super::{SlimWheel, Tiered, RING};
 
 /// How often a debug build checks the invariants of a wheel holding more than
 /// [`CHECK_SMALL`] timers: once in this many polls that caught up.
@@ -47,27 +47,7 @@ impl<T> SlimWheel<T> {
     /// [`poll_expired`](SlimWheel::poll_expired).
     pub fn check_invariants(&self) {
         let now = self.now;
-        for (l, level) in self.levels.iter().enumerate() {
-            assert_eq!(level.level, l, "level {l} knows its number");
-            let own = parent(now, l);
-            assert!(
-                level.absorbed == own || level.absorbed == own + 1,
-                "(3) level {l} absorbed {} with now's parent slot {own}",
-                level.absorbed
-            );
-            if let Some(cursor) = level.absorbing {
-                assert!(l < LEVELS - 1, "(3) the top level never absorbs");
-                assert!(
-                    (level.absorbed + 1) >> LEVEL_BITS <= self.levels[l + 1].absorbed,
-                    "(3) level {l} absorbs a slot the level above does not hold whole"
-                );
-                let source = level.source().expect("absorbing has a source");
-                assert!(
-                    cursor <= self.slots[source].items.len(),
-                    "(3) level {l}'s cursor is past its source's items"
-                );
-            }
-        }
+        self.check_levels();
         let mut pending = vec![0usize; self.slots.len()];
         for &number in &self.departed {
             assert!(

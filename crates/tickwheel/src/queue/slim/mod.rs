@@ -58,8 +58,9 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::free::grow;
-use super::wheel::level::{self, parent, ring, slot_number, start, Level};
-use super::wheel::{LEVELS, LEVEL_BITS, RING};
+use super::wheel::absorb::Tiered;
+use super::wheel::level::{self, ring, slot_number, start, Level};
+use super::wheel::{LEVELS, RING, TOUCH, UNSETTLED};
 use super::TimerKey;
 
 mod absorb;
@@ -71,12 +72,6 @@ mod tests;
 
 use slots::Slot;
 use store::{Item, Store};
-
-/// Items whose records a slot walk starts loading together ahead of use.
-const TOUCH: usize = 16;
-
-/// [`SlimWheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
-const UNSETTLED: u64 = u64::MAX;
 
 /// A hierarchical timing wheel with 8-byte records whose [`reset`](SlimWheel::reset) returns
 /// a new key. See the [module docs](self) for when to pick it over the [`Wheel`](super::Wheel).
@@ -342,75 +337,6 @@ impl<T> SlimWheel<T> {
             *spare = Vec::new();
         }
         self.store.shrink_to_fit();
-    }
-
-    /// The slot number of the ready slot (level 0, `now`'s slot).
-    #[inline]
-    fn ready_slot(&self) -> usize {
-        ring(self.now)
-    }
-
-    /// The lowest level whose absorbed range reaches `deadline` (`>= now`).
-    #[inline]
-    fn level_of(&self, deadline: u64) -> usize {
-        let mut level = 0;
-        while level < LEVELS - 1 && parent(deadline, level) > self.levels[level].absorbed {
-            level += 1;
-        }
-        level
-    }
-
-    /// The slot number level `level` is absorbing, if it is.
-    #[inline]
-    fn source(&self, level: usize) -> Option<usize> {
-        self.levels[level].source()
-    }
-
-    /// The level absorbing slot `number`, if one is.
-    #[inline]
-    fn absorber(&self, number: usize) -> Option<usize> {
-        let level = (number / RING).checked_sub(1)?;
-        (self.source(level) == Some(number)).then_some(level)
-    }
-
-    /// The lowest non-empty level above 0 and the first tick of its first occupied slot.
-    #[inline]
-    fn first_upper(&self) -> Option<(usize, u64)> {
-        (1..LEVELS).find_map(|level| {
-            let first = self.levels[level].first_slot(self.now)?;
-            Some((level, start(first, level)))
-        })
-    }
-
-    /// Moves the clock to `to` over a stretch with no timer (as the `Wheel`'s `jump`).
-    fn jump(&mut self, to: u64) {
-        self.now = to;
-        self.settled = UNSETTLED;
-        for level in self.levels.iter_mut() {
-            level.catch_up(to);
-        }
-    }
-
-    /// One step of `poll_expired` past the end of level 0, out of line (see the `Wheel`'s
-    /// `advance_upper`): finish what is under way for slots due by `now`, else bring the
-    /// first upper slot due by `now` down, else jump to `now`.
-    #[inline(never)]
-    fn advance_upper(&mut self, now: u64) {
-        if self.finish_absorbing(now) {
-            return;
-        }
-        match self.first_upper() {
-            Some((level, first)) if first <= now => {
-                self.jump(first - 1);
-                for below in (0..level).rev() {
-                    if self.can_absorb(below) {
-                        self.start_absorbing(below);
-                        self.absorb(below, usize::MAX);
-                    }
-                }
-            }
-            _ => self.jump(now),
-        }
     }
 
     /// Starts loading the hot records and values of the ready slot's next [`TOUCH`] items

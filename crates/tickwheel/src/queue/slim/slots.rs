@@ -33,7 +33,7 @@
 
 use super::level::{index, ring};
 use super::store::Item;
-use super::{grow, SlimWheel, RING, TOUCH};
+use super::{grow, SlimWheel, Tiered, RING, TOUCH};
 use alloc::vec::Vec;
 
 /// A slot is compacted once it holds more than `COMPACT_RATIO` items a live one, plus

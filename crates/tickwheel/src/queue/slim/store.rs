@@ -47,7 +47,7 @@ pub(super) struct Hot {
 
 /// A slot's entry: the record it names and the generation it was appended with.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) struct Item {
+pub(in crate::queue) struct Item {
     pub(super) index: u32,
     pub(super) generation: u32,
 }

@@ -133,20 +133,21 @@ use super::free::{grow, NIL};
 use super::records::{Place, Records};
 use super::{TimerKey, TimerQueue};
 
-mod absorb;
+pub(in crate::queue) mod absorb;
 mod check;
 pub(in crate::queue) mod level;
 mod slots;
 #[cfg(test)]
 mod tests;
 
-use level::{parent, ring, slot_number, start, Level};
+use absorb::Tiered;
+use level::{ring, slot_number, start, Level};
 pub use level::{LEVELS, LEVEL_BITS, MIN_STEP, RING, SLOTS};
 use slots::{Departure, Slot, COMPACT_RATIO, COMPACT_SLACK, TOMBSTONE};
 
 /// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
-const TOUCH: usize = 16;
+pub(in crate::queue) const TOUCH: usize = 16;
 
 /// A hierarchical timing wheel: O(1) insert, remove and reset, exact firing at every tick
 /// of the `u64` range, no cascade stalls. See the [module docs](self) for the design.
@@ -194,7 +195,7 @@ pub struct Wheel<T> {
 }
 
 /// [`Wheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
-const UNSETTLED: u64 = u64::MAX;
+pub(in crate::queue) const UNSETTLED: u64 = u64::MAX;
 
 impl<T> Wheel<T> {
     /// An empty wheel at tick 0.
@@ -248,24 +249,6 @@ impl<T> Wheel<T> {
             + core::mem::size_of::<[Level; LEVELS]>()
     }
 
-    /// The slot number of the ready slot (level 0, `now`'s slot).
-    #[inline]
-    fn ready_slot(&self) -> usize {
-        ring(self.now)
-    }
-
-    /// The level a timer due at `deadline` (`>= now`) belongs on: the lowest whose absorbed
-    /// range reaches it ([`Level::reaches`], with the level as the loop's counter: see
-    /// [`slot_number`]).
-    #[inline]
-    fn level_of(&self, deadline: u64) -> usize {
-        let mut level = 0;
-        while level < LEVELS - 1 && parent(deadline, level) > self.levels[level].absorbed {
-            level += 1;
-        }
-        level
-    }
-
     /// Appends the timer at record `record`, due at `deadline`, to its slot at `level`.
     /// Out of line: it is the larger half of a reset and of a move down a level, and inlined
     /// it made callers' loops around `reset` measurably slower.
@@ -276,72 +259,10 @@ impl<T> Wheel<T> {
         self.records.set_place(record, number as u32, pos as u32);
     }
 
-    /// The slot number level `level` is absorbing, if it is.
-    #[inline]
-    fn source(&self, level: usize) -> Option<usize> {
-        self.levels[level].source()
-    }
-
-    /// The level absorbing slot `number`, if one is.
-    #[inline]
-    fn absorber(&self, number: usize) -> Option<usize> {
-        let level = (number / RING).checked_sub(1)?;
-        (self.source(level) == Some(number)).then_some(level)
-    }
-
-    /// The first occupied slot of `level` after `now`'s own: its index.
-    #[inline]
-    fn first_slot(&self, level: usize) -> Option<u64> {
-        self.levels[level].first_slot(self.now)
-    }
-
-    /// The lowest non-empty level above 0 and the first tick of its first occupied slot.
-    #[inline]
-    fn first_upper(&self) -> Option<(usize, u64)> {
-        (1..LEVELS).find_map(|level| Some((level, start(self.first_slot(level)?, level))))
-    }
-
     /// The last tick level 0 covers.
     #[inline]
     fn end0(&self) -> u64 {
         self.levels[0].last_tick()
-    }
-
-    /// Moves the clock to `to` over a stretch with no timer: every level below the lowest
-    /// non-empty one is empty, and no absorption in progress takes in a slot due by `to`.
-    fn jump(&mut self, to: u64) {
-        self.now = to;
-        self.settled = UNSETTLED;
-        for level in self.levels.iter_mut() {
-            level.catch_up(to);
-        }
-    }
-
-    /// One step of [`poll_expired`](TimerQueue::poll_expired) past the end of level 0: finish
-    /// what is under way for slots due by `now`, else bring the first upper slot due by `now`
-    /// down, else jump to `now`.
-    ///
-    /// Out of line: it runs about once in 64 ticks, and inlined, its per-level set-up
-    /// (`parent(now, level)` for every level) was hoisted into every poll, doubling the cost of
-    /// a poll that only pops a timer.
-    #[inline(never)]
-    fn advance_upper(&mut self, now: u64) {
-        if self.finish_absorbing(now) {
-            return;
-        }
-        match self.first_upper() {
-            Some((level, first)) if first <= now => {
-                // Nothing before `first`: stand just before it and bring its slot down.
-                self.jump(first - 1);
-                for below in (0..level).rev() {
-                    if self.can_absorb(below) {
-                        self.start_absorbing(below);
-                        self.absorb(below, usize::MAX);
-                    }
-                }
-            }
-            _ => self.jump(now),
-        }
     }
 
     /// Starts loading the hot records (values included) of the ready slot's next [`TOUCH`]
@@ -375,6 +296,80 @@ impl<T> Wheel<T> {
             return self.records.remove(index).map(|value| (key, value));
         }
         None
+    }
+}
+
+/// The `Wheel`'s side of the shared absorption and stepping (`absorb.rs`): items are record
+/// indices, valid where their record's place names them.
+impl<T> Tiered for Wheel<T> {
+    type Item = u32;
+
+    #[inline]
+    fn levels(&self) -> &[Level; LEVELS] {
+        &self.levels
+    }
+
+    #[inline]
+    fn levels_mut(&mut self) -> &mut [Level; LEVELS] {
+        &mut self.levels
+    }
+
+    #[inline]
+    fn clock(&self) -> u64 {
+        self.now
+    }
+
+    #[inline]
+    fn set_clock(&mut self, now: u64) {
+        self.now = now;
+    }
+
+    #[inline]
+    fn settled(&self) -> u64 {
+        self.settled
+    }
+
+    #[inline]
+    fn set_settled(&mut self, settled: u64) {
+        self.settled = settled;
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, number: usize) -> (&mut Vec<u32>, &mut usize) {
+        let slot = &mut self.slots[number];
+        (&mut slot.items, &mut slot.live)
+    }
+
+    #[inline]
+    fn slot_sizes(&self, number: usize) -> (usize, usize) {
+        let slot = &self.slots[number];
+        (slot.items.len(), slot.live)
+    }
+
+    #[inline]
+    fn touch_moving(&self, items: &[u32]) {
+        self.records.touch(items);
+        self.records.touch_deadlines(items);
+    }
+
+    #[inline]
+    fn current(&self, item: u32, number: usize, pos: usize) -> bool {
+        self.valid(item, number, pos)
+    }
+
+    #[inline]
+    fn item_deadline(&self, item: u32) -> u64 {
+        self.records.deadline(item)
+    }
+
+    #[inline]
+    fn move_down(&mut self, item: u32, deadline: u64, level: usize) {
+        self.link_at(item, deadline, level);
+    }
+
+    #[inline]
+    fn empty_slot(&mut self, number: usize) {
+        self.clear_slot(number);
     }
 }
 

@@ -38,6 +38,7 @@
 
 use alloc::vec::Vec;
 
+use super::absorb::Tiered;
 use super::level::{index, ring};
 use super::{grow, Place, Wheel, NIL, RING, TOUCH};
 
