@@ -67,7 +67,7 @@ pub struct ShardStats {
     pub shard: u32,
     /// The worker that last took the lease (`None`: never taken, or released).
     pub owner: Option<String>,
-    /// The lease's epoch (its fencing token; 0 before anyone took it).
+    /// The lease's epoch (with the owner, its fencing token; 0 before anyone took it).
     pub epoch: u64,
     /// How long the owner's lease still runs; `None` when it has lapsed (or there is none).
     pub lease_left: Option<Duration>,

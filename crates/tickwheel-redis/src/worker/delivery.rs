@@ -31,7 +31,7 @@ pub struct Delivery {
     pub version: u64,
     /// The shard it lives in.
     pub shard: u32,
-    /// The shard epoch (fencing token) under which it was claimed.
+    /// The shard epoch under which it was claimed (with the worker, the fencing token).
     pub epoch: u64,
     /// When Redis handed it out, ms since the Unix epoch (by the namespace's clock).
     pub claimed_at_ms: u64,

@@ -174,7 +174,7 @@ impl Lateness {
 pub struct ShardStatus {
     /// The shard.
     pub shard: u32,
-    /// The epoch of this worker's lease (the fencing token).
+    /// The epoch of this worker's lease (with its id, the fencing token).
     pub epoch: u64,
     /// How long the lease surely holds by the worker's own reckoning (zero: it delivers no
     /// more from this shard until a renewal succeeds).
