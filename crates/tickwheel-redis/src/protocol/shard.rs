@@ -36,9 +36,10 @@ impl redis::ToRedisArgs for Tenure<'_> {
 impl redis::ToSingleRedisArg for Tenure<'_> {}
 
 /// ACQUIRE (`acquire.lua`): takes a shard (`held_epoch` 0) or renews the lease held under
-/// `held_epoch`. Taking bumps the shard's epoch (with the owner, the fencing token: [`Tenure`]) and puts the previous
-/// tenure's in-flight tasks back among the pending ones. A worker may take a shard whose
-/// live lease it holds itself (after losing the reply to its acquisition).
+/// `held_epoch`. Taking bumps the shard's epoch (with the owner, the fencing token: a
+/// [`Tenure`]) and puts the previous tenure's in-flight tasks back among the pending ones. A
+/// worker may take a shard whose live lease it holds itself (after losing the reply to its
+/// acquisition).
 pub(crate) struct Acquire<'a> {
     pub keys: &'a ShardKeys,
     pub now: Option<u64>,
