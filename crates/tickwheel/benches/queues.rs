@@ -11,6 +11,9 @@
 //! * **W3 reset**: N live timers with delays uniform in [1, 30000], then N resets of random
 //!   timers to random delays in [1, 30000]. Timed: the resets only (the inserts are setup).
 //!
+//! The flavors are the three `TimerQueue`s and the `SlimWheel` (a cancel without the value, a
+//! reset that returns a new key, stored back by W3).
+//!
 //! Baselines: `std::collections::BinaryHeap` with lazy cancellation (a cancelled timer stays in
 //! the heap and is skipped when popped, found by a per-timer liveness flag), and
 //! `BTreeMap<(deadline, seq), value>` (cancel and reset are map removals).
@@ -27,7 +30,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use tickwheel::{HashedWheel, Heap, TimerKey, TimerQueue, Wheel};
+use tickwheel::{HashedWheel, Heap, SlimWheel, TimerKey, TimerQueue, Wheel};
 use tickwheel_lab::workloads::{self, QueueInput};
 use tickwheel_lab::SplitMix64;
 
@@ -78,6 +81,31 @@ macro_rules! tickwheel_queue {
 tickwheel_queue!(Wheel<u32>, Wheel::new());
 tickwheel_queue!(HashedWheel<u32>, HashedWheel::new());
 tickwheel_queue!(Heap<u32>, Heap::new());
+
+/// The `SlimWheel`, which is not a `TimerQueue`: a cancel that reads no value back, and a
+/// reset that hands out the timer's new key (stored back by W3, as its users do).
+impl BenchQueue for Tw<SlimWheel<u32>> {
+    type Key = TimerKey;
+    fn make() -> Self {
+        Tw(SlimWheel::new())
+    }
+    #[inline]
+    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
+        self.0.insert(deadline, value)
+    }
+    #[inline]
+    fn cancel(&mut self, key: TimerKey) -> bool {
+        self.0.cancel(key)
+    }
+    #[inline]
+    fn reset(&mut self, key: TimerKey, deadline: u64) -> TimerKey {
+        self.0.reset(key, deadline).unwrap_or(key)
+    }
+    #[inline]
+    fn poll(&mut self, now: u64) -> Option<u32> {
+        self.0.poll_expired(now).map(|(_, v)| v)
+    }
+}
 
 /// `BinaryHeap` with lazy cancellation: timer `id` is live while `live[id]`.
 #[derive(Default)]
@@ -240,6 +268,11 @@ macro_rules! for_each_queue {
         {
             type $q = Tw<Wheel<u32>>;
             let $name = "wheel";
+            $body
+        }
+        {
+            type $q = Tw<SlimWheel<u32>>;
+            let $name = "slim_wheel";
             $body
         }
         {
