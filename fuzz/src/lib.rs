@@ -15,6 +15,11 @@ use std::collections::HashSet;
 use arbitrary::Arbitrary;
 use tickwheel::{SlimWheel, TimerKey, TimerQueue};
 
+/// The queue side of the drivers, shared with `crates/tickwheel/tests/model.rs`.
+#[path = "../../crates/tickwheel/tests/common/subject.rs"]
+mod subject;
+use subject::{drain, Keyed, Subject};
+
 /// A tick relative to the queue's clock when the operation runs.
 #[derive(Arbitrary, Clone, Copy, Debug)]
 pub enum Tick {
@@ -74,108 +79,6 @@ pub enum Op {
 
 /// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
 type Model = tickwheel_lab::model::Model<TimerKey, u32>;
-
-/// What [`drive`] needs of a queue: a [`TimerQueue`] (through [`Keyed`]) or the `SlimWheel`.
-trait Subject {
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey;
-    fn remove(&mut self, key: TimerKey) -> Option<u32>;
-    fn cancel(&mut self, key: TimerKey) -> bool;
-    /// The key the timer has after the reset (`key` itself for a `TimerQueue`).
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey>;
-    fn deadline(&self, key: TimerKey) -> Option<u64>;
-    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32>;
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)>;
-    fn next_expiration(&self) -> Option<u64>;
-    fn len(&self) -> usize;
-    fn now(&self) -> u64;
-    fn shrink_to_fit(&mut self);
-    fn check_invariants(&self);
-}
-
-struct Keyed<Q>(Q);
-
-impl<Q: TimerQueue<u32>> Subject for Keyed<Q> {
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
-        self.0.insert(deadline, value)
-    }
-    fn remove(&mut self, key: TimerKey) -> Option<u32> {
-        self.0.remove(key)
-    }
-    fn cancel(&mut self, key: TimerKey) -> bool {
-        self.0.remove(key).is_some()
-    }
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
-        self.0.reset(key, deadline).then_some(key)
-    }
-    fn deadline(&self, key: TimerKey) -> Option<u64> {
-        self.0.deadline(key)
-    }
-    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
-        self.0.get_mut(key)
-    }
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
-        self.0.poll_expired(now)
-    }
-    fn next_expiration(&self) -> Option<u64> {
-        self.0.next_expiration()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn now(&self) -> u64 {
-        self.0.now()
-    }
-    fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit();
-    }
-    fn check_invariants(&self) {
-        self.0.check_invariants();
-    }
-}
-
-impl Subject for SlimWheel<u32> {
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
-        SlimWheel::insert(self, deadline, value)
-    }
-    fn remove(&mut self, key: TimerKey) -> Option<u32> {
-        SlimWheel::remove(self, key)
-    }
-    fn cancel(&mut self, key: TimerKey) -> bool {
-        SlimWheel::cancel(self, key)
-    }
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
-        SlimWheel::reset(self, key, deadline)
-    }
-    fn deadline(&self, key: TimerKey) -> Option<u64> {
-        SlimWheel::deadline(self, key)
-    }
-    fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
-        SlimWheel::get_mut(self, key)
-    }
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
-        SlimWheel::poll_expired(self, now)
-    }
-    fn next_expiration(&self) -> Option<u64> {
-        SlimWheel::next_expiration(self)
-    }
-    fn len(&self) -> usize {
-        SlimWheel::len(self)
-    }
-    fn now(&self) -> u64 {
-        SlimWheel::now(self)
-    }
-    fn shrink_to_fit(&mut self) {
-        SlimWheel::shrink_to_fit(self);
-    }
-    fn check_invariants(&self) {
-        SlimWheel::check_invariants(self);
-    }
-}
-
-/// Everything `q` has due by `t`, in firing order.
-fn drain<S: Subject>(q: &mut S, t: u64) -> Vec<(TimerKey, u32)> {
-    std::iter::from_fn(|| q.poll_expired(t)).collect()
-}
 
 /// Applies `ops` to `q` (fresh) and to the model, panicking at the first difference; at the
 /// end everything left must fire in model order.

@@ -24,17 +24,20 @@
 //! those queues.
 //!
 //! Every queue runs through [`Subject`]: a [`TimerQueue`] flavor of `tests/common/mod.rs`
-//! as [`Keyed`], or the `SlimWheel` itself, whose reset returns a new key (the old key goes
+//! as [`Keyed`] (`tests/common/subject.rs`, shared with the fuzz targets), or the `SlimWheel` itself, whose reset returns a new key (the old key goes
 //! stale in the model too, and is picked later like any other stale key). A new queue, or a
 //! new form of one, joins the soak with a subject and a line in `long_model_run`.
 
 mod common;
+#[path = "common/subject.rs"]
+mod subject;
 
 use std::collections::HashSet;
 
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
 use proptest::prelude::*;
-use tickwheel::{SlimWheel, TimerKey, TimerQueue};
+use subject::{drain, Keyed, Subject};
+use tickwheel::{SlimWheel, TimerKey};
 use tickwheel_lab::SplitMix64;
 
 /// A tick chosen relative to the clock when the operation runs.
@@ -162,114 +165,14 @@ impl Keys {
 /// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
 type Model = tickwheel_lab::model::Model<TimerKey, u32>;
 
-/// A queue the model drives.
-trait Subject {
-    fn fresh() -> Self;
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey;
-    fn remove(&mut self, key: TimerKey) -> Option<u32>;
-    /// Removes without handing the value back; whether the key was live.
-    fn cancel(&mut self, key: TimerKey) -> bool;
-    /// The key the timer has after the reset: `key` itself for a [`TimerQueue`], a new one
-    /// for the `SlimWheel`; `None` for a stale key.
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey>;
-    fn deadline(&self, key: TimerKey) -> Option<u64>;
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)>;
-    fn next_expiration(&self) -> Option<u64>;
-    fn len(&self) -> usize;
-    fn now(&self) -> u64;
-    fn shrink_to_fit(&mut self);
-    fn check_invariants(&self);
-}
-
-/// A [`TimerQueue`] flavor as a [`Subject`].
-struct Keyed<F: Flavor>(F::Q<u32>);
-
-impl<F: Flavor> Subject for Keyed<F> {
-    fn fresh() -> Self {
-        Keyed(F::make())
-    }
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
-        self.0.insert(deadline, value)
-    }
-    fn remove(&mut self, key: TimerKey) -> Option<u32> {
-        self.0.remove(key)
-    }
-    fn cancel(&mut self, key: TimerKey) -> bool {
-        self.0.remove(key).is_some()
-    }
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
-        self.0.reset(key, deadline).then_some(key)
-    }
-    fn deadline(&self, key: TimerKey) -> Option<u64> {
-        self.0.deadline(key)
-    }
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
-        self.0.poll_expired(now)
-    }
-    fn next_expiration(&self) -> Option<u64> {
-        self.0.next_expiration()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn now(&self) -> u64 {
-        self.0.now()
-    }
-    fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit();
-    }
-    fn check_invariants(&self) {
-        self.0.check_invariants();
-    }
-}
-
-impl Subject for SlimWheel<u32> {
-    fn fresh() -> Self {
-        SlimWheel::new()
-    }
-    fn insert(&mut self, deadline: u64, value: u32) -> TimerKey {
-        SlimWheel::insert(self, deadline, value)
-    }
-    fn remove(&mut self, key: TimerKey) -> Option<u32> {
-        SlimWheel::remove(self, key)
-    }
-    fn cancel(&mut self, key: TimerKey) -> bool {
-        SlimWheel::cancel(self, key)
-    }
-    fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
-        SlimWheel::reset(self, key, deadline)
-    }
-    fn deadline(&self, key: TimerKey) -> Option<u64> {
-        SlimWheel::deadline(self, key)
-    }
-    fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)> {
-        SlimWheel::poll_expired(self, now)
-    }
-    fn next_expiration(&self) -> Option<u64> {
-        SlimWheel::next_expiration(self)
-    }
-    fn len(&self) -> usize {
-        SlimWheel::len(self)
-    }
-    fn now(&self) -> u64 {
-        SlimWheel::now(self)
-    }
-    fn shrink_to_fit(&mut self) {
-        SlimWheel::shrink_to_fit(self);
-    }
-    fn check_invariants(&self) {
-        SlimWheel::check_invariants(self);
-    }
-}
-
-/// Everything `q` has due by `t`, in firing order.
-fn drain<S: Subject>(q: &mut S, t: u64) -> Vec<(TimerKey, u32)> {
-    std::iter::from_fn(|| q.poll_expired(t)).collect()
+/// A fresh `TimerQueue` of flavor `F`, as a [`Subject`].
+fn keyed<F: Flavor>() -> Keyed<F::Q<u32>> {
+    Keyed(F::make())
 }
 
 /// Runs `ops` on a fresh queue `S` and on the model, comparing after each step.
-fn check<S: Subject>(ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut q = S::fresh();
+fn check<S: Subject>(fresh: fn() -> S, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut q = fresh();
     let mut model = Model::default();
     let mut keys = Keys::default();
     for (step, op) in ops.iter().enumerate() {
@@ -347,6 +250,9 @@ fn apply<S: Subject>(
             if let Some(key) = pick(i) {
                 let expected = model.timers.get(&key).map(|t| t.0);
                 prop_assert_eq!(q.deadline(key), expected);
+                // The value, in place, through the same key.
+                let expected = model.timers.get(&key).map(|t| t.2);
+                prop_assert_eq!(q.get_mut(key).map(|v| *v), expected, "get_mut({:?})", key);
             }
         }
         Op::Poll(tick) => {
@@ -396,32 +302,32 @@ proptest! {
 
     #[test]
     fn wheel_matches_model(ops in ops()) {
-        check::<Keyed<WheelFlavor>>(&ops)?;
+        check(keyed::<WheelFlavor>, &ops)?;
     }
 
     #[test]
     fn heap_matches_model(ops in ops()) {
-        check::<Keyed<HeapFlavor>>(&ops)?;
+        check(keyed::<HeapFlavor>, &ops)?;
     }
 
     #[test]
     fn hashed_wheel_matches_model(ops in ops()) {
-        check::<Keyed<Hashed512>>(&ops)?;
+        check(keyed::<Hashed512>, &ops)?;
     }
 
     #[test]
     fn hashed_wheel_8_slots_matches_model(ops in ops()) {
-        check::<Keyed<Hashed8>>(&ops)?;
+        check(keyed::<Hashed8>, &ops)?;
     }
 
     #[test]
     fn hashed_wheel_1_slot_matches_model(ops in ops()) {
-        check::<Keyed<Hashed1>>(&ops)?;
+        check(keyed::<Hashed1>, &ops)?;
     }
 
     #[test]
     fn slim_wheel_matches_model(ops in ops()) {
-        check::<SlimWheel<u32>>(&ops)?;
+        check(SlimWheel::new, &ops)?;
     }
 }
 
@@ -487,13 +393,13 @@ fn random_op(rng: &mut SplitMix64) -> Op {
 /// clock has run to the far end of time (where every deadline is `u64::MAX`) is drained,
 /// checked and replaced by a fresh one, and so is one after every million operations; the key
 /// list keeps the last 10^5 keys issued, stale ones included.
-fn long_run<S: Subject>(seed: u64, total: u64) {
+fn long_run<S: Subject>(fresh: fn() -> S, seed: u64, total: u64) {
     let mut rng = SplitMix64::new(seed);
     let mut done = 0u64;
     let mut queues = 0u64;
     while done < total {
         queues += 1;
-        let mut q = S::fresh();
+        let mut q = fresh();
         let mut model = Model::default();
         let mut keys = Keys::default();
         let mut run = 0u64;
@@ -546,16 +452,16 @@ fn long_run_ops() -> u64 {
 #[test]
 fn long_model_run() {
     let total = long_run_ops();
-    timed::<Keyed<WheelFlavor>>("Wheel", 1, total);
-    timed::<Keyed<HeapFlavor>>("Heap", 2, total);
-    timed::<Keyed<Hashed512>>("HashedWheel (512 slots)", 3, total);
-    timed::<Keyed<Hashed8>>("HashedWheel (8 slots)", 4, total);
-    timed::<SlimWheel<u32>>("SlimWheel", 5, total);
+    timed("Wheel", keyed::<WheelFlavor>, 1, total);
+    timed("Heap", keyed::<HeapFlavor>, 2, total);
+    timed("HashedWheel (512 slots)", keyed::<Hashed512>, 3, total);
+    timed("HashedWheel (8 slots)", keyed::<Hashed8>, 4, total);
+    timed("SlimWheel", SlimWheel::new, 5, total);
 }
 
 /// [`long_run`] on subject `S`, printing how long it took; skipped when
 /// `TICKWHEEL_MODEL_ONLY` (names as printed, comma-separated) leaves it out.
-fn timed<S: Subject>(name: &str, seed: u64, total: u64) {
+fn timed<S: Subject>(name: &str, fresh: fn() -> S, seed: u64, total: u64) {
     if let Ok(only) = std::env::var("TICKWHEEL_MODEL_ONLY") {
         if !only.split(',').any(|wanted| wanted.trim() == name) {
             println!("  {name}: skipped (TICKWHEEL_MODEL_ONLY)");
@@ -563,6 +469,6 @@ fn timed<S: Subject>(name: &str, seed: u64, total: u64) {
         }
     }
     let start = std::time::Instant::now();
-    long_run::<S>(seed, total);
+    long_run(fresh, seed, total);
     println!("  {name}: {:.1} s", start.elapsed().as_secs_f64());
 }
