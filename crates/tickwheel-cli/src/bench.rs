@@ -261,6 +261,18 @@ fn caveats(s: &Settings) -> Vec<String> {
     }
     if w4
         && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::FloorClosures))
+    {
+        notes.push(
+            "floor-closures is bucket-floor storing with each task the record a service of \
+             arbitrary callbacks stores (a code pointer and 16 bytes of captured state, 32 bytes \
+             with the bucket, where bucket-floor stores 8), called by its thread: not a timer \
+             either, the floor of any design that takes callbacks"
+                .to_owned(),
+        );
+    }
+    if w4
+        && s.entrants
             .iter()
             .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
     {

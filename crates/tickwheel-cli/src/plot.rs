@@ -40,6 +40,7 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
         ServiceEntrant::HeapThread => queue_color(QueueEntrant::BTreeMap),
         ServiceEntrant::BucketFloor => queue_color(QueueEntrant::Hhwt),
         ServiceEntrant::FloorWorkers => queue_color(QueueEntrant::PriorityQueue),
+        ServiceEntrant::FloorClosures => queue_color(QueueEntrant::SlimWheel),
     }
 }
 

@@ -45,7 +45,7 @@ const FUTURES: [&str; 5] = [
     "async-io",
     "no-timer",
 ];
-const SERVICES: [&str; 8] = [
+const SERVICES: [&str; 9] = [
     "tickwheel-service",
     "tickwheel-service-handle",
     "tickwheel-service-here",
@@ -54,6 +54,7 @@ const SERVICES: [&str; 8] = [
     "binaryheap-thread",
     "bucket-floor",
     "floor-workers",
+    "floor-closures",
 ];
 
 fn read_json(path: &Path) -> Value {

@@ -2,7 +2,8 @@
 //! measured on W4 (N tasks with delays; schedule rate, wall and CPU time, memory, lateness;
 //! defined in `docs/ARCHITECTURE.md`, "Workloads").
 //!
-//! Layout: [`adapters`] puts each entrant behind [`RealTimeTimer`]; this file runs W4 and
+//! Layout: [`adapters`] puts each timer entrant behind [`RealTimeTimer`], [`floors`] each
+//! floor (W4 done with the least work, not timers); this file runs W4 and
 //! checks it; [`isolated`] runs it in a child process; [`report`] holds the samples and
 //! renders their table.
 //!
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod adapters;
+mod floors;
 mod isolated;
 pub mod report;
 
@@ -60,16 +62,19 @@ pub enum ServiceEntrant {
     /// A `BinaryHeap` behind a mutex plus one timer thread.
     HeapThread,
     /// A floor, not a timer: 1 ms buckets filled and run by one thread (see
-    /// [`adapters::BucketFloor`]).
+    /// [`floors::BucketFloor`]).
     BucketFloor,
     /// A floor with a worker hand-off: the bucket floor whose thread hands each due bucket to
-    /// worker threads (see [`adapters::FloorWorkers`]).
+    /// worker threads (see [`floors::FloorWorkers`]).
     FloorWorkers,
+    /// A floor with callbacks: the bucket floor whose tasks each carry a callback record as a
+    /// service of arbitrary closures stores it (see [`floors::FloorClosures`]).
+    FloorClosures,
 }
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 8] = [
+    pub const ALL: [ServiceEntrant; 9] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TimerServiceHere,
@@ -78,6 +83,7 @@ impl ServiceEntrant {
         ServiceEntrant::HeapThread,
         ServiceEntrant::BucketFloor,
         ServiceEntrant::FloorWorkers,
+        ServiceEntrant::FloorClosures,
     ];
 
     /// The name used on the command line, in tables and in files.
@@ -91,6 +97,7 @@ impl ServiceEntrant {
             ServiceEntrant::HeapThread => "binaryheap-thread",
             ServiceEntrant::BucketFloor => "bucket-floor",
             ServiceEntrant::FloorWorkers => "floor-workers",
+            ServiceEntrant::FloorClosures => "floor-closures",
         }
     }
 
@@ -297,8 +304,9 @@ pub fn start(
         ServiceEntrant::TokioSleep => Box::new(adapters::TokioSleep::new()?),
         ServiceEntrant::DelayQueueChannel => Box::new(adapters::DelayQueueChannel::new()?),
         ServiceEntrant::HeapThread => Box::new(adapters::HeapThread::new()?),
-        ServiceEntrant::BucketFloor => Box::new(adapters::BucketFloor::new()?),
-        ServiceEntrant::FloorWorkers => Box::new(adapters::FloorWorkers::new()?),
+        ServiceEntrant::BucketFloor => Box::new(floors::BucketFloor::new()?),
+        ServiceEntrant::FloorWorkers => Box::new(floors::FloorWorkers::new()?),
+        ServiceEntrant::FloorClosures => Box::new(floors::FloorClosures::new()?),
     })
 }
 

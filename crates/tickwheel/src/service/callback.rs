@@ -20,8 +20,9 @@
 //! # Safety argument
 //!
 //! The service's other `unsafe` blocks are the inbox's in-place append (`Staged::push` in
-//! `shard/inbox.rs`, which hands a field of an uninitialised entry to [`Build::build_in`]) and the
-//! spin lock in `sync.rs`. Miri runs this module's, the shard's and the lock's tests in CI.
+//! `shard/inbox.rs`, which hands a field of an uninitialised entry to [`Build::build_in`]), the
+//! calendar's (`Bucket::push` in `shard/calendar.rs`) and the spin lock in `sync.rs`. Miri runs
+//! this module's, the shard's and the lock's tests in CI.
 //!
 //! * `data` holds exactly one live `F` (the type `vtable` was made for) from `new` until
 //!   `call` or `drop` moves it out, and nothing else ever reads or writes it. `new` writes it
@@ -163,26 +164,29 @@ where
     }
 }
 
-/// A user closure that becomes a [`Callback`] where it is stored. One too big to be stored
-/// inline is boxed by [`Closure::new`], before the caller takes any lock.
-pub(crate) struct Closure<F>(Prepared<F>);
+/// A user closure small enough to be stored inline, on its way to becoming a [`Callback`]
+/// where it is stored ([`Callback::new_in`]); see [`prepare`].
+pub(crate) struct Closure<F>(F);
 
-enum Prepared<F> {
-    Inline(F),
-    Boxed(Callback),
-}
-
-impl<F> Closure<F>
+/// Hands `f` on as a [`Closure`] to `inline` if it fits [`INLINE`] bytes, else boxed as a
+/// [`Callback`] to `boxed`, before the caller takes any lock. The choice is made at compile
+/// time, so a closure that fits travels as itself (in registers) rather than inside an enum
+/// with the boxed form: such an enum lives on the stack, its parts written 8 and 4 bytes at a
+/// time and read back 16 at a time, loads that the store buffer cannot forward, so each
+/// waited for every older store, the inbox entries of the previous stages included.
+#[inline]
+pub(crate) fn prepare<F, R>(
+    f: F,
+    inline: impl FnOnce(Closure<F>) -> R,
+    boxed: impl FnOnce(Callback) -> R,
+) -> R
 where
     F: FnOnce() + Send + 'static,
 {
-    #[inline]
-    pub(crate) fn new(f: F) -> Closure<F> {
-        Closure(if fits::<F>() {
-            Prepared::Inline(f)
-        } else {
-            Prepared::Boxed(Callback::new(f))
-        })
+    if fits::<F>() {
+        inline(Closure(f))
+    } else {
+        boxed(Callback::new(f))
     }
 }
 
@@ -192,20 +196,12 @@ where
 {
     #[inline]
     fn build_in(self, slot: &mut MaybeUninit<Callback>) {
-        match self.0 {
-            Prepared::Inline(f) => Callback::new_in(slot, f),
-            Prepared::Boxed(callback) => {
-                slot.write(callback);
-            }
-        }
+        Callback::new_in(slot, self.0);
     }
 
     #[inline]
     fn build(self) -> Callback {
-        match self.0 {
-            Prepared::Inline(f) => Callback::new(f),
-            Prepared::Boxed(callback) => callback,
-        }
+        Callback::new(self.0)
     }
 }
 
@@ -476,6 +472,14 @@ mod tests {
         Arc::new(AtomicUsize::new(0))
     }
 
+    /// Builds `f`'s callback in `slot` as a stage does: prepared, then built in place.
+    fn built_in<F: FnOnce() + Send + 'static>(slot: &mut MaybeUninit<Callback>, f: F) {
+        match prepare(f, Ok, Err) {
+            Ok(closure) => closure.build_in(slot),
+            Err(boxed) => boxed.build_in(slot),
+        }
+    }
+
     #[test]
     fn a_callback_built_in_place_runs_or_drops_its_closure_once() {
         // Inline (an `Arc` and a word) and boxed (three words), each called and dropped.
@@ -486,17 +490,15 @@ mod tests {
                 let pad = [0u64; 3];
                 let mut slot = MaybeUninit::uninit();
                 if big {
-                    Closure::new(move || {
+                    built_in(&mut slot, move || {
                         let _keep = (&tracked, pad);
                         r.fetch_add(1, Ordering::SeqCst);
-                    })
-                    .build_in(&mut slot);
+                    });
                 } else {
-                    Closure::new(move || {
+                    built_in(&mut slot, move || {
                         let _keep = &tracked;
                         r.fetch_add(1, Ordering::SeqCst);
-                    })
-                    .build_in(&mut slot);
+                    });
                 }
                 // SAFETY: `build_in` initialised the slot.
                 let callback = unsafe { slot.assume_init() };

@@ -166,7 +166,7 @@ pub(crate) use state::{ServiceLink, ServiceRef};
 use self::core::{AtCap, Core};
 use crate::sync::{Arc, Ordering};
 use crate::time::Ticks;
-use callback::{Closure, Kept};
+use callback::{prepare, Kept};
 use shard::{Closed, Shard};
 use state::{Refused, ServiceState};
 
@@ -302,9 +302,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state
-            .schedule_staged(tick, Closure::new(f), AtCap::Admit)
-            .unwrap_or_else(|_| self.inert_handle())
+        self.schedule_staged(tick, f)
     }
 
     /// Runs `f` on a worker at `deadline` (rounded up to the next tick). An instant in the past
@@ -314,9 +312,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().deadline_tick(deadline);
-        self.state
-            .schedule_staged(tick, Closure::new(f), AtCap::Admit)
-            .unwrap_or_else(|_| self.inert_handle())
+        self.schedule_staged(tick, f)
     }
 
     /// Runs `f` on a worker after `delay`, like [`schedule`](Self::schedule), but returns no
@@ -347,7 +343,7 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().delay_tick(self.state.core.clock.now(), delay);
-        self.state.schedule_detached(tick, Closure::new(f));
+        self.schedule_detached_tick(tick, f);
     }
 
     /// Runs `f` on a worker at `deadline` (rounded up to the next tick), with no handle: the
@@ -357,7 +353,34 @@ impl TimerService {
         F: FnOnce() + Send + 'static,
     {
         let tick = self.ticks().deadline_tick(deadline);
-        self.state.schedule_detached(tick, Closure::new(f));
+        self.schedule_detached_tick(tick, f);
+    }
+
+    /// Stages `f` at `tick` with a handle (see [`prepare`]).
+    #[inline]
+    fn schedule_staged<F>(&self, tick: u64, f: F) -> TimerHandle
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let staged = prepare(
+            f,
+            |c| self.state.schedule_staged(tick, c, AtCap::Admit),
+            |c| self.state.schedule_staged(tick, c, AtCap::Admit),
+        );
+        staged.unwrap_or_else(|_| self.inert_handle())
+    }
+
+    /// Stages `f` at `tick` with no handle (see [`prepare`]).
+    #[inline]
+    fn schedule_detached_tick<F>(&self, tick: u64, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        prepare(
+            f,
+            |c| self.state.schedule_detached(tick, c),
+            |c| self.state.schedule_detached(tick, c),
+        );
     }
 
     /// Like [`schedule`](Self::schedule), but fails instead of exceeding the cap set with

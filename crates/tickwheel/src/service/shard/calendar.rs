@@ -25,7 +25,7 @@
 //! timers before it go out; a drain runs until neither has a timer due, so nothing stays held
 //! after it.
 
-use std::collections::VecDeque;
+use std::ptr;
 
 use crate::service::callback::Callback;
 
@@ -34,9 +34,9 @@ pub(crate) const TICKS: usize = 2048;
 
 /// The calendar; see the module docs.
 pub(crate) struct Calendar {
-    /// One vector a tick, for ticks `base..base + TICKS`, by `tick % TICKS`; allocated on
-    /// first use. Each holds (sequence number, callback) in sequence order.
-    buckets: Vec<VecDeque<(u64, Callback)>>,
+    /// One bucket a tick, for ticks `base..base + TICKS`, by `tick % TICKS`; allocated on
+    /// first use.
+    buckets: Vec<Bucket>,
     /// Bit `i` is set when bucket `i` holds timers.
     occupied: Vec<u64>,
     /// Every tick below `base` has been drained.
@@ -87,10 +87,10 @@ impl Calendar {
             return Err(callback);
         }
         if self.buckets.is_empty() {
-            self.buckets = (0..TICKS).map(|_| VecDeque::new()).collect();
+            self.buckets = (0..TICKS).map(|_| Bucket::default()).collect();
         }
         let i = index(tick);
-        self.buckets[i].push_back((seq, callback));
+        self.buckets[i].push(seq, callback);
         self.occupied[i / 64] |= 1 << (i % 64);
         if self.len == 0 || self.first.is_some_and(|first| tick < first) {
             self.first = Some(tick);
@@ -107,16 +107,14 @@ impl Calendar {
             return None;
         }
         self.base = tick;
-        self.buckets[index(tick)]
-            .front()
-            .map(|&(seq, _)| (tick, seq))
+        self.buckets[index(tick)].front_seq().map(|seq| (tick, seq))
     }
 
     /// Takes the timer [`peek`](Self::peek) just reported.
     #[inline]
     pub(crate) fn take(&mut self) -> Option<Callback> {
         let i = index(self.base);
-        let (_, callback) = self.buckets.get_mut(i)?.pop_front()?;
+        let callback = self.buckets.get_mut(i)?.pop_front()?;
         self.len -= 1;
         if self.buckets[i].is_empty() {
             self.occupied[i / 64] &= !(1 << (i % 64));
@@ -166,7 +164,7 @@ impl Calendar {
             self.base = tick;
             let i = index(tick);
             let before = all.len();
-            all.extend(self.buckets[i].drain(..).map(|(seq, c)| (tick, seq, c)));
+            all.extend(self.buckets[i].drain().map(|(seq, c)| (tick, seq, c)));
             self.len -= all.len() - before;
             self.occupied[i / 64] &= !(1 << (i % 64));
             self.first = None;
@@ -179,7 +177,7 @@ impl Calendar {
         if self.len == 0 {
             self.buckets = Vec::new();
         } else {
-            self.buckets.iter_mut().for_each(VecDeque::shrink_to_fit);
+            self.buckets.iter_mut().for_each(Bucket::shrink_to_fit);
         }
     }
 }
@@ -199,14 +197,21 @@ impl Calendar {
                 !bucket.is_empty(),
                 "calendar: occupancy bit of tick {i}"
             );
+            let held = &bucket.slots[bucket.head..];
             assert!(
-                bucket
-                    .iter()
-                    .zip(bucket.iter().skip(1))
-                    .all(|(a, b)| a.0 < b.0),
+                held.iter()
+                    .zip(held.iter().skip(1))
+                    .all(|(a, b)| a.seq < b.seq),
                 "calendar: sequence numbers out of order at tick {i}"
             );
-            len += bucket.len();
+            assert!(
+                held.iter().all(|s| s.callback.is_some())
+                    && bucket.slots[..bucket.head]
+                        .iter()
+                        .all(|s| s.callback.is_none()),
+                "calendar: tick {i} holds exactly its slots from the head on"
+            );
+            len += bucket.slots.len() - bucket.head;
         }
         if self.buckets.is_empty() {
             assert!(
@@ -221,6 +226,86 @@ impl Calendar {
                 self.scan(),
                 "calendar: first is the earliest tick"
             );
+        }
+    }
+}
+
+/// A tick's timers in sequence order: the slots from `head` on are held; those before it
+/// were taken (their callbacks are `None`). Taking one is reading it where it lies, and a
+/// vector emptied so is cleared with its capacity kept: filing writes each timer once, into
+/// a vector that only grows at its end.
+#[derive(Default)]
+struct Bucket {
+    slots: Vec<Slot>,
+    head: usize,
+}
+
+/// A filed timer: its sequence number and its callback (`None` once taken). 32 bytes.
+struct Slot {
+    seq: u64,
+    callback: Option<Callback>,
+}
+
+impl Bucket {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.head == self.slots.len()
+    }
+
+    /// Appends a timer (its `seq` larger than every one held), written field by field where
+    /// it lands: a `Slot` built first and moved in by `Vec::push` is kept on the stack across
+    /// the vector's growth check, its fields stored 8 and 16 bytes at a time and read back as
+    /// two 16-byte halves, loads the store buffer cannot forward, so each waits for every
+    /// older store, the previous timers' cache-missing appends included.
+    #[inline]
+    fn push(&mut self, seq: u64, callback: Callback) {
+        self.slots.reserve(1);
+        let at = self.slots.spare_capacity_mut()[0].as_mut_ptr();
+        // SAFETY: `at` is the first slot of the vector's spare capacity (`reserve` made one),
+        // valid for writes, aligned and referenced by nothing else; the field pointers are
+        // made without a reference to the uninitialised `Slot`. `set_len` counts the slot
+        // only once both its fields are written (plain stores, which do not unwind).
+        unsafe {
+            ptr::addr_of_mut!((*at).seq).write(seq);
+            ptr::addr_of_mut!((*at).callback).write(Some(callback));
+            self.slots.set_len(self.slots.len() + 1);
+        }
+    }
+
+    /// The sequence number of the first timer held.
+    #[inline]
+    fn front_seq(&self) -> Option<u64> {
+        self.slots.get(self.head).map(|slot| slot.seq)
+    }
+
+    /// Takes the first timer held.
+    #[inline]
+    fn pop_front(&mut self) -> Option<Callback> {
+        let callback = self.slots.get_mut(self.head)?.callback.take();
+        self.head += 1;
+        if self.head == self.slots.len() {
+            // Every slot is taken: nothing to drop, the capacity stays for the next use.
+            self.slots.clear();
+            self.head = 0;
+        }
+        callback
+    }
+
+    /// Takes every timer held, in order.
+    fn drain(&mut self) -> impl Iterator<Item = (u64, Callback)> + '_ {
+        let head = std::mem::take(&mut self.head);
+        self.slots
+            .drain(..)
+            .skip(head)
+            .filter_map(|slot| Some((slot.seq, slot.callback?)))
+    }
+
+    fn shrink_to_fit(&mut self) {
+        if self.is_empty() {
+            self.slots = Vec::new();
+            self.head = 0;
+        } else {
+            self.slots.shrink_to_fit();
         }
     }
 }
@@ -281,6 +366,50 @@ mod tests {
             [(102, 4), (100 + TICKS as u64, 2)]
         );
         assert!(cal.file(u64::MAX, 5, cb(), u64::MAX - 1).is_err());
+    }
+
+    #[test]
+    fn every_callback_filed_is_called_or_dropped_exactly_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let (token, runs) = (Arc::new(()), Arc::new(AtomicUsize::new(0)));
+        let counted = || {
+            let (t, r) = (token.clone(), runs.clone());
+            Callback::new(move || {
+                let _t = t;
+                r.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let mut cal = Calendar::default();
+        for seq in 0..7u64 {
+            assert!(cal.file(1 + seq % 2, seq, counted(), 0).is_ok());
+        }
+        // Tick 1 holds seqs 0, 2, 4, 6: all four taken (its slots cleared for reuse), then two
+        // of tick 2's three.
+        for _ in 0..6 {
+            assert!(cal.peek(2).is_some());
+            cal.take().expect("a timer").call();
+        }
+        cal.check_invariants();
+        assert_eq!(runs.load(Ordering::SeqCst), 6);
+        assert_eq!(Arc::strong_count(&token), 2, "one callback held");
+        // Tick 1's emptied vector takes the timers of its next turn, `TICKS` later.
+        assert!(cal.file(1 + TICKS as u64, 7, counted(), 0).is_ok());
+        assert!(cal.file(2 + TICKS as u64, 8, counted(), 0).is_err());
+        cal.check_invariants();
+        assert_eq!(Arc::strong_count(&token), 3);
+        assert_eq!(
+            drain(&mut cal, 1 + TICKS as u64),
+            [(2, 5), (1 + TICKS as u64, 7)]
+        );
+        // Dropping the calendar drops what it holds, and only that.
+        assert!(cal.file(5 + TICKS as u64, 9, counted(), 0).is_ok());
+        assert!(cal.file(5 + TICKS as u64, 10, counted(), 0).is_ok());
+        assert!(cal.peek(u64::MAX).is_some());
+        cal.take().expect("a timer").call();
+        drop(cal);
+        assert_eq!(Arc::strong_count(&token), 1);
+        assert_eq!(runs.load(Ordering::SeqCst), 7);
     }
 
     #[test]
