@@ -28,8 +28,9 @@
 //! # Design
 //!
 //! The levels, their two rotations, absorption and its pacing are the `Wheel`'s (its module
-//! docs, "Terms and invariants", "Pacing", "Expiry", and `wheel/level.rs`). What differs is
-//! storage (`store.rs`):
+//! docs, "Terms and invariants", "Pacing", "Expiry", and `wheel/level.rs`), in one
+//! implementation for both (`wheel/tiers.rs`, `wheel/tiered.rs`). What differs is storage
+//! (`store.rs`):
 //!
 //! * A timer is an **8-byte hot record** (its key's generation and its current slot), with
 //!   the deadline and the value in arrays of their own.
@@ -53,24 +54,22 @@
 //! end of the arrays and compacts every slot. [`SlimWheel::allocated_bytes`] reports the
 //! total.
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::fmt;
 
 use super::free::grow;
-use super::wheel::absorb::Tiered;
-use super::wheel::level::{self, ring, slot_number, start, Level};
-use super::wheel::{LEVELS, RING, TOUCH, UNSETTLED};
+use super::wheel::level::{self, slot_number};
+use super::wheel::tiered::Tiered;
+use super::wheel::tiers::Tiers;
+use super::wheel::TOUCH;
 use super::TimerKey;
 
-mod absorb;
 mod check;
 mod slots;
 mod store;
 #[cfg(test)]
 mod tests;
+mod tiered;
 
-use slots::Slot;
 use store::{Item, Store};
 
 /// A hierarchical timing wheel with 8-byte records whose [`reset`](SlimWheel::reset) returns
@@ -98,23 +97,9 @@ use store::{Item, Store};
 /// ```
 pub struct SlimWheel<T> {
     store: Store<T>,
-    /// `LEVELS * RING` slots, level by level.
-    slots: Box<[Slot]>,
-    levels: Box<[Level; LEVELS]>,
-    /// Items of the ready slot already consumed.
-    cursor: usize,
-    /// Slot numbers that timers left since the last `apply_departures` (see `slots.rs`).
-    departed: Vec<u32>,
-    /// Each level's emptied slot vectors, kept for the next slot of that level that fills
-    /// (see `slots.rs`, "Spare vectors").
-    spare: Box<[Vec<Vec<Item>>; LEVELS]>,
-    now: u64,
-    /// `now >> LEVEL_BITS` when a pass of `absorb_ahead` last found nothing under way and
-    /// nothing to start; [`UNSETTLED`] when it must look again.
-    settled: u64,
-    /// Polls that caught up, in debug builds (see `check.rs`).
-    #[cfg(debug_assertions)]
-    caught_up: u32,
+    /// Levels, clock, slots (items carry their generation; a slot counts no stale items)
+    /// and departures (the slot alone): the state the `Wheel` has too.
+    tiers: Tiers<Item, (), u32>,
 }
 
 impl<T> SlimWheel<T> {
@@ -127,15 +112,7 @@ impl<T> SlimWheel<T> {
     pub fn with_start(tick: u64) -> SlimWheel<T> {
         SlimWheel {
             store: Store::new(),
-            slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
-            levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
-            cursor: 0,
-            departed: Vec::new(),
-            spare: Box::new(core::array::from_fn(|_| Vec::new())),
-            now: tick,
-            settled: UNSETTLED,
-            #[cfg(debug_assertions)]
-            caught_up: 0,
+            tiers: Tiers::new(tick),
         }
     }
 
@@ -155,26 +132,15 @@ impl<T> SlimWheel<T> {
     /// Bytes of memory the wheel holds (its own struct excluded): records, slot vectors at
     /// their capacity and the slot table.
     pub fn allocated_bytes(&self) -> usize {
-        let spare = self.spare.iter().flatten();
-        let items: usize = (self.slots.iter().map(|slot| &slot.items))
-            .chain(spare)
-            .map(Vec::capacity)
-            .sum();
-        self.store.allocated_bytes()
-            + items * core::mem::size_of::<Item>()
-            + self.departed.capacity() * core::mem::size_of::<u32>()
-            + self.spare.iter().map(Vec::capacity).sum::<usize>()
-                * core::mem::size_of::<Vec<Item>>()
-            + self.slots.len() * core::mem::size_of::<Slot>()
-            + core::mem::size_of::<[Level; LEVELS]>()
+        self.store.allocated_bytes() + self.tiers.allocated_bytes()
     }
 
     /// Adds a timer that fires at tick `deadline` (or at the next poll if `deadline <= now()`)
     /// and returns its key.
     #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let deadline = deadline.max(self.now);
-        let number = slot_number(deadline, self.level_of(deadline));
+        let deadline = deadline.max(self.tiers.now);
+        let number = slot_number(deadline, self.tiers.level_of(deadline));
         let item = self.store.insert(deadline, value, number as u32);
         self.push_item(number, item);
         item.key()
@@ -211,8 +177,8 @@ impl<T> SlimWheel<T> {
     pub fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
         self.store.touch_deadline(key);
         let (index, slot) = self.store.find(key)?;
-        let deadline = deadline.max(self.now);
-        let number = slot_number(deadline, self.level_of(deadline));
+        let deadline = deadline.max(self.tiers.now);
+        let number = slot_number(deadline, self.tiers.level_of(deadline));
         let item = self.store.rekey(index, deadline, number as u32);
         self.push_item(number, item);
         self.depart(slot);
@@ -247,33 +213,14 @@ impl<T> SlimWheel<T> {
     /// The wheel's current tick.
     #[inline]
     pub fn now(&self) -> u64 {
-        self.now
+        self.tiers.now
     }
 
     /// A tick no later than the earliest pending effective deadline; `None` when empty. As
     /// the `Wheel`'s: the first occupied slot's start, or earlier when a step of absorption
     /// is due.
     pub fn next_expiration(&self) -> Option<u64> {
-        if self.is_empty() {
-            return None;
-        }
-        let mut next = self.first_live_slot(0).unwrap_or(u64::MAX);
-        for level in 1..LEVELS {
-            let Some(first) = self.first_live_slot(level) else {
-                continue;
-            };
-            let below = level - 1;
-            let step = if let (Some(number), Some(cursor)) =
-                (self.source(below), self.levels[below].absorbing)
-            {
-                let remaining = self.slots[number].items.len() - cursor;
-                self.levels[below].next_step(self.now, remaining)
-            } else {
-                start(first - 1, level).max(self.now.saturating_add(1))
-            };
-            next = next.min(start(first, level)).min(step);
-        }
-        Some(next)
+        self.next_tick()
     }
 
     /// Ticks from `now` until [`next_expiration`](Self::next_expiration): `Some(0)` if a
@@ -286,35 +233,7 @@ impl<T> SlimWheel<T> {
     /// firing order, with the key it had; `None` once nothing more is due (and then
     /// [`now()`](Self::now) is `now`, unless `now` was behind it).
     pub fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
-        if now < self.now {
-            return None;
-        }
-        self.apply_departures();
-        loop {
-            if let Some(fired) = self.pop_ready() {
-                return Some(fired);
-            }
-            if now == self.now {
-                self.absorb_ahead();
-                #[cfg(debug_assertions)]
-                self.debug_check();
-                return None;
-            }
-            let end0 = self.levels[0].last_tick();
-            let level0 = self.levels[0].occupied.rotate_right(ring(self.now) as u32) & !1;
-            if level0 != 0 {
-                let next = self.now + u64::from(level0.trailing_zeros());
-                if next <= end0 {
-                    self.now = now.min(next);
-                    continue;
-                }
-            }
-            if end0 >= now {
-                self.now = now;
-                continue;
-            }
-            self.advance_upper(now);
-        }
+        self.poll(now)
     }
 
     /// An iterator that calls [`poll_expired(now)`](Self::poll_expired) until it returns
@@ -326,50 +245,8 @@ impl<T> SlimWheel<T> {
     /// Releases memory held for timers that are gone: compacts every slot and drops the free
     /// records at the end of the arrays. Keys of pending timers stay valid.
     pub fn shrink_to_fit(&mut self) {
-        self.apply_departures();
-        for number in 0..self.slots.len() {
-            if self.slots[number].live > 0 {
-                self.compact(number);
-            }
-            self.slots[number].items.shrink_to_fit();
-        }
-        for spare in self.spare.iter_mut() {
-            *spare = Vec::new();
-        }
+        self.shrink_slots();
         self.store.shrink_to_fit();
-    }
-
-    /// Starts loading the hot records and values of the ready slot's next [`TOUCH`] items
-    /// from `pos` on, so their cache misses overlap.
-    #[inline]
-    fn touch_ahead(&self, number: usize, pos: usize) {
-        let items = &self.slots[number].items;
-        let ahead = &items[pos..items.len().min(pos + TOUCH)];
-        self.store.touch(ahead);
-        self.store.touch_values(ahead);
-    }
-
-    /// Removes and returns the next timer of the ready slot.
-    #[inline]
-    fn pop_ready(&mut self) -> Option<(TimerKey, T)> {
-        let number = self.ready_slot();
-        while let Some(&item) = self.slots[number].items.get(self.cursor) {
-            let pos = self.cursor;
-            if pos % TOUCH == 0 {
-                self.touch_ahead(number, pos);
-            }
-            self.cursor += 1;
-            if !self.store.valid(item, number) {
-                continue;
-            }
-            let ready = &mut self.slots[number];
-            ready.live -= 1;
-            if ready.live == 0 {
-                self.clear_slot(number);
-            }
-            return Some((item.key(), self.store.take(item.index)));
-        }
-        None
     }
 }
 
@@ -382,7 +259,7 @@ impl<T> Default for SlimWheel<T> {
 impl<T> fmt::Debug for SlimWheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlimWheel")
-            .field("now", &self.now)
+            .field("now", &self.tiers.now)
             .field("len", &self.len())
             .finish_non_exhaustive()
     }

@@ -1,10 +1,11 @@
 //! The slim wheel's own tests: its storage and what its contract adds (the rest is checked
 //! against a model in `tests/conformance.rs` and `tests/model.rs`).
 
-use super::slots::COMPACT_RATIO;
 use super::store::{Hot, Item};
 use super::*;
 use crate::queue::free::MAX_GENERATION;
+use crate::queue::wheel::tiers::COMPACT_RATIO;
+use crate::queue::wheel::RING;
 use alloc::vec::Vec;
 
 #[test]
@@ -92,7 +93,7 @@ fn cancels_and_resets_without_polls_stay_bounded() {
         assert!(wheel.cancel(key));
     }
     wheel.check_invariants();
-    let items: usize = wheel.slots.iter().map(|slot| slot.items.len()).sum();
+    let items: usize = wheel.tiers.slots.iter().map(|slot| slot.items.len()).sum();
     assert!(
         items <= COMPACT_RATIO * 1_000 + 2 * 32 + 64,
         "{items} items for 1 000 timers"
@@ -140,4 +141,20 @@ fn owned_values_survive_every_path() {
     assert_eq!(wheel.len(), 30);
     wheel.check_invariants();
     // The rest are dropped with the wheel.
+}
+
+/// `next_expiration` passes over a slot whose only timer was cancelled while the departure
+/// is not applied yet (`Tiers::first_live_slot`): a driver does not wake for it.
+#[test]
+fn next_expiration_skips_a_slot_left_only_by_a_pending_departure() {
+    let mut wheel = SlimWheel::new();
+    let early = wheel.insert(10, 1);
+    let reset = wheel.insert(15, 2);
+    wheel.insert(20, 3);
+    assert_eq!(wheel.next_expiration(), Some(10));
+    assert!(wheel.cancel(early));
+    assert!(wheel.reset(reset, 30).is_some());
+    assert_eq!(wheel.tiers.departed.len(), 2, "not applied yet");
+    assert_eq!(wheel.next_expiration(), Some(20));
+    wheel.check_invariants();
 }

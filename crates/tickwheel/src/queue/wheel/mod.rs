@@ -119,31 +119,31 @@
 //! # The slim form
 //!
 //! [`SlimWheel`](super::SlimWheel) (`queue/slim/`) runs these same levels, pacing and expiry
-//! (this module's `level.rs` is shared) over 8-byte records: the record holds no position
-//! and no value, an item carries its timer's generation instead, and so a reset gives the
-//! timer a new key. Pick it for many timers cancelled or reset at random when the caller
+//! (this module's `level.rs`, `tiers.rs` and `tiered.rs` are shared) over 8-byte records:
+//! the record holds no position and no value, an item carries its timer's generation
+//! instead, and so a reset gives the timer a new key. Pick it for many timers cancelled or reset at random when the caller
 //! keeps the key a reset returns; keep this `Wheel` when a key must survive a reset (the
 //! `queue` module docs, "Which to pick").
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::fmt;
 
 use super::free::{grow, NIL};
-use super::records::{Place, Records};
+use super::records::Records;
 use super::{TimerKey, TimerQueue};
 
-pub(in crate::queue) mod absorb;
 mod check;
 pub(in crate::queue) mod level;
 mod slots;
 #[cfg(test)]
 mod tests;
+pub(in crate::queue) mod tiered;
+pub(in crate::queue) mod tiers;
 
-use absorb::Tiered;
-use level::{ring, slot_number, start, Level};
+use level::slot_number;
 pub use level::{LEVELS, LEVEL_BITS, MIN_STEP, RING, SLOTS};
-use slots::{Departure, Slot, COMPACT_RATIO, COMPACT_SLACK, TOMBSTONE};
+use slots::{Departure, TOMBSTONE};
+use tiered::Tiered;
+use tiers::Tiers;
 
 /// Items whose records a slot walk starts loading together ahead of use, so that their cache
 /// misses overlap (expiry and absorption validate every item they pass).
@@ -172,29 +172,12 @@ pub(in crate::queue) const TOUCH: usize = 16;
 /// ```
 pub struct Wheel<T> {
     records: Records<T>,
-    /// `LEVELS * RING` slots, level by level.
-    slots: Box<[Slot]>,
-    /// Boxed: keeps the wheel (and enums holding it) small; it is cache-resident anyway.
-    levels: Box<[Level; LEVELS]>,
-    /// Items of the ready slot already consumed.
-    cursor: usize,
-    /// Where the timers removed or reset since the last [`apply_departures`](Self::apply_departures) were: their
-    /// slots' counts and tombstones, applied in a batch (see `slots.rs`, "Departures").
-    departed: Vec<Departure>,
-    /// Each level's emptied slot vectors, for the next slot of that level to fill
-    /// (`slots.rs`, "Spare vectors").
-    spare: Box<[Vec<Vec<u32>>; LEVELS]>,
-    now: u64,
-    /// `now >> LEVEL_BITS` when a pass of [`absorb_ahead`](Self::absorb_ahead) last found
-    /// nothing under way and nothing to start; [`UNSETTLED`] when it must look again.
-    settled: u64,
-    /// Polls that caught up, in debug builds: every `CHECK_EVERY`th runs
-    /// [`check_invariants`](Wheel::check_invariants) (every one while the wheel is small).
-    #[cfg(debug_assertions)]
-    caught_up: u32,
+    /// Levels, clock, slots (items are record indices; a slot counts its resets' stale
+    /// items) and departures (slot, position, mark): the state the `SlimWheel` has too.
+    tiers: Tiers<u32, usize, Departure>,
 }
 
-/// [`Wheel::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
+/// [`Tiers::settled`] when no pass has settled: `now >> LEVEL_BITS` never reaches it.
 pub(in crate::queue) const UNSETTLED: u64 = u64::MAX;
 
 impl<T> Wheel<T> {
@@ -207,15 +190,7 @@ impl<T> Wheel<T> {
     pub fn with_start(tick: u64) -> Wheel<T> {
         Wheel {
             records: Records::new(),
-            slots: (0..LEVELS * RING).map(|_| Slot::default()).collect(),
-            levels: Box::new(core::array::from_fn(|level| Level::new(level, tick))),
-            cursor: 0,
-            departed: Vec::new(),
-            spare: Box::new(core::array::from_fn(|_| Vec::new())),
-            now: tick,
-            settled: UNSETTLED,
-            #[cfg(debug_assertions)]
-            caught_up: 0,
+            tiers: Tiers::new(tick),
         }
     }
 
@@ -236,17 +211,7 @@ impl<T> Wheel<T> {
     /// capacity and the slot table. [`shrink_to_fit`](TimerQueue::shrink_to_fit) gives back
     /// what pending timers do not need.
     pub fn allocated_bytes(&self) -> usize {
-        let spare = self.spare.iter().flatten();
-        let items: usize = (self.slots.iter().map(|slot| &slot.items))
-            .chain(spare)
-            .map(Vec::capacity)
-            .sum();
-        self.records.allocated_bytes()
-            + items * core::mem::size_of::<u32>()
-            + self.departed.capacity() * core::mem::size_of::<Departure>()
-            + self.spare.iter().map(Vec::capacity).sum::<usize>() * core::mem::size_of::<Vec<u32>>()
-            + self.slots.len() * core::mem::size_of::<Slot>()
-            + core::mem::size_of::<[Level; LEVELS]>()
+        self.records.allocated_bytes() + self.tiers.allocated_bytes()
     }
 
     /// Appends the timer at record `record`, due at `deadline`, to its slot at `level`.
@@ -258,92 +223,35 @@ impl<T> Wheel<T> {
         let pos = self.push_item(number, record);
         self.records.set_place(record, number as u32, pos as u32);
     }
-
-    /// The last tick level 0 covers.
-    #[inline]
-    fn end0(&self) -> u64 {
-        self.levels[0].last_tick()
-    }
-
-    /// Starts loading the hot records (values included) of the ready slot's next [`TOUCH`]
-    /// items from `pos` on, so their cache misses overlap (see [`Records::touch`]).
-    #[inline]
-    fn touch_ahead(&self, number: usize, pos: usize) {
-        let items = &self.slots[number].items;
-        let ahead = &items[pos..items.len().min(pos + TOUCH)];
-        self.records.touch(ahead);
-    }
-
-    /// Removes and returns the next timer of the ready slot.
-    #[inline]
-    fn pop_ready(&mut self) -> Option<(TimerKey, T)> {
-        let number = self.ready_slot();
-        while let Some(&index) = self.slots[number].items.get(self.cursor) {
-            let pos = self.cursor;
-            if pos % TOUCH == 0 {
-                self.touch_ahead(number, pos);
-            }
-            self.cursor += 1;
-            if !self.valid(index, number, pos) {
-                continue;
-            }
-            let ready = &mut self.slots[number];
-            ready.live -= 1;
-            if ready.live == 0 {
-                self.clear_slot(number);
-            }
-            let key = self.records.key(index);
-            return self.records.remove(index).map(|value| (key, value));
-        }
-        None
-    }
 }
 
-/// The `Wheel`'s side of the shared absorption and stepping (`absorb.rs`): items are record
-/// indices, valid where their record's place names them.
+/// The `Wheel`'s side of the logic both wheels share (`tiered.rs`): items are record indices,
+/// valid where their record's place names them; applied removals leave tombstones.
 impl<T> Tiered for Wheel<T> {
     type Item = u32;
+    type Stale = usize;
+    type Departure = Departure;
+    type Value = T;
 
     #[inline]
-    fn levels(&self) -> &[Level; LEVELS] {
-        &self.levels
+    fn tiers(&self) -> &Tiers<u32, usize, Departure> {
+        &self.tiers
     }
 
     #[inline]
-    fn levels_mut(&mut self) -> &mut [Level; LEVELS] {
-        &mut self.levels
+    fn tiers_mut(&mut self) -> &mut Tiers<u32, usize, Departure> {
+        &mut self.tiers
     }
 
     #[inline]
-    fn clock(&self) -> u64 {
-        self.now
+    fn timers(&self) -> usize {
+        self.records.len()
     }
 
+    /// The hot records hold the values.
     #[inline]
-    fn set_clock(&mut self, now: u64) {
-        self.now = now;
-    }
-
-    #[inline]
-    fn settled(&self) -> u64 {
-        self.settled
-    }
-
-    #[inline]
-    fn set_settled(&mut self, settled: u64) {
-        self.settled = settled;
-    }
-
-    #[inline]
-    fn slot_mut(&mut self, number: usize) -> (&mut Vec<u32>, &mut usize) {
-        let slot = &mut self.slots[number];
-        (&mut slot.items, &mut slot.live)
-    }
-
-    #[inline]
-    fn slot_sizes(&self, number: usize) -> (usize, usize) {
-        let slot = &self.slots[number];
-        (slot.items.len(), slot.live)
+    fn touch_ready(&self, items: &[u32]) {
+        self.records.touch(items);
     }
 
     #[inline]
@@ -368,17 +276,40 @@ impl<T> Tiered for Wheel<T> {
     }
 
     #[inline]
-    fn empty_slot(&mut self, number: usize) {
-        self.clear_slot(number);
+    fn fire(&mut self, item: u32) -> Option<(TimerKey, T)> {
+        let key = self.records.key(item);
+        self.records.remove(item).map(|value| (key, value))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, number: usize) {
+        if !self.tiers.take_spare(number) {
+            grow(&mut self.tiers.slots[number].items);
+        }
+    }
+
+    #[inline]
+    fn compact(&mut self, number: usize) {
+        Wheel::compact(self, number);
+    }
+
+    #[inline]
+    fn mark_departed(&mut self, departed: &[Departure]) {
+        Wheel::mark_departed(self, departed);
+    }
+
+    fn check_all(&self) {
+        self.check_invariants();
     }
 }
 
 impl<T> TimerQueue<T> for Wheel<T> {
     #[inline]
     fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let deadline = deadline.max(self.now);
-        let number = slot_number(deadline, self.level_of(deadline));
-        let pos = self.slots[number].items.len();
+        let deadline = deadline.max(self.tiers.now);
+        let number = slot_number(deadline, self.tiers.level_of(deadline));
+        let pos = self.tiers.slots[number].items.len();
         // The record is placed as it is stored: no second visit to write its place.
         let (index, key) = self
             .records
@@ -393,7 +324,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
         // first, while it is at hand (its item is a tombstone before any compaction runs).
         let (index, place) = self.records.find_place(key)?;
         let value = self.records.take(index);
-        self.depart(place, true);
+        self.depart(Departure {
+            slot: place.slot,
+            pos: place.pos,
+            mark: true,
+        });
         Some(value)
     }
 
@@ -402,11 +337,15 @@ impl<T> TimerQueue<T> for Wheel<T> {
         let Some((index, place)) = self.records.find_place(key) else {
             return false;
         };
-        let deadline = deadline.max(self.now);
+        let deadline = deadline.max(self.tiers.now);
         self.records.set_deadline(index, deadline);
-        self.link_at(index, deadline, self.level_of(deadline));
+        self.link_at(index, deadline, self.tiers.level_of(deadline));
         // After the new item is placed: the old one is stale when its departure is applied.
-        self.depart(place, false);
+        self.depart(Departure {
+            slot: place.slot,
+            pos: place.pos,
+            mark: false,
+        });
         true
     }
 
@@ -429,7 +368,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
 
     #[inline]
     fn now(&self) -> u64 {
-        self.now
+        self.tiers.now
     }
 
     /// The earliest of: the first occupied slot's start (exact at level 0), and the tick the
@@ -437,60 +376,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
     /// `pace`; otherwise when the level below may start on a level's first
     /// slot.
     fn next_expiration(&self) -> Option<u64> {
-        if self.is_empty() {
-            return None;
-        }
-        let mut next = self.first_live_slot(0).unwrap_or(u64::MAX);
-        for level in 1..LEVELS {
-            let Some(first) = self.first_live_slot(level) else {
-                continue;
-            };
-            let below = level - 1;
-            let step = if let (Some(number), Some(cursor)) =
-                (self.source(below), self.levels[below].absorbing)
-            {
-                let remaining = self.slots[number].items.len() - cursor;
-                self.levels[below].next_step(self.now, remaining)
-            } else {
-                start(first - 1, level).max(self.now.saturating_add(1))
-            };
-            next = next.min(start(first, level)).min(step);
-        }
-        Some(next)
+        self.next_tick()
     }
 
     fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
-        if now < self.now {
-            return None;
-        }
-        self.apply_departures();
-        loop {
-            if let Some(fired) = self.pop_ready() {
-                return Some(fired);
-            }
-            if now == self.now {
-                self.absorb_ahead();
-                #[cfg(debug_assertions)]
-                self.debug_check();
-                return None;
-            }
-            // Level 0 holds every timer up to `end0`, one slot a tick (past it, a slot
-            // being absorbed is only partly there).
-            let end0 = self.end0();
-            let level0 = self.levels[0].occupied.rotate_right(ring(self.now) as u32) & !1;
-            if level0 != 0 {
-                let next = self.now + u64::from(level0.trailing_zeros());
-                if next <= end0 {
-                    self.now = now.min(next);
-                    continue;
-                }
-            }
-            if end0 >= now {
-                self.now = now;
-                continue;
-            }
-            self.advance_upper(now);
-        }
+        self.poll(now)
     }
 
     fn check_invariants(&self) {
@@ -500,15 +390,7 @@ impl<T> TimerQueue<T> for Wheel<T> {
     fn shrink_to_fit(&mut self) {
         self.apply_departures();
         self.records.shrink_to_fit();
-        for number in 0..self.slots.len() {
-            if self.slots[number].live > 0 {
-                self.compact(number);
-            }
-            self.slots[number].items.shrink_to_fit();
-        }
-        for spare in self.spare.iter_mut() {
-            *spare = Vec::new();
-        }
+        self.shrink_slots();
     }
 }
 
@@ -521,7 +403,7 @@ impl<T> Default for Wheel<T> {
 impl<T> fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Wheel")
-            .field("now", &self.now)
+            .field("now", &self.tiers.now)
             .field("len", &self.len())
             .finish_non_exhaustive()
     }

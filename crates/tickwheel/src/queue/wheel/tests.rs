@@ -1,7 +1,7 @@
 //! The wheel's own tests: its placement, pacing and edge cases (the contract is checked
 //! against a model in `tests/conformance.rs` and `tests/model.rs`).
 
-use super::level::{index, parent, shift, STEPS, STEP_ITEMS};
+use super::level::{index, parent, shift, start, STEPS, STEP_ITEMS};
 use super::*;
 use alloc::vec::Vec;
 
@@ -138,10 +138,10 @@ fn a_late_driver_still_gets_the_slot_moved_ahead_of_time() {
         fired.extend(wheel.drain_expired(tick).map(|(_, id)| id));
         if tick == 120 {
             assert!(
-                wheel.levels[0].absorbing.is_none(),
+                wheel.tiers.levels[0].absorbing.is_none(),
                 "the slot due at 128 is moved by the last poll before it"
             );
-            assert_eq!(wheel.levels[0].absorbed, 2);
+            assert_eq!(wheel.tiers.levels[0].absorbed, 2);
         }
     }
     expected.sort_by_key(|&(deadline, _)| deadline); // stable: insertion order kept
@@ -168,13 +168,14 @@ fn an_upper_slot_is_paced_over_its_rotation_in_small_steps() {
     let (mut largest_step, mut polls_absorbing) = (0, 0);
     let mut fired = Vec::new();
     while let Some(at) = wheel.next_expiration() {
-        let before = wheel.levels[1].absorbing;
+        let before = wheel.tiers.levels[1].absorbing;
         let len = wheel
+            .tiers
             .source(1)
-            .map_or(0, |number| wheel.slots[number].items.len());
+            .map_or(0, |number| wheel.tiers.slots[number].items.len());
         fired.extend(wheel.drain_expired(at).map(|(_, id)| (at, id)));
         // The items this poll moved: up to the new cursor, or to the end of the slot.
-        let step = match (before, wheel.levels[1].absorbing) {
+        let step = match (before, wheel.tiers.levels[1].absorbing) {
             (before, Some(after)) => after - before.unwrap_or(0),
             (Some(before), None) => len - before,
             (None, None) => 0,
@@ -222,9 +223,9 @@ fn a_full_slot_moves_down_in_steps_ahead_of_time() {
     let mut largest_step = 0;
     let mut extra = N;
     for tick in 1..=191 {
-        let before = wheel.levels[0].absorbing.unwrap_or(0);
+        let before = wheel.tiers.levels[0].absorbing.unwrap_or(0);
         fired.extend(wheel.drain_expired(tick).map(|(_, id)| (tick, id)));
-        if let Some(after) = wheel.levels[0].absorbing {
+        if let Some(after) = wheel.tiers.levels[0].absorbing {
             largest_step = largest_step.max(after - before);
             // Timers for the slot arrive while it is half moved: they go behind.
             let deadline = 128 + next() % 64;
@@ -234,10 +235,10 @@ fn a_full_slot_moves_down_in_steps_ahead_of_time() {
         }
         if tick == 127 {
             assert!(
-                wheel.levels[0].absorbing.is_none(),
+                wheel.tiers.levels[0].absorbing.is_none(),
                 "moved before it is due"
             );
-            assert_eq!(wheel.levels[0].absorbed, 2);
+            assert_eq!(wheel.tiers.levels[0].absorbed, 2);
         }
     }
     assert!(extra > N, "the slot was moved in more than one step");
@@ -261,10 +262,13 @@ fn next_expiration_asks_for_the_steps() {
     // Level 0 may take the slot in once the clock is in ticks 64..128.
     assert_eq!(wheel.next_expiration(), Some(64));
     assert!(wheel.poll_expired(64).is_none());
-    assert!(wheel.levels[0].absorbing.is_some(), "one step, not all");
+    assert!(
+        wheel.tiers.levels[0].absorbing.is_some(),
+        "one step, not all"
+    );
     // The next step is due within a 64th of the time left, not at tick 128.
     assert_eq!(wheel.next_expiration(), Some(65));
-    while wheel.levels[0].absorbing.is_some() {
+    while wheel.tiers.levels[0].absorbing.is_some() {
         let tick = wheel.next_expiration().unwrap();
         assert!(tick < 128);
         assert!(wheel.poll_expired(tick).is_none());
@@ -295,7 +299,7 @@ fn owned_values_survive_every_path() {
             assert!(wheel.reset(key, 70));
         }
     }
-    let items: usize = wheel.slots.iter().map(|slot| slot.items.len()).sum();
+    let items: usize = wheel.tiers.slots.iter().map(|slot| slot.items.len()).sum();
     assert!(
         items < 120 + 10 * 30,
         "stale items were compacted away: {items}"
@@ -324,4 +328,20 @@ fn huge_gap_is_a_jump() {
     assert_eq!(wheel.poll_expired(u64::MAX).map(|(_, v)| v), Some("max"));
     assert_eq!(wheel.now(), u64::MAX);
     assert!(wheel.poll_expired(u64::MAX).is_none());
+}
+
+/// `next_expiration` passes over a slot whose only timer was removed while the departure is
+/// not applied yet (`Tiers::first_live_slot`): a driver does not wake for it.
+#[test]
+fn next_expiration_skips_a_slot_left_only_by_a_pending_departure() {
+    let mut wheel = Wheel::new();
+    let early = wheel.insert(10, 1);
+    let reset = wheel.insert(15, 2);
+    wheel.insert(20, 3);
+    assert_eq!(wheel.next_expiration(), Some(10));
+    assert_eq!(wheel.remove(early), Some(1));
+    assert!(wheel.reset(reset, 30));
+    assert_eq!(wheel.tiers.departed.len(), 2, "not applied yet");
+    assert_eq!(wheel.next_expiration(), Some(20));
+    wheel.check_invariants();
 }

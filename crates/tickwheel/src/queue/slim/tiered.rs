@@ -1,0 +1,83 @@
+//! The [`SlimWheel`]'s side of the logic it shares with the `Wheel` (`wheel/tiered.rs`):
+//! items carry their generation, valid while their record's is the same and its slot names
+//! theirs, and a move down keeps the item, so the key.
+
+use super::level::slot_number;
+use super::store::Item;
+use super::{SlimWheel, Tiered, Tiers};
+use crate::queue::TimerKey;
+
+impl<T> Tiered for SlimWheel<T> {
+    type Item = Item;
+    type Stale = ();
+    type Departure = u32;
+    type Value = T;
+
+    #[inline]
+    fn tiers(&self) -> &Tiers<Item, (), u32> {
+        &self.tiers
+    }
+
+    #[inline]
+    fn tiers_mut(&mut self) -> &mut Tiers<Item, (), u32> {
+        &mut self.tiers
+    }
+
+    #[inline]
+    fn timers(&self) -> usize {
+        self.store.len()
+    }
+
+    #[inline]
+    fn touch_ready(&self, items: &[Item]) {
+        self.store.touch(items);
+        self.store.touch_values(items);
+    }
+
+    #[inline]
+    fn touch_moving(&self, items: &[Item]) {
+        self.store.touch(items);
+        self.store.touch_deadlines(items);
+    }
+
+    #[inline]
+    fn current(&self, item: Item, number: usize, _pos: usize) -> bool {
+        self.store.valid(item, number)
+    }
+
+    #[inline]
+    fn item_deadline(&self, item: Item) -> u64 {
+        self.store.deadline(item.index)
+    }
+
+    /// Keeps the item's generation: a move down keeps the key.
+    #[inline]
+    fn move_down(&mut self, item: Item, deadline: u64, level: usize) {
+        let below = slot_number(deadline, level);
+        self.push_item(below, item);
+        self.store.set_slot(item.index, below as u32);
+    }
+
+    #[inline]
+    fn fire(&mut self, item: Item) -> Option<(TimerKey, T)> {
+        Some((item.key(), self.store.take(item.index)))
+    }
+
+    #[inline]
+    fn make_room(&mut self, number: usize) {
+        SlimWheel::make_room(self, number);
+    }
+
+    #[inline]
+    fn compact(&mut self, number: usize) {
+        SlimWheel::compact(self, number);
+    }
+
+    /// Nothing to mark: an item carries its generation, so it is told stale by its record.
+    #[inline]
+    fn mark_departed(&mut self, _departed: &[u32]) {}
+
+    fn check_all(&self) {
+        self.check_invariants();
+    }
+}
