@@ -69,7 +69,9 @@ pub(in crate::queue) trait Tiered {
     /// writes tombstones and counts resets' items as stale (`wheel/slots.rs`); the
     /// `SlimWheel`'s items need no mark.
     fn mark_departed(&mut self, departed: &[Self::Departure]);
-    /// Checks the wheel's invariants (its `check_invariants`).
+    /// Checks the wheel's invariants (its `check_invariants`). Called by `debug_check`
+    /// alone, so a release build does not use it.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     fn check_all(&self);
 
     /// Appends `item` to slot `number` and returns its position.
