@@ -41,6 +41,64 @@ fn free_port() -> Result<u16, Error> {
         .port())
 }
 
+/// Waits until every replica connected to `primary` has acknowledged a write made now: its
+/// replication stream flows.
+///
+/// A replica reports its link `up` as soon as it has loaded the primary's data, but after a
+/// diskless sync the primary streams writes to it only once the replica's first
+/// acknowledgement after the transfer arrives; when that one raced the end of the transfer,
+/// the next comes a second later. A primary that stops in that window takes every write
+/// since the sync with it, on every replica. So "ready" here means: a probe key written and
+/// deleted on the primary, and `WAIT` answered by every connected replica. (The probe key is
+/// outside any namespace; in a Cluster, the first of a few names whose slot the primary
+/// serves.)
+fn confirm_streaming(primary: &RedisServer, deadline: Instant) -> Result<(), Error> {
+    let client = redis::Client::open(primary.url().as_str())?;
+    let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    con.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let repl: String = redis::cmd("INFO").arg("replication").query(&mut con)?;
+    let replicas: usize = repl
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if replicas == 0 {
+        return Ok(());
+    }
+    let mut key = None;
+    for i in 0..256 {
+        let k = format!("tickwheel-harness:streaming:{i}");
+        match redis::cmd("SET").arg(&k).arg(1).query::<()>(&mut con) {
+            Ok(()) => {
+                key = Some(k);
+                break;
+            }
+            Err(e) if e.code() == Some("MOVED") => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let key = key.ok_or_else(|| {
+        Error::Server(format!(
+            "port {}: no probe key of 256 is served here",
+            primary.port
+        ))
+    })?;
+    loop {
+        let () = redis::cmd("SET").arg(&key).arg(1).query(&mut con)?;
+        let () = redis::cmd("DEL").arg(&key).query(&mut con)?;
+        let acked: usize = redis::cmd("WAIT").arg(replicas).arg(100).query(&mut con)?;
+        if acked >= replicas {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Server(format!(
+                "port {}: {acked} of {replicas} replicas acknowledge writes",
+                primary.port
+            )));
+        }
+    }
+}
+
 impl RedisServer {
     /// Starts a server on a free port in a new directory under the system temp dir.
     pub fn start() -> Result<RedisServer, Error> {
@@ -223,8 +281,8 @@ impl RedisServer {
     }
 
     /// Starts a server as a replica of `primary` (`REPLICAOF`), and waits until its link
-    /// to the primary is up and it has the primary's data (`master_link_status:up`), for
-    /// at most 10 s. For replica-confirmed writes
+    /// to the primary is up, it has the primary's data (`master_link_status:up`) and it
+    /// acknowledges new writes (see `confirm_streaming`), for at most 10 s. For replica-confirmed writes
     /// ([`Config::confirm_replicas`](crate::Config::confirm_replicas)) and failovers.
     pub fn start_replica_of(primary: &RedisServer) -> Result<RedisServer, Error> {
         let s = RedisServer::start()?;
@@ -238,6 +296,7 @@ impl RedisServer {
         loop {
             let repl: String = redis::cmd("INFO").arg("replication").query(&mut con)?;
             if repl.lines().any(|l| l.trim() == "master_link_status:up") {
+                confirm_streaming(primary, deadline)?;
                 return Ok(s);
             }
             if Instant::now() > deadline {
@@ -347,8 +406,9 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// Waits until every node reports `cluster_state:ok` and every replica's link to its
-    /// primary is up (`master_link_status:up`).
+    /// Waits until every node reports `cluster_state:ok`, every replica's link to its
+    /// primary is up (`master_link_status:up`), and every primary's connected replicas
+    /// acknowledge new writes (see `confirm_streaming`).
     pub fn wait_ok(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         for i in 0..self.nodes.len() {
@@ -370,6 +430,12 @@ impl RedisCluster {
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Every replica's link is up: now its stream must flow.
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].pid().is_some() && self.is_primary(i)? {
+                confirm_streaming(&self.nodes[i], deadline)?;
             }
         }
         Ok(())

@@ -246,7 +246,8 @@ impl RedisSentinel {
     }
 
     /// Waits until every running node but the primary the sentinels name reports a
-    /// replica whose link to that primary is up (`master_link_status:up`).
+    /// replica whose link to that primary is up (`master_link_status:up`), and every one
+    /// acknowledges new writes (see `confirm_streaming` in `server.rs`).
     pub fn wait_replicas(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -270,7 +271,7 @@ impl RedisSentinel {
                 }
             });
             if synced {
-                return Ok(());
+                return super::confirm_streaming(&self.nodes[primary], deadline);
             }
             if Instant::now() > deadline {
                 return Err(Error::Server(format!(
