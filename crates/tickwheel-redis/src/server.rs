@@ -49,54 +49,102 @@ fn free_port() -> Result<u16, Error> {
 /// acknowledgement after the transfer arrives; when that one raced the end of the transfer,
 /// the next comes a second later. A primary that stops in that window takes every write
 /// since the sync with it, on every replica. So "ready" here means: a probe key written and
-/// deleted on the primary, and `WAIT` answered by every connected replica. (The probe key is
-/// outside any namespace; in a Cluster, the first of a few names whose slot the primary
-/// serves.)
+/// deleted on the primary, and `WAIT` answered by every connected replica. A node that
+/// takes no writes (a replica by now, or a Cluster primary that serves no slot) has nothing
+/// to confirm.
 fn confirm_streaming(primary: &RedisServer, deadline: Instant) -> Result<(), Error> {
     let client = redis::Client::open(primary.url().as_str())?;
     let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
     con.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let repl: String = redis::cmd("INFO").arg("replication").query(&mut con)?;
+    loop {
+        // A node in a failover may change role or slots between two calls: `MOVED` or
+        // `READONLY` means "look again".
+        let last = match streams_flow(&mut con) {
+            Ok(true) => return Ok(()),
+            Ok(false) => "not every replica acknowledged".to_string(),
+            Err(e) if matches!(e.code(), Some("MOVED" | "READONLY")) => e.to_string(),
+            Err(e) => return Err(e.into()),
+        };
+        if Instant::now() > deadline {
+            return Err(Error::Server(format!(
+                "port {}: replication does not flow: {last}",
+                primary.port
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One try of [`confirm_streaming`]: whether every replica connected to the node behind
+/// `con` acknowledged a probe write within 100 ms (`true` too for a node that takes no
+/// writes).
+fn streams_flow(con: &mut redis::Connection) -> redis::RedisResult<bool> {
+    let repl: String = redis::cmd("INFO").arg("replication").query(con)?;
     let replicas: usize = repl
         .lines()
         .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    if replicas == 0 {
-        return Ok(());
+    if replicas == 0 || !repl.lines().any(|l| l.trim() == "role:master") {
+        return Ok(true);
     }
-    let mut key = None;
-    for i in 0..256 {
-        let k = format!("tickwheel-harness:streaming:{i}");
-        match redis::cmd("SET").arg(&k).arg(1).query::<()>(&mut con) {
-            Ok(()) => {
-                key = Some(k);
-                break;
-            }
-            Err(e) if e.code() == Some("MOVED") => continue,
-            Err(e) => return Err(e.into()),
+    let Some(key) = probe_key(con)? else {
+        return Ok(true);
+    };
+    let () = redis::cmd("DEL").arg(&key).query(con)?;
+    let acked: usize = redis::cmd("WAIT").arg(replicas).arg(100).query(con)?;
+    Ok(acked >= replicas)
+}
+
+/// Writes a key outside every namespace on the primary behind `con`, and returns its name;
+/// `None` for a Cluster primary that serves no slot. In a Cluster, a name whose slot the
+/// node serves (by its own `CLUSTER NODES` line).
+fn probe_key(con: &mut redis::Connection) -> redis::RedisResult<Option<String>> {
+    let name = |i: u32| format!("tickwheel-harness:streaming:{i}");
+    match redis::cmd("SET").arg(name(0)).arg(1).query::<()>(con) {
+        Ok(()) => return Ok(Some(name(0))),
+        Err(e) if e.code() == Some("MOVED") => {}
+        Err(e) => return Err(e),
+    }
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(con)?;
+    let myself = nodes
+        .lines()
+        .find(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("myself")));
+    // Slot fields: `a-b` or `a`; `[a->-id]` and `[a-<-id]` are migrations, not served.
+    let range = myself.and_then(|l| {
+        l.split(' ').skip(8).find_map(|f| {
+            let (lo, hi) = f.split_once('-').unwrap_or((f, f));
+            Some((lo.parse::<u16>().ok()?, hi.parse::<u16>().ok()?))
+        })
+    });
+    let Some((lo, hi)) = range else {
+        return Ok(None);
+    };
+    // Every slot has a name among the first million (about 61 each).
+    let Some(key) = (1..1_000_000)
+        .map(name)
+        .find(|k| (lo..=hi).contains(&key_slot(k.as_bytes())))
+    else {
+        return Ok(None);
+    };
+    let () = redis::cmd("SET").arg(&key).arg(1).query(con)?;
+    Ok(Some(key))
+}
+
+/// The Cluster slot of a key without a hash tag: CRC16 (XMODEM) modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in key {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
-    let key = key.ok_or_else(|| {
-        Error::Server(format!(
-            "port {}: no probe key of 256 is served here",
-            primary.port
-        ))
-    })?;
-    loop {
-        let () = redis::cmd("SET").arg(&key).arg(1).query(&mut con)?;
-        let () = redis::cmd("DEL").arg(&key).query(&mut con)?;
-        let acked: usize = redis::cmd("WAIT").arg(replicas).arg(100).query(&mut con)?;
-        if acked >= replicas {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::Server(format!(
-                "port {}: {acked} of {replicas} replicas acknowledge writes",
-                primary.port
-            )));
-        }
-    }
+    crc & 16383
 }
 
 impl RedisServer {
@@ -542,5 +590,20 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Slots as `CLUSTER KEYSLOT` answers them (redis-server 7.0).
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        for (key, slot) in [
+            ("foo", 12182),
+            ("123456789", 12739),
+            ("tickwheel-harness:streaming:7", 1311),
+        ] {
+            assert_eq!(super::key_slot(key.as_bytes()), slot, "{key}");
+        }
     }
 }
