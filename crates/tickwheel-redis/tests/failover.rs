@@ -372,7 +372,7 @@ fn under_load(what: &str, ns: &str, fault: impl FnOnce(&mut RedisCluster) -> Ins
         .unwrap();
     let run = load::run(&cfg, &load, || fault(&mut c));
     let f = load::report(&format!("{what} (Cluster, {confirm} confirming)"), &run);
-    f.assert_target(confirm, FOLLOW);
+    load::judged_with_logs(c.nodes(), || f.assert_target(confirm, FOLLOW));
     let stats = inspector.stats().unwrap();
     assert_eq!((stats.pending(), stats.in_flight()), (1, 0), "{stats:?}");
     assert!(inspector.show("far").unwrap().is_some());

@@ -34,6 +34,31 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// Runs `judge` (a run's assertions); when it fails, prints the end of every server's log
+/// first (nodes' `redis.log`, sentinels' `sentinel.log`), so that a failure seen once, in
+/// CI, says what the servers did (the directories go with the servers).
+pub fn judged_with_logs<'a>(
+    servers: impl IntoIterator<Item = &'a tickwheel_redis::server::RedisServer>,
+    judge: impl FnOnce(),
+) {
+    let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(judge)) else {
+        return;
+    };
+    for server in servers {
+        for name in ["redis.log", "sentinel.log"] {
+            let Ok(text) = std::fs::read_to_string(server.dir().join(name)) else {
+                continue;
+            };
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("--- port {}, {name}, last 60 lines:", server.port());
+            for line in &lines[lines.len().saturating_sub(60)..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+    std::panic::resume_unwind(panic);
+}
+
 /// The shape of a run.
 #[derive(Clone, Debug)]
 pub struct Load {
