@@ -20,8 +20,8 @@ pub enum Promotion {
 
 /// A primary with replicas (private `redis-server`s, each as [`RedisServer`] starts one; the
 /// replicas with `--replicaof`) watched by private sentinels (`redis-server <conf>
-/// --sentinel`) that fail it over quickly: `down-after-milliseconds` 1000,
-/// `failover-timeout` 2000. Clients reach it by [`url`](RedisSentinel::url). Killed on drop.
+/// --sentinel`) that fail it over quickly: `down-after-milliseconds` 3000 (as the test
+/// Cluster's node timeout), `failover-timeout` 2000. Clients reach it by [`url`](RedisSentinel::url). Killed on drop.
 #[derive(Debug)]
 pub struct RedisSentinel {
     nodes: Vec<RedisServer>,
@@ -65,10 +65,14 @@ impl RedisSentinel {
             nodes.push(RedisServer::start_as(false, args, None)?);
         }
         let quorum = sentinels / 2 + 1;
+        // Not shorter: a primary just promoted under a test's load has missed a sentinel's
+        // pings for a second, and a second failover then demoted it; the sentinels move a
+        // demoted primary under the new one only when they next poll it (every 10 s), and
+        // until then the new primary had no replica to confirm a write.
         let name = RedisSentinel::NAME;
         let conf = format!(
             "sentinel monitor {name} 127.0.0.1 {port} {quorum}\n\
-             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel down-after-milliseconds {name} 3000\n\
              sentinel failover-timeout {name} 2000\n\
              sentinel parallel-syncs {name} 1\n"
         );
