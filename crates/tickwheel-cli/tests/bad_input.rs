@@ -134,10 +134,18 @@ struct Dashboard {
 
 impl Dashboard {
     fn start(args: &[&str]) -> Dashboard {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
-            .arg("dashboard")
-            .args(args)
-            .env_remove("TICKWHEEL_DASHBOARD_TOKEN")
+        Dashboard::spawn(
+            Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+                .arg("dashboard")
+                .args(args)
+                .env_remove("TICKWHEEL_DASHBOARD_TOKEN"),
+        )
+    }
+
+    /// Starts `cmd` (a `tickwheel dashboard` command line) and reads the address it serves
+    /// at from its first line.
+    fn spawn(cmd: &mut Command) -> Dashboard {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -1222,25 +1230,12 @@ fn dashboard_says_when_the_namespace_is_gone() {
     // A write through a dashboard that allows them, after another wipe: the same page, not
     // "the task is not pending".
     let token = "0123456789abcdef0123";
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tickwheel"))
-        .args(["dashboard", "--redis", &s.url(), "--namespace", "wiped"])
-        .args(["--listen", "127.0.0.1:0", "--allow-writes"])
-        .env("TICKWHEEL_DASHBOARD_TOKEN", token)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    let w = Dashboard { child, addr };
+    let w = Dashboard::spawn(
+        Command::new(env!("CARGO_BIN_EXE_tickwheel"))
+            .args(["dashboard", "--redis", &s.url(), "--namespace", "wiped"])
+            .args(["--listen", "127.0.0.1:0", "--allow-writes"])
+            .env("TICKWHEEL_DASHBOARD_TOKEN", token),
+    );
     assert_eq!(resp(s.port(), &["FLUSHALL"]), "+OK\r\n");
     let body = format!("id=t2&token={token}");
     let answer = w.raw(&format!(
