@@ -202,6 +202,22 @@ impl Browser {
         }
     }
 
+    /// Sets the fields of form `#form` (`(name, value)`: an input or a select), submits it,
+    /// and waits for the page it loads.
+    fn submit(&mut self, form: &str, fields: &[(&str, &str)]) {
+        let mut script = String::new();
+        for (name, value) in fields {
+            script.push_str(&format!(
+                "document.querySelector('#{form} [name={name}]').value = {}; ",
+                json!(value)
+            ));
+        }
+        script.push_str(&format!("document.getElementById('{form}').submit()"));
+        self.load(|b| {
+            b.eval(&script);
+        });
+    }
+
     /// Marks the current document, runs `action`, and waits until another document has
     /// loaded in its place.
     fn load(&mut self, action: impl FnOnce(&mut Browser)) {
@@ -629,12 +645,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
     // A wrong token through the form: 403, the task stays.
     b.goto(&format!("{}/task?id=a-1", dash.url));
     assert_eq!(b.eval("document.forms.length"), json!(3));
-    b.load(|b| {
-        b.eval(
-            "document.querySelector('#cancel input[name=token]').value = 'wrong-token-0123456789'; \
-             document.getElementById('cancel').submit()",
-        );
-    });
+    b.submit("cancel", &[("token", "wrong-token-0123456789")]);
     assert!(b.text("document.title").starts_with("403"));
     assert!(run_at("a-1", &cfg).is_some());
     // No token at all.
@@ -670,23 +681,11 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
 
     // Reschedule with the token through the form; a malformed time is a 400.
     b.goto(&format!("{}/task?id=a-2", dash.url));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#reschedule input[name=token]').value = '{TOKEN}'; \
-             document.querySelector('#reschedule input[name=at]').value = 'tomorrow-ish'; \
-             document.getElementById('reschedule').submit()"
-        ));
-    });
+    b.submit("reschedule", &[("token", TOKEN), ("at", "tomorrow-ish")]);
     assert!(b.text("document.title").starts_with("400"));
     let before = now_ms();
     b.goto(&format!("{}/task?id=a-2", dash.url));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#reschedule input[name=token]').value = '{TOKEN}'; \
-             document.querySelector('#reschedule input[name=at]').value = '2h'; \
-             document.getElementById('reschedule').submit()"
-        ));
-    });
+    b.submit("reschedule", &[("token", TOKEN), ("at", "2h")]);
     assert_eq!(b.text("document.title"), "rescheduled");
     let Some(TaskState::Pending { run_at_ms, .. }) = run_at("a-2", &cfg) else {
         panic!("a-2 is pending");
@@ -705,12 +704,7 @@ fn writes_need_the_flag_the_token_and_the_same_origin() {
     ] {
         b.goto(&format!("{}/task?id={}", dash.url, enc(id)));
         assert_eq!(b.eval("document.scripts.length"), json!(0));
-        b.load(|b| {
-            b.eval(&format!(
-                "document.querySelector('#cancel input[name=token]').value = '{TOKEN}'; \
-                 document.getElementById('cancel').submit()"
-            ));
-        });
+        b.submit("cancel", &[("token", TOKEN)]);
         assert_eq!(b.text("document.title"), "cancelled");
         assert_eq!(
             b.text("document.getElementById('result').textContent"),
@@ -1300,12 +1294,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
 
     // Refused: a wrong token through the form, no token, another origin.
     b.goto(&format!("{}/task?id=job-2", dash.url));
-    b.load(|b| {
-        b.eval(
-            "document.querySelector('#retry input[name=token]').value = 'wrong-token-0123456789'; \
-             document.getElementById('retry').submit()",
-        );
-    });
+    b.submit("retry", &[("token", "wrong-token-0123456789")]);
     assert!(b.text("document.title").starts_with("403"));
     for (path, form) in [
         ("/retry", "id=job-2"),
@@ -1369,12 +1358,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
 
     // Retry with the token through the form: pending again.
     b.goto(&format!("{}/task?id=job-1", dash.url));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#retry input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('retry').submit()"
-        ));
-    });
+    b.submit("retry", &[("token", TOKEN)]);
     assert_eq!(b.text("document.title"), "retried");
     assert_eq!(
         b.text("document.getElementById('result').textContent"),
@@ -1392,12 +1376,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
     // "Retry all shown" by a filter holding a tab: the form carries it exactly.
     b.goto(&format!("{}/failed?error={}", dash.url, enc("tab\there")));
     assert_eq!(failed_rows(&mut b).len(), 1);
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#retry-shown input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('retry-shown').submit()"
-        ));
-    });
+    b.submit("retry-shown", &[("token", TOKEN)]);
     assert_eq!(
         b.text("document.getElementById('result').textContent"),
         "Examined 4, retried 1, live task exists 0."
@@ -1408,12 +1387,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
     ));
     // Discard the hostile one through its form (the id travels as hex).
     b.goto(&format!("{}/task?id={}", dash.url, enc(IMG_ID)));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#discard input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('discard').submit()"
-        ));
-    });
+    b.submit("discard", &[("token", TOKEN)]);
     assert_eq!(b.text("document.title"), "discarded");
     assert_eq!(
         b.text("document.getElementById('result').textContent"),
@@ -1425,12 +1399,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
     // "Retry all shown" by the page's filter: job-2 only.
     b.goto(&format!("{}/failed?error=db+down", dash.url));
     assert_eq!(failed_rows(&mut b).len(), 1);
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#retry-shown input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('retry-shown').submit()"
-        ));
-    });
+    b.submit("retry-shown", &[("token", TOKEN)]);
     assert_eq!(b.text("document.title"), "retried");
     assert_eq!(
         b.text("document.getElementById('result').textContent"),
@@ -1443,12 +1412,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
     assert!(is_failed(SCRIPT_ID, &cfg), "not matched by the filter");
     // "Discard all shown", unfiltered: the last one.
     b.goto(&format!("{}/failed", dash.url));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#discard-shown input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('discard-shown').submit()"
-        ));
-    });
+    b.submit("discard-shown", &[("token", TOKEN)]);
     assert_eq!(
         b.text("document.getElementById('result').textContent"),
         "Examined 1, discarded 1, live task exists 0."
@@ -1457,13 +1421,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
 
     // Pause shard 1 from the overview: the banner says so; resume every shard.
     b.goto(&format!("{}/", dash.url));
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#pause select[name=shard]').value = '1'; \
-             document.querySelector('#pause input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('pause').submit()"
-        ));
-    });
+    b.submit("pause", &[("shard", "1"), ("token", TOKEN)]);
     assert_eq!(b.text("document.title"), "paused");
     let st = ins.stats().unwrap();
     assert_eq!(
@@ -1478,12 +1436,7 @@ fn the_failed_view_shows_hostile_failures_as_text_and_its_forms_retry_and_discar
         b.text("document.getElementById('paused').textContent"),
         "1 of 2"
     );
-    b.load(|b| {
-        b.eval(&format!(
-            "document.querySelector('#resume input[name=token]').value = '{TOKEN}'; \
-             document.getElementById('resume').submit()"
-        ));
-    });
+    b.submit("resume", &[("token", TOKEN)]);
     assert_eq!(b.text("document.title"), "resumed");
     assert_eq!(ins.stats().unwrap().paused(), 0);
     b.goto(&format!("{}/", dash.url));
