@@ -330,8 +330,9 @@ impl RedisServer {
 
     /// Starts a server as a replica of `primary` (`REPLICAOF`), and waits until its link
     /// to the primary is up, it has the primary's data (`master_link_status:up`) and it
-    /// acknowledges new writes (see `confirm_streaming`), for at most 10 s. For replica-confirmed writes
-    /// ([`Config::confirm_replicas`](crate::Config::confirm_replicas)) and failovers.
+    /// acknowledges new writes (see `confirm_streaming`), for at most 10 s. For
+    /// replica-confirmed writes ([`Config::confirm_replicas`](crate::Config::confirm_replicas))
+    /// and failovers.
     pub fn start_replica_of(primary: &RedisServer) -> Result<RedisServer, Error> {
         let s = RedisServer::start()?;
         let client = redis::Client::open(s.url().as_str())?;
@@ -480,11 +481,10 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        // Every replica's link is up: now its stream must flow.
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].pid().is_some() && self.is_primary(i)? {
-                confirm_streaming(&self.nodes[i], deadline)?;
-            }
+        // Every replica's link is up: now its stream must flow (a replica has nothing to
+        // confirm, `confirm_streaming` sees).
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            confirm_streaming(node, deadline)?;
         }
         Ok(())
     }

@@ -21,7 +21,8 @@ pub enum Promotion {
 /// A primary with replicas (private `redis-server`s, each as [`RedisServer`] starts one; the
 /// replicas with `--replicaof`) watched by private sentinels (`redis-server <conf>
 /// --sentinel`) that fail it over quickly: `down-after-milliseconds` 3000 (as the test
-/// Cluster's node timeout), `failover-timeout` 2000. Clients reach it by [`url`](RedisSentinel::url). Killed on drop.
+/// Cluster's node timeout), `failover-timeout` 2000. Clients reach it by
+/// [`url`](RedisSentinel::url). Killed on drop.
 #[derive(Debug)]
 pub struct RedisSentinel {
     nodes: Vec<RedisServer>,
