@@ -16,24 +16,20 @@ local horizon = nil
 for i = 4, #ARGV, 4 do
   local id = ARGV[i]
   local ok = 0
-  local h = redis.call('HGET', KEYS[2], id)
-  if h then
-    local v, a, _, payload, rec, pol = parse(h)
-    if v == tonumber(ARGV[i + 1]) and a == tonumber(ARGV[i + 2])
-        and redis.call('ZREM', KEYS[3], id) == 1 then
-      local nxt = tonumber(ARGV[i + 3])
-      if rec ~= '' and nxt > 0 then
-        local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
-        redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, unanchored(rec), pol) .. payload)
-        push(bucket(nxt), {id}, 1)
-        horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
-        if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end
-      else
-        redis.call('HDEL', KEYS[2], id)
-      end
-      redis.call('HDEL', KEYS[5], id)
-      ok = 1
+  local v, _, _, payload, rec, pol = take_delivery(id, ARGV[i + 1], ARGV[i + 2])
+  if v then
+    local nxt = tonumber(ARGV[i + 3])
+    if rec ~= '' and nxt > 0 then
+      local nv = redis.call('HINCRBY', KEYS[4], 'seq', 1)
+      redis.call('HSET', KEYS[2], id, header(nv, 0, nxt, unanchored(rec), pol) .. payload)
+      push(bucket(nxt), {id}, 1)
+      horizon = horizon or tonumber(redis.call('HGET', KEYS[4], 'horizon') or '0')
+      if nxt <= horizon then note[#note + 1] = entry(nv, nxt, id) end
+    else
+      redis.call('HDEL', KEYS[2], id)
     end
+    redis.call('HDEL', KEYS[5], id)
+    ok = 1
   end
   out[#out + 1] = ok
 end

@@ -24,12 +24,8 @@
 local now = clock(ARGV[1])
 if not holds(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[5]
-local h = redis.call('HGET', KEYS[2], id)
-if not h then return {0} end
-local v, a, d, payload, rec, pol = parse(h)
-if v ~= tonumber(ARGV[6]) or a ~= tonumber(ARGV[7]) or redis.call('ZREM', KEYS[3], id) == 0 then
-  return {0}
-end
+local v, a, d, payload, rec, pol, h = take_delivery(id, ARGV[6], ARGV[7])
+if not v then return {0} end
 local log, failures = log_add(redis.call('HGET', KEYS[5], id), a, now, ARGV[8])
 local p = pol
 if p == '' then p = ARGV[10] end

@@ -146,6 +146,22 @@ end
 local function in_flight(id)
   return redis.call('ZSCORE', KEYS[3], id)
 end
+-- Takes the delivery of `id` out of the in-flight set if it is still the current one: the
+-- task exists with that version and attempt, and is in flight. The one test ACK, FAIL and
+-- RETRY apply before they touch a task, so a late or repeated call on a delivery that has
+-- since been re-armed, retried, cancelled or delivered again changes nothing. Returns the
+-- task's fields as `parse` gives them (version, attempt, due, payload, recurrence, policy)
+-- and then its stored value, or nil when the delivery is stale.
+local function take_delivery(id, version, attempt)
+  local h = redis.call('HGET', KEYS[2], id)
+  if not h then return nil end
+  local v, a, d, payload, rec, pol = parse(h)
+  if v ~= tonumber(version) or a ~= tonumber(attempt)
+      or redis.call('ZREM', KEYS[3], id) == 0 then
+    return nil
+  end
+  return v, a, d, payload, rec, pol, h
+end
 -- A failed task's record (KEYS[7]): `reason:log length:` then its error log (see
 -- `log_add`) and its value as it was when it failed (see `parse`). `record_read` gives the
 -- reason, the log and the value.

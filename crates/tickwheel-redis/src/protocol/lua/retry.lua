@@ -8,12 +8,8 @@
 local now = clock(ARGV[1])
 if not holds(KEYS[4], ARGV[2]) then return {-1} end
 local id = ARGV[3]
-local h = redis.call('HGET', KEYS[2], id)
-if not h then return {0} end
-local v, a, d, payload, rec, pol = parse(h)
-if v ~= tonumber(ARGV[4]) or a ~= tonumber(ARGV[5]) or redis.call('ZREM', KEYS[3], id) == 0 then
-  return {0}
-end
+local v, a, d, payload, rec, pol = take_delivery(id, ARGV[4], ARGV[5])
+if not v then return {0} end
 local run_at = now + tonumber(ARGV[6])
 if ARGV[7] == '1' then
   run_at = d
