@@ -1,10 +1,11 @@
 //! `tickwheel bench`: runs the chosen workloads on the chosen entrants, family by family,
 //! and writes results.
 //!
-//! Order of work: the queues family first (inputs for one (workload, N) are generated once,
-//! then every repeat runs every entrant in turn, interleaved, so machine drift hits all
-//! entrants alike), then the services family and the futures family (each entrant in its
-//! own child process), then the durable family.
+//! Order of work: the queues family first (for one (workload, N), each entrant in a fresh
+//! child process of its own, one after another: the child generates the seeded input, runs
+//! it once untimed, then times the repeats, so no timed run starts on memory another entrant
+//! freed), then the services family and the futures family (each entrant in its own child
+//! process), then the durable family.
 //! Nothing is printed as a result, and no file is written, unless every run passed its
 //! checks.
 
@@ -366,41 +367,18 @@ fn run_queues(s: &Settings, planned: &[Group], report: &mut Report) -> Result<()
     Ok(())
 }
 
-/// Generates one group's input, then runs every repeat on every entrant, interleaved.
+/// Runs one group: each entrant in a fresh process of its own, one after another, which
+/// generates the seeded input, runs it once untimed and then times every repeat
+/// (`queues` module docs, "Isolation").
 fn run_group(seed: u64, g: &Group, bar: &ProgressBar) -> Result<Vec<QueueSample>> {
     let label = format!("{} N={}", g.workload.label(), crate::units::pretty_n(g.n));
-    bar.set_message(format!("{label}: generating input"));
-    let input = queues::Input::generate(g.workload, seed, g.n).ok_or_else(|| {
-        Error::Internal(format!("{} is not a queue workload", g.workload.label()))
-    })?;
-    let mut samples: Vec<QueueSample> = g
-        .entrants
-        .iter()
-        .map(|&entrant| QueueSample {
-            workload: g.workload,
-            entrant,
-            n: g.n,
-            ops: 0,
-            runs_ns: Vec::new(),
-            max_late_ticks: None,
-            peak_heap_bytes: 0,
-        })
-        .collect();
-    for r in 0..g.repeats {
-        for sample in &mut samples {
-            bar.set_message(format!(
-                "{label} {} (run {}/{})",
-                sample.entrant,
-                r + 1,
-                g.repeats
-            ));
-            let outcome = queues::run(sample.entrant, g.workload, &input, r == 0)?;
-            sample.ops = outcome.ops;
-            sample.runs_ns.push(outcome.elapsed.as_nanos() as u64);
-            sample.max_late_ticks = sample.max_late_ticks.max(outcome.max_late_ticks);
-            sample.peak_heap_bytes = sample.peak_heap_bytes.max(outcome.peak_heap_bytes);
-            bar.inc(1);
-        }
+    let mut samples = Vec::with_capacity(g.entrants.len());
+    for &entrant in &g.entrants {
+        bar.set_message(format!("{label} {entrant} ({} runs)", g.repeats));
+        samples.push(queues::run_isolated(
+            entrant, g.workload, seed, g.n, g.repeats,
+        )?);
+        bar.inc(u64::from(g.repeats));
     }
     Ok(samples)
 }

@@ -95,6 +95,11 @@ enum Command {
     /// each in a fresh process this way, so its threads and CPU time are its own).
     #[command(hide = true)]
     FutureWorker(FutureWorkerArgs),
+    /// Internal: runs one entrant's repeats of a queue workload and prints their sample as
+    /// JSON (`bench` runs each queue entrant in a fresh process this way, so no timed run
+    /// starts on memory another entrant freed).
+    #[command(hide = true)]
+    QueueWorker(QueueWorkerArgs),
     /// See and steer the durable tasks of a tickwheel-redis namespace: stats, ls, show,
     /// failed, upcoming; cancel, reschedule, run-now, retry-failed, discard-failed, pause,
     /// resume.
@@ -223,6 +228,23 @@ struct FutureWorkerArgs {
     seed: u64,
 }
 
+/// What `tickwheel queue-worker` runs: one entrant's warm-up and timed repeats of a queue
+/// workload.
+#[derive(Debug, clap::Args)]
+struct QueueWorkerArgs {
+    #[arg(long, value_parser = parse_queue)]
+    entrant: queues::QueueEntrant,
+    #[arg(long)]
+    workload: Workload,
+    #[arg(long, value_parser = parse_count)]
+    n: usize,
+    #[arg(long)]
+    seed: u64,
+    /// Timed runs after the warm-up.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
+}
+
 /// The largest timer count accepted: ids are `u32`, and memory must stay sane.
 const MAX_COUNT: usize = 100_000_000;
 
@@ -270,6 +292,13 @@ fn parse_service(text: &str) -> Result<ServiceEntrant, String> {
                 names.join(", ")
             ))
         }
+    }
+}
+
+fn parse_queue(text: &str) -> Result<queues::QueueEntrant, String> {
+    match text.parse()? {
+        Entrant::Queue(q) => Ok(q),
+        other => Err(format!("{other} is not a queue entrant")),
     }
 }
 
@@ -323,6 +352,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&demo_settings(args)),
         Command::ServiceWorker(args) => demo::worker(&demo_settings(args)),
         Command::FutureWorker(args) => future_worker(args),
+        Command::QueueWorker(a) => queues::worker(a.entrant, a.workload, a.seed, a.n, a.repeat),
         // Prints its own errors (the message says which Redis and namespace failed).
         Command::Tasks(args) => return tasks::run(args),
         Command::Dashboard(args) => return dashboard::run(args),

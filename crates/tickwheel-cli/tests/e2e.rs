@@ -234,6 +234,51 @@ fn assert_rejected(args: &[&str], expect_in_message: &str) {
     assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
 }
 
+/// `bench` runs each queue entrant in `tickwheel queue-worker`, a process of its own: the
+/// worker generates the seeded input, runs it once untimed with its checks, times the
+/// repeats asked for and prints one sample; an entrant or workload of another family is
+/// refused with a message.
+#[test]
+fn a_queue_entrant_runs_in_a_worker_process_of_its_own() {
+    let sample = |entrant: &str| {
+        let args = [
+            "queue-worker",
+            "--entrant",
+            entrant,
+            "--workload",
+            "w2",
+            "--n",
+            "500",
+            "--seed",
+            "3",
+            "--repeat",
+            "3",
+        ];
+        let out = tickwheel_ok(&args, entrant);
+        let json: Value = serde_json::from_str(out.trim()).expect("one JSON sample");
+        assert_eq!(json["ops"], 500, "{entrant}: {json}");
+        let runs = json["runs_ns"].as_array().expect("runs_ns");
+        assert_eq!(runs.len(), 3, "the warm-up is not timed: {json}");
+        assert!(
+            runs.iter().all(|ns| ns.as_u64() > Some(0)),
+            "{entrant}: {json}"
+        );
+        assert!(
+            json["peak_heap_bytes"].as_u64() > Some(0),
+            "{entrant}: {json}"
+        );
+        json["max_late_ticks"].clone()
+    };
+    assert_eq!(sample("tickwheel-wheel"), 0, "fired on its tick");
+    assert_eq!(sample("std-binaryheap"), 0, "fired on its tick");
+    fn worker<'a>(entrant: &'a str, workload: &'a str) -> Vec<&'a str> {
+        let args = ["queue-worker", "--entrant", entrant, "--workload", workload];
+        [&args[..], &["--n", "10", "--seed", "1", "--repeat", "1"]].concat()
+    }
+    assert_rejected(&worker("tokio-sleep", "w1"), "is not a queue entrant");
+    assert_rejected(&worker("std-binaryheap", "w4"), "is not a queue workload");
+}
+
 #[test]
 fn bad_arguments_get_a_clear_message_and_nonzero_exit() {
     assert_rejected(&["bench", "--n", "0"], "count must be between 1");

@@ -9,6 +9,13 @@
 //!
 //! Invariant: a run either passes its checks and yields an [`Outcome`], or yields an error
 //! (a panic in an entrant included); a failed check never becomes a number.
+//!
+//! Isolation: `bench` runs each entrant's repeats of one (workload, N) in a fresh process of
+//! its own ([`run_isolated`], the hidden `tickwheel queue-worker`), after one untimed run
+//! of the same input: every timed run finds memory only this entrant has used, whatever ran
+//! before it. In one process, an entrant that runs after another gets the memory the other
+//! freed, already faulted in or not, which at N = 10^6 moves it by tens of percent
+//! (`docs/benchmarks.md`, "Each entrant in a process of its own").
 
 mod adapters;
 mod churn;
@@ -23,6 +30,7 @@ use adapters::{
     BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, SlimQueue,
     TickwheelQueue, TokioDelayQueue,
 };
+use report::QueueSample;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 use tickwheel::{HashedWheel, Heap, SlimWheel, Wheel};
@@ -143,6 +151,72 @@ pub struct Outcome {
     /// Peak heap growth from the empty queue, in bytes: over the run, or over W7's timed
     /// stretch.
     pub peak_heap_bytes: u64,
+}
+
+/// Runs one entrant's repeats of `workload` at `n` timers in a fresh child process (module
+/// docs, "Isolation"): the child generates the seeded input itself, runs it once untimed
+/// with the checks that cost an extra drain (the warm-up), then `repeats` timed runs, and
+/// prints their [`QueueSample`]. A failed check or a panic fails the child, whose message
+/// goes to this process's stderr.
+pub fn run_isolated(
+    entrant: QueueEntrant,
+    workload: Workload,
+    seed: u64,
+    n: usize,
+    repeats: u32,
+) -> Result<QueueSample> {
+    let args: Vec<String> = [
+        "queue-worker",
+        "--entrant",
+        entrant.name(),
+        "--workload",
+        &workload.label().to_ascii_lowercase(),
+        "--seed",
+        &seed.to_string(),
+        "--n",
+        &n.to_string(),
+        "--repeat",
+        &repeats.to_string(),
+    ]
+    .map(str::to_owned)
+    .into();
+    crate::child::run(workload.label(), entrant.name(), &args, |json| {
+        QueueSample::from_json(workload, entrant, n, json)
+    })
+}
+
+/// The body of `tickwheel queue-worker`: the warm-up and `repeats` timed runs of
+/// [`run_isolated`], their sample as JSON on stdout.
+pub fn worker(
+    entrant: QueueEntrant,
+    workload: Workload,
+    seed: u64,
+    n: usize,
+    repeats: u32,
+) -> Result<()> {
+    let input = Input::generate(workload, seed, n)
+        .ok_or_else(|| Error::Internal(format!("{} is not a queue workload", workload.label())))?;
+    let mut sample = QueueSample {
+        workload,
+        entrant,
+        n,
+        ops: 0,
+        runs_ns: Vec::new(),
+        max_late_ticks: None,
+        peak_heap_bytes: 0,
+    };
+    for r in 0..=repeats {
+        let warm_up = r == 0;
+        let outcome = run(entrant, workload, &input, warm_up)?;
+        sample.ops = outcome.ops;
+        sample.max_late_ticks = sample.max_late_ticks.max(outcome.max_late_ticks);
+        sample.peak_heap_bytes = sample.peak_heap_bytes.max(outcome.peak_heap_bytes);
+        if !warm_up {
+            sample.runs_ns.push(outcome.elapsed.as_nanos() as u64);
+        }
+    }
+    say!("{}", sample.to_json());
+    Ok(())
 }
 
 /// Runs `workload` on a fresh instance of `entrant`; `check` enables the checks that cost

@@ -48,6 +48,45 @@ impl QueueSample {
     pub fn heap_bytes_per_timer(&self) -> f64 {
         self.peak_heap_bytes as f64 / self.n.max(1) as f64
     }
+
+    /// The measured part of the sample, as the JSON line `tickwheel queue-worker` prints.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ops": self.ops,
+            "runs_ns": self.runs_ns,
+            "max_late_ticks": self.max_late_ticks,
+            "peak_heap_bytes": self.peak_heap_bytes,
+        })
+    }
+
+    /// Reads back [`to_json`](Self::to_json)'s output for the sample of `entrant` at
+    /// (`workload`, `n`); `None` if it is not one (no timed run included).
+    pub fn from_json(
+        workload: Workload,
+        entrant: QueueEntrant,
+        n: usize,
+        json: &Value,
+    ) -> Option<QueueSample> {
+        let late = &json["max_late_ticks"];
+        let runs_ns = json["runs_ns"]
+            .as_array()?
+            .iter()
+            .map(Value::as_u64)
+            .collect::<Option<Vec<u64>>>()?;
+        Some(QueueSample {
+            workload,
+            entrant,
+            n,
+            ops: json["ops"].as_u64()?,
+            max_late_ticks: if late.is_null() {
+                None
+            } else {
+                Some(late.as_u64()?)
+            },
+            peak_heap_bytes: json["peak_heap_bytes"].as_u64()?,
+            runs_ns: (!runs_ns.is_empty()).then_some(runs_ns)?,
+        })
+    }
 }
 
 /// The fastest peer's ns per operation at (`workload`, `n`), if any peer ran it.
