@@ -35,7 +35,10 @@
 //! and after W3's resets (untimed), each timer fires once, at its (last) deadline; in W5 every
 //! firing is at the slot's last deadline and every slot an operation touches is pending.
 //! Cells: median ns a timer (W5: an operation, firings included, as `tickwheel bench`
-//! counts) over the repeats, and in brackets how many times faster than the lazy heap. With
+//! counts) over the repeats, and in brackets how many times faster than the lazy heap. As in
+//! `tickwheel bench`, each entrant runs in a fresh process of its own for each N (this
+//! program again), once untimed and then the repeats, so that no timed run starts on memory
+//! another entrant freed. With
 //! `FLOORS_PHASES=1` W1 also prints each run's insert and cancel phases; `FLOORS_ONLY=Wheel,…`
 //! runs only the entrants named (and the lazy heap); `FLOORS_CPU=1` times by thread CPU time
 //! instead of the wall clock (Linux), for comparing binaries on a machine others load.
@@ -1020,6 +1023,45 @@ fn w5<Q: Queue>(input: &ChurnInput) -> f64 {
     elapsed.as_nanos() as f64 / counted as f64
 }
 
+/// Runs `repeats` of entrant `name` on `workload` at `n` timers in a fresh process (this
+/// program again, with `FLOORS_CHILD` set), after one untimed run, and returns its median:
+/// in one process, an entrant run after another gets the memory the other freed, already
+/// faulted in or not, which at N = 10^6 moves it by tens of percent.
+fn in_child(workload: &str, name: &str, n: usize, repeats: usize) -> f64 {
+    let exe = std::env::current_exe().expect("own executable");
+    let out = std::process::Command::new(exe)
+        .env("FLOORS_CHILD", format!("{workload}|{name}|{n}|{repeats}"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("the child runs");
+    assert!(
+        out.status.success(),
+        "{name} failed on {workload} at N={n}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim().parse().expect("the child prints its median")
+}
+
+/// The child's part: `spec` is `WORKLOAD|NAME|N|REPEATS`; one untimed run (the warm-up, also
+/// checked), then the repeats, and their median on stdout.
+fn child(spec: &str, runs: &[(&str, &str, Vec<(&'static str, Box<dyn Fn(usize) -> f64>)>)]) {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let [workload, name, n, repeats] = parts[..] else {
+        panic!("FLOORS_CHILD is WORKLOAD|NAME|N|REPEATS, not {spec}");
+    };
+    let n: usize = n.parse().expect("N is a count");
+    let repeats: usize = repeats.parse().expect("REPEATS is a count");
+    let (_, run) = runs
+        .iter()
+        .filter(|(w, _, _)| *w == workload)
+        .flat_map(|(_, _, entrants)| entrants)
+        .find(|(entrant, _)| *entrant == name)
+        .unwrap_or_else(|| panic!("no entrant {name} on {workload}"));
+    run(n);
+    let samples = (0..repeats).map(|_| run(n)).collect();
+    println!("{}", median(samples));
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -1125,6 +1167,11 @@ fn main() {
             ],
         ),
     ];
+    // In a child: run the one entrant FLOORS_CHILD names and print its median.
+    if let Ok(spec) = std::env::var("FLOORS_CHILD") {
+        child(&spec, &runs);
+        return;
+    }
     // FLOORS_ONLY=name,name… keeps those entrants (the lazy heap, the baseline, always runs).
     let only_entrants = std::env::var("FLOORS_ONLY").ok();
     for (workload, what, mut entrants) in runs {
@@ -1147,15 +1194,8 @@ fn main() {
         println!();
         let mut table = vec![Vec::new(); entrants.len()];
         for &n in &ns {
-            // Repeats interleave the entrants, so drift hits them alike.
-            let mut samples = vec![Vec::new(); entrants.len()];
-            for _ in 0..repeats {
-                for (sample, (_, run)) in samples.iter_mut().zip(&entrants) {
-                    sample.push(run(n));
-                }
-            }
-            for (row, sample) in table.iter_mut().zip(samples) {
-                row.push(median(sample));
+            for (row, (name, _)) in table.iter_mut().zip(&entrants) {
+                row.push(in_child(workload, name, n, repeats));
             }
         }
         for (row, (name, _)) in table.iter().zip(&entrants) {
