@@ -13,9 +13,8 @@
 //! bytes plus the value (16 for a `u32`), and [`cancel`](SlimWheel::cancel) reads no value
 //! when the value has no drop glue (a `u32`, an index, a plain struct). With a million timers
 //! pending, every cancel and reset waits for its record's cache miss, and the smaller array
-//! (8 MB instead of 16) misses less often in the last-level cache: that is the gap between
-//! the `Wheel` and the lazy `BinaryHeap` at that size, which `tickwheel bench` and the lab's
-//! `queue_floors` measure. Pick `SlimWheel` when the caller stores the key it gets back from a
+//! (8 MB instead of 16) misses less often in the last-level cache, which `tickwheel bench`
+//! and the lab's `queue_floors` measure at that size. Pick `SlimWheel` when the caller stores the key it gets back from a
 //! reset anyway (a connection keeps its idle timer's key in its own struct) and holds many
 //! timers; pick the `Wheel` when a key must stay valid across resets (it is shared, or held
 //! where it cannot be rewritten), and for the [`TimerQueue`](super::TimerQueue) trait.
