@@ -1023,6 +1023,9 @@ fn w5<Q: Queue>(input: &ChurnInput) -> f64 {
     elapsed.as_nanos() as f64 / counted as f64
 }
 
+/// A named entrant: runs its workload once at N timers and returns ns a timer.
+type Entrant = (&'static str, Box<dyn Fn(usize) -> f64>);
+
 /// Runs `repeats` of entrant `name` on `workload` at `n` timers in a fresh process (this
 /// program again, with `FLOORS_CHILD` set), after one untimed run, and returns its median:
 /// in one process, an entrant run after another gets the memory the other freed, already
@@ -1034,17 +1037,14 @@ fn in_child(workload: &str, name: &str, n: usize, repeats: usize) -> f64 {
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("the child runs");
-    assert!(
-        out.status.success(),
-        "{name} failed on {workload} at N={n}"
-    );
+    assert!(out.status.success(), "{name} failed on {workload} at N={n}");
     let text = String::from_utf8_lossy(&out.stdout);
     text.trim().parse().expect("the child prints its median")
 }
 
 /// The child's part: `spec` is `WORKLOAD|NAME|N|REPEATS`; one untimed run (the warm-up, also
 /// checked), then the repeats, and their median on stdout.
-fn child(spec: &str, runs: &[(&str, &str, Vec<(&'static str, Box<dyn Fn(usize) -> f64>)>)]) {
+fn child(spec: &str, runs: &[(&str, &str, Vec<Entrant>)]) {
     let parts: Vec<&str> = spec.split('|').collect();
     let [workload, name, n, repeats] = parts[..] else {
         panic!("FLOORS_CHILD is WORKLOAD|NAME|N|REPEATS, not {spec}");
@@ -1088,7 +1088,6 @@ fn main() {
             .is_none_or(|list| list.split(',').any(|w| w == label))
     };
 
-    type Entrant = (&'static str, Box<dyn Fn(usize) -> f64>);
     /// An entrant whose input is generated once a size, before any timing.
     fn entrant<I: 'static>(
         name: &'static str,
