@@ -1029,7 +1029,7 @@ type Entrant = (&'static str, Box<dyn Fn(usize) -> f64>);
 /// Runs `repeats` of entrant `name` on `workload` at `n` timers in a fresh process (this
 /// program again, with `FLOORS_CHILD` set), after one untimed run, and returns its median:
 /// in one process, an entrant run after another gets the memory the other freed, already
-/// faulted in or not, which at N = 10^6 moves it by tens of percent.
+/// faulted in or not, so at N = 10^6 its figure depends on which entrant ran before it.
 fn in_child(workload: &str, name: &str, n: usize, repeats: usize) -> f64 {
     let exe = std::env::current_exe().expect("own executable");
     let out = std::process::Command::new(exe)

@@ -14,8 +14,8 @@
 //! its own ([`run_isolated`], the hidden `tickwheel queue-worker`), after one untimed run
 //! of the same input: every timed run finds memory only this entrant has used, whatever ran
 //! before it. In one process, an entrant that runs after another gets the memory the other
-//! freed, already faulted in or not, which at N = 10^6 moves it by tens of percent
-//! (`docs/benchmarks.md`, "Each entrant in a process of its own").
+//! freed, already faulted in or not, so at N = 10^6 its figure depends on which entrant ran
+//! before it (`docs/benchmarks.md`, "Each entrant in a process of its own").
 
 mod adapters;
 mod churn;
