@@ -187,13 +187,20 @@ fn reset_moves_a_pending_sleep_both_ways() {
     sleep.reset(start + 20 * MS);
     assert_eq!(sleep.deadline(), Some(start + 20 * MS));
     advance(&clock, &service, 10 * MS);
-    assert_eq!(count.get(), 0);
-    assert!(poll(&mut sleep, &waker).is_pending());
-    sleep.reset(start + 15 * MS);
-    advance(&clock, &service, 5 * MS);
+    // Later: deferred. The timer fired at the deadline it was queued for and woke the task,
+    // whose poll finds the sleep not yet due and re-arms it at 20 ms.
     assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    // Earlier: moved in place, and it keeps the waker.
+    sleep.reset(start + 15 * MS);
+    advance(&clock, &service, 4 * MS);
+    assert_eq!(count.get(), 1);
+    advance(&clock, &service, MS);
+    assert_eq!(count.get(), 2);
     assert!(poll(&mut sleep, &waker).is_ready());
     assert_eq!(service.stats().pending, 0);
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 2, "woken after ready");
 }
 
 #[test]
@@ -221,12 +228,39 @@ fn reset_keeps_the_waker_of_a_pending_poll() {
     let (clock, service) = manual();
     let (count, waker) = counter();
     let start = clock.now();
-    let mut sleep = service.sleep(10 * MS);
+    let mut sleep = service.sleep(20 * MS);
     assert!(poll(&mut sleep, &waker).is_pending());
-    sleep.reset(start + 20 * MS);
-    advance(&clock, &service, 20 * MS);
+    sleep.reset(start + 10 * MS);
+    advance(&clock, &service, 9 * MS);
+    assert_eq!(count.get(), 0);
+    advance(&clock, &service, MS);
     // Not polled since the reset: the waker of the earlier poll gets the new deadline.
     assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_ready());
+}
+
+#[test]
+fn a_later_reset_wakes_the_task_at_the_queued_deadline_and_never_completes_early() {
+    let (clock, service) = manual();
+    let (count, waker) = counter();
+    let start = clock.now();
+    let mut sleep = service.sleep(10 * MS);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    for ms in 11..=30 {
+        sleep.reset(start + ms * MS); // an idle timeout pushed back: no lock, nothing moves
+    }
+    assert_eq!(service.stats().pending, 1);
+    advance(&clock, &service, 10 * MS);
+    assert_eq!(count.get(), 1, "woken at the deadline it was queued for");
+    assert!(!sleep.is_elapsed());
+    assert!(poll(&mut sleep, &waker).is_pending(), "done 20 ms early");
+    advance(&clock, &service, 19 * MS);
+    assert_eq!(count.get(), 1);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    advance(&clock, &service, MS);
+    assert_eq!(count.get(), 2);
+    assert!(poll(&mut sleep, &waker).is_ready());
+    assert_eq!(service.stats().fired, 2);
 }
 
 #[test]

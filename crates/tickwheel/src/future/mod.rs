@@ -24,8 +24,10 @@
 //!   pending poll. Created and dropped unpolled, they take no lock and allocate nothing; a
 //!   [`Timeout`] whose future is ready at its first poll never registers a timer at all.
 //! * **No allocation** per registration: the task's `Waker` is kept in the queue entry itself
-//!   (the queue's storage is reused); one shard lock to register, to move and to cancel, and
-//!   none for a poll by the task whose waker the timer already holds (a clock read only).
+//!   (the queue's storage is reused); one shard lock to register, to move earlier and to
+//!   cancel, and none for a poll by the task whose waker the timer already holds (a clock
+//!   read only) or for a [`Sleep::reset`] to a later deadline (the timer wakes the task at
+//!   the deadline it was queued for, and the poll that follows moves it on).
 //! * **Drop cancels** the timer and frees its entry.
 //! * `Send + Sync + Unpin` (a [`Timeout`] is as `Send`/`Sync`/`Unpin` as its future).
 //! * **Never**: `Duration::MAX` and deadlines past the service's tick range never complete and
