@@ -171,8 +171,9 @@ impl fmt::Debug for CronStream {
     }
 }
 
-/// A [`CronStream`] of `cron` on the default service, read on the [`SystemClock`](crate::time::SystemClock):
-/// `cron_stream(Cron::new("0 9 * * TUE", "Europe/Paris")?)`.
+/// A [`CronStream`] of `cron` on the default service, read on the
+/// [`SystemClock`](crate::time::SystemClock): `cron_stream(Cron::new("0 9 * * TUE",
+/// "Europe/Paris")?)`.
 pub fn cron_stream(cron: Cron) -> CronStream {
     CronStream::new(TimerService::default_service().static_ref(), cron)
 }

@@ -109,8 +109,8 @@ pub fn interval_at(start: Instant, period: Duration) -> Interval {
 /// use std::time::Duration;
 /// use tickwheel::future::FutureExt;
 ///
-/// let out = futures::executor::block_on(std::future::pending::<()>().timeout(Duration::from_millis(1)));
-/// assert!(out.is_err());
+/// let late = std::future::pending::<()>().timeout(Duration::from_millis(1));
+/// assert!(futures::executor::block_on(late).is_err());
 /// ```
 pub trait FutureExt: Future + Sized {
     /// [`timeout`](fn@timeout)`(duration, self)`.

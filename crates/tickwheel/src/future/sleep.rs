@@ -625,7 +625,12 @@ mod tests {
                     }
                 }
                 let total: usize = wakes_now().iter().sum();
-                proptest::prop_assert!(total <= pending_polls, "{} wakes for {} pending polls", total, pending_polls);
+                proptest::prop_assert!(
+                    total <= pending_polls,
+                    "{} wakes for {} pending polls",
+                    total,
+                    pending_polls
+                );
             }
         }
     }

@@ -114,8 +114,8 @@ impl Builder {
     }
 
     /// A cap on pending timers: [`try_schedule`](TimerService::try_schedule) fails with
-    /// [`TryScheduleError::Full`](super::TryScheduleError::Full) at the cap. The count is one atomic
-    /// shared by all producers, so a cap costs some multi-thread throughput.
+    /// [`TryScheduleError::Full`](super::TryScheduleError::Full) at the cap. The count is one
+    /// atomic shared by all producers, so a cap costs some multi-thread throughput.
     pub fn max_pending(mut self, cap: usize) -> Self {
         self.cap = Some(cap);
         self
@@ -159,15 +159,16 @@ impl Builder {
     /// About the shortest time between two timed wake-ups of the timer thread (default
     /// `Duration::ZERO`: a wake-up at the start of every tick that has timers due).
     ///
-    /// Every timed wake-up costs CPU of its own, however short the sleep. When the next due tick starts sooner than this after the timer thread's
-    /// last wake-up, it sleeps until the interval is over and then runs every tick that has
-    /// started meanwhile at once. Timers are never early by this, and at most about one
-    /// interval later than with a wake-up per tick. At resolutions of the interval or coarser
-    /// (the default 1 ms) it changes nothing but for a timer scheduled already due, which may
-    /// wait for the end of the current interval. A longer interval saves more wake-ups at a
-    /// fine resolution and costs as much more lateness: measure both on the machine that runs
-    /// it. With a virtual clock it has no effect. An interval longer than a second (the coarsest resolution) is taken as
-    /// a second.
+    /// Every timed wake-up costs CPU of its own, however short the sleep. When the next due
+    /// tick starts sooner than this after the timer thread's last wake-up, it sleeps until the
+    /// interval is over and then runs every tick that has started meanwhile at once. Timers
+    /// are never early by this, and at most about one interval later than with a wake-up per
+    /// tick. At resolutions of the interval or coarser (the default 1 ms) it changes nothing
+    /// but for a timer scheduled already due, which may wait for the end of the current
+    /// interval. A longer interval saves more wake-ups at a fine resolution and costs as much
+    /// more lateness: measure both on the machine that runs it. With a virtual clock it has no
+    /// effect. An interval longer than a second (the coarsest resolution) is taken as a
+    /// second.
     ///
     /// ```
     /// use std::time::Duration;

@@ -65,8 +65,8 @@ impl Core {
     }
 
     /// The wall clock calendars read on this service: its own clock when that is a wall
-    /// clock ([`Clock::as_wall_clock`]), else [`SystemClock`](crate::time::SystemClock), which advances with the
-    /// default monotonic clock.
+    /// clock ([`Clock::as_wall_clock`]), else [`SystemClock`](crate::time::SystemClock),
+    /// which advances with the default monotonic clock.
     #[cfg(feature = "cron")]
     pub(crate) fn wall_clock(&self) -> Arc<dyn crate::time::WallClock> {
         self.clock
