@@ -474,6 +474,116 @@ fn many_sleeps_on_a_local_pool_complete_exactly_at_their_tick() {
     assert!(done.iter().all(|&(delay, at)| delay == at), "early or late");
 }
 
+/// Idle timeouts on a 2-worker tokio runtime (no tokio time driver), pushed back and pulled
+/// in by messages while the test thread moves the virtual clock: resets later than the queued
+/// deadline (deferred, no lock), earlier ones (moved), fires at queued deadlines racing the
+/// re-arming polls, and tasks migrating between workers. A sleep that completes re-arms
+/// itself a few ticks ahead until the task's messages end. Every completion must find the
+/// clock at or past the deadline the task last set, and once the messages end and the clock
+/// passes every deadline, every task must finish (no wake-up lost).
+#[test]
+fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_lost() {
+    const TASKS: usize = 48;
+    const ROUNDS: usize = 150;
+    let (clock, service) = manual();
+    let service = Arc::new(service);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let early: Arc<Mutex<Vec<(usize, Duration)>>> = Arc::default();
+    let closed = Arc::new(AtomicUsize::new(0));
+    let fires = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        senders.push(tx);
+        let (service, clock) = (service.clone(), clock.clone());
+        let (early, closed, fires) = (early.clone(), closed.clone(), fires.clone());
+        tasks.push(rt.spawn(async move {
+            let mut deadline = clock.now() + 5 * MS;
+            let mut sleep = service.sleep_until(deadline).into_owned();
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    message = rx.recv(), if open => match message {
+                        Some(ms) => {
+                            deadline = clock.now() + Duration::from_millis(ms);
+                            sleep.reset(deadline);
+                        }
+                        None => {
+                            open = false;
+                            closed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    },
+                    () = &mut sleep => {
+                        let now = clock.now();
+                        if now < deadline {
+                            early.lock().unwrap().push((task, deadline - now));
+                        }
+                        fires.fetch_add(1, Ordering::SeqCst);
+                        if !open {
+                            return;
+                        }
+                        deadline = now + 3 * MS;
+                        sleep.reset(deadline);
+                    }
+                }
+            }
+        }));
+    }
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..ROUNDS {
+        for tx in &senders {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if seed % 3 != 0 {
+                tx.send(1 + (seed >> 8) % 20).unwrap(); // 1..=20 ms from the task's now
+            }
+        }
+        advance(&clock, &service, MS);
+    }
+    drop(senders);
+    let began = Instant::now();
+    while closed.load(Ordering::SeqCst) < TASKS {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "messages not drained"
+        );
+        std::thread::yield_now();
+    }
+    for _ in 0..25 {
+        advance(&clock, &service, MS);
+    }
+    let began = Instant::now();
+    for (task, handle) in tasks.iter().enumerate() {
+        while !handle.is_finished() {
+            let waited = began.elapsed();
+            assert!(
+                waited < Duration::from_secs(60),
+                "task {task} never woken: lost"
+            );
+            std::thread::yield_now();
+        }
+    }
+    for handle in tasks {
+        rt.block_on(handle).unwrap();
+    }
+    let early = early.lock().unwrap();
+    let first: Vec<_> = early.iter().take(5).collect();
+    assert!(
+        early.is_empty(),
+        "{} early, first (task, how early): {first:?}",
+        early.len()
+    );
+    assert!(
+        fires.load(Ordering::SeqCst) >= TASKS,
+        "every task fires at least at the end"
+    );
+}
+
 /// Real clock, tokio *without* its time driver: our timer thread does the waking.
 #[test]
 fn smoke_tokio_without_tokio_time() {
