@@ -387,12 +387,27 @@ mod tests {
         Pin::new(sleep).poll(&mut Context::from_waker(waker))
     }
 
+    /// A one-shard manual service (1 ms ticks), a sleep `ticks` ahead on it, registered by a
+    /// pending poll with the returned counting waker.
+    fn registered(
+        ticks: u32,
+    ) -> (
+        crate::time::ManualClock,
+        crate::service::ServiceRef,
+        Sleep<'static>,
+        StdArc<Count>,
+        Waker,
+    ) {
+        let (clock, service) = manual_service(MS);
+        let mut sleep = Sleep::until(service.clone(), Some(clock.now() + ticks * MS));
+        let (count, waker) = counter();
+        assert!(poll(&mut sleep, &waker).is_pending()); // registers
+        (clock, service, sleep, count, waker)
+    }
+
     #[test]
     fn a_repoll_with_the_waker_it_holds_takes_no_lock() {
-        let (clock, service) = manual_service(MS);
-        let mut sleep = Sleep::until(service.clone(), Some(clock.now() + 10 * MS));
-        let (first, waker) = counter();
-        assert!(poll(&mut sleep, &waker).is_pending()); // registers
+        let (clock, service, mut sleep, first, waker) = registered(10); // registers
         let locks = service.producer_locks();
         // The same waker, and a clone of it (the same task): no lock.
         assert!(poll(&mut sleep, &waker).is_pending());
@@ -417,10 +432,7 @@ mod tests {
 
     #[test]
     fn a_reset_to_an_earlier_deadline_moves_the_timer_and_keeps_the_lock_free_repoll() {
-        let (clock, service) = manual_service(MS);
-        let mut sleep = Sleep::until(service.clone(), Some(clock.now() + 20 * MS));
-        let (count, waker) = counter();
-        assert!(poll(&mut sleep, &waker).is_pending());
+        let (clock, service, mut sleep, count, waker) = registered(20);
         let locks = service.producer_locks();
         sleep.reset(clock.now() + 10 * MS); // moved in place, the entry keeps the waker
         assert_eq!(service.producer_locks(), locks + 1);
@@ -443,10 +455,7 @@ mod tests {
     /// deadline and wakes the task once, whose poll re-arms it (one lock) at the new one.
     #[test]
     fn a_reset_to_a_later_deadline_takes_no_lock_and_is_re_armed_by_the_next_poll() {
-        let (clock, service) = manual_service(MS);
-        let mut sleep = Sleep::until(service.clone(), Some(clock.now() + 10 * MS));
-        let (count, waker) = counter();
-        assert!(poll(&mut sleep, &waker).is_pending());
+        let (clock, service, mut sleep, count, waker) = registered(10);
         let locks = service.producer_locks();
         for ms in 11..=20 {
             sleep.reset(clock.now() + ms * MS);
@@ -485,11 +494,8 @@ mod tests {
     /// the poll moves the entry (still queued) rather than leaving it to fire early.
     #[test]
     fn a_poll_past_the_queued_deadline_before_the_drain_moves_the_entry() {
-        let (clock, service) = manual_service(MS);
-        let mut sleep = Sleep::until(service.clone(), Some(clock.now() + 10 * MS));
-        let (count, waker) = counter();
+        let (clock, service, mut sleep, count, _) = registered(10);
         let (other_count, other) = counter();
-        assert!(poll(&mut sleep, &waker).is_pending());
         sleep.reset(clock.now() + 30 * MS);
         clock.advance(10 * MS);
         // Another task polls first: the entry moves to tick 30 and wakes that task.
@@ -510,10 +516,7 @@ mod tests {
     #[test]
     fn loom_rearm_after_a_deferred_reset_vs_fire_loses_no_wakeup() {
         model(|| {
-            let (clock, service) = manual_service(MS);
-            let mut sleep = Sleep::until(service.clone(), Some(clock.now() + MS));
-            let (count, waker) = counter();
-            assert!(poll(&mut sleep, &waker).is_pending()); // registered at tick 1
+            let (clock, service, mut sleep, count, waker) = registered(1); // registered at tick 1
             sleep.reset(clock.now() + 2 * MS); // deferred: the entry stays at tick 1
             let firer = {
                 let (clock, service) = (clock.clone(), service.clone());
@@ -644,10 +647,7 @@ mod tests {
     #[test]
     fn loom_same_waker_repoll_vs_fire_loses_no_wakeup() {
         model(|| {
-            let (clock, service) = manual_service(MS);
-            let mut sleep = Sleep::until(service.clone(), Some(clock.now() + MS));
-            let (count, waker) = counter();
-            assert!(poll(&mut sleep, &waker).is_pending()); // registered at tick 1
+            let (clock, service, mut sleep, count, waker) = registered(1); // registered at tick 1
             let firer = {
                 let service = service.clone();
                 spawn(move || {
