@@ -3,8 +3,8 @@
 //! * `tickwheel bench` runs workloads W1–W8 (defined in `docs/ARCHITECTURE.md`,
 //!   "Workloads") on families of entrants, each with identical seeded input, verifies
 //!   every firing, and writes a table, CSV, JSON and SVG plots:
-//!   - [`queues`]: timer queues on virtual time (W1 schedule + cancel, W2 schedule + fire,
-//!     W3 reset, W5 churn, W7 steady state): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
+//!   - [`queues`]: timer queues on virtual time (W1 schedule + cancel, W2 schedule + fire, W3
+//!     reset, W5 churn, W7 steady state): tickwheel's `Wheel`, `HashedWheel` and `Heap` against std
 //!     `BinaryHeap`, the `priority-queue` crate, `BTreeMap` à la async-io, tokio-util's
 //!     `DelayQueue` and `hierarchical_hash_wheel_timer`;
 //!   - [`services`]: timer services on the real clock (W4): tickwheel's `TimerService`

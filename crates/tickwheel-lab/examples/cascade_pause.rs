@@ -1,10 +1,10 @@
 //! Measures the longest single `poll_expired` of a [`Wheel`] driven tick by tick: the pause
 //! a driver (the timer thread of a service) sees at the worst tick.
 //!
-//! A classic hierarchical wheel cascades a whole level-1 slot when the clock enters it: here
-//! ~64 000 timers at once every 64 ticks (milliseconds in one poll). tickwheel's wheel moves each slot
-//! down in paced steps during the rotation before it, so no poll carries that burst; the
-//! ticks where a classic wheel would cascade are printed to show it.
+//! A classic hierarchical wheel cascades a whole level-1 slot when the clock enters it: here ~64
+//! 000 timers at once every 64 ticks (milliseconds in one poll). tickwheel's wheel moves each slot
+//! down in paced steps during the rotation before it, so no poll carries that burst; the ticks
+//! where a classic wheel would cascade are printed to show it.
 //!
 //! ```text
 //! cargo run --release -p tickwheel-lab --example cascade_pause -- [N]

@@ -1,12 +1,11 @@
-//! How much of a schedule is first-touching memory: 10^6 `schedule_at` calls on a fresh
-//! service (cold, as in W4, defined in `docs/ARCHITECTURE.md`), and on a service that first scheduled and cancelled as many
-//! (warm: the slab and slot vectors already have their memory), each with and without an
-//! `Instant::now()` per timer. "reused" is warm with the cancels in a seeded random order, as
-//! timers leave a long-running service (they fire in deadline order): every schedule then
-//! reuses an entry somewhere in the slab (`docs/DESIGN-NOTES.md`, "Why is the free list a stack
-//! of indices?" and "What does a `schedule` cost?"). Delays are
-//! 0..=1000 s, so nothing fires meanwhile. Each timer's task holds an `Arc` and an id, as W4's
-//! closure does.
+//! How much of a schedule is first-touching memory: 10^6 `schedule_at` calls on a fresh service
+//! (cold, as in W4, defined in `docs/ARCHITECTURE.md`), and on a service that first scheduled and
+//! cancelled as many (warm: the slab and slot vectors already have their memory), each with and
+//! without an `Instant::now()` per timer. "reused" is warm with the cancels in a seeded random
+//! order, as timers leave a long-running service (they fire in deadline order): every schedule then
+//! reuses an entry somewhere in the slab (`docs/DESIGN-NOTES.md`, "Why is the free list a stack of
+//! indices?" and "What does a `schedule` cost?"). Delays are 0..=1000 s, so nothing fires
+//! meanwhile. Each timer's task holds an `Arc` and an id, as W4's closure does.
 //!
 //! Two floors in the same run, with the same tasks: "no timer" moves each task into a vector
 //! grown and touched beforehand (the loop's own work and nothing else); "channel" sends it

@@ -108,8 +108,8 @@ pub fn w4(seed: u64, n: usize, max_delay_ms: u64) -> Vec<u64> {
     draws(&mut rng, n, range)
 }
 
-/// One churn operation (W5, W7) on a timer slot. Each of the `n` slots always holds exactly one live
-/// timer, so "a random live timer" is a random slot.
+/// One churn operation (W5, W7) on a timer slot. Each of the `n` slots always holds exactly one
+/// live timer, so "a random live timer" is a random slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChurnOp {
     /// Reset the slot's timer to `now + timeout`.

@@ -95,20 +95,20 @@ pub struct Config {
     pub visibility_timeout: Duration,
     /// How far ahead a worker loads its shards' tasks into its wheel (default 10 s).
     pub window: Duration,
-    /// How long before its run-at a worker claims a task (default 1 s; zero: at its run-at).
-    /// A claimed task waits in the worker's memory and is handed to the handler at its run-at
-    /// (never early by the worker's estimate of the server's clock, which never runs ahead),
-    /// and only while the worker's lease on its shard is still valid by the worker's own,
-    /// conservative reckoning. Claiming ahead takes Redis's latency (an fsync under
-    /// `appendfsync always`) off the delivery path. The price: a task claimed ahead counts
-    /// as in flight, so [`Producer::cancel`](crate::Producer::cancel) and
-    /// [`Producer::reschedule`](crate::Producer::reschedule) answer `false` for it during
-    /// that last stretch before its run-at, and replacing it then does not stop the claimed
-    /// delivery (both versions are delivered; the old one's acknowledgement is refused as
-    /// stale). At most half the [`Config::window`] (a larger value is a configuration error: a
-    /// worker must read a task into its wheel before it claims it). On a Redis Cluster each node has
-    /// a clock of its own: a task claimed ahead waits for the worker's estimate of the clock
-    /// of the node that claimed it, so node clocks that disagree never make it early.
+    /// How long before its run-at a worker claims a task (default 1 s; zero: at its run-at). A
+    /// claimed task waits in the worker's memory and is handed to the handler at its run-at (never
+    /// early by the worker's estimate of the server's clock, which never runs ahead), and only
+    /// while the worker's lease on its shard is still valid by the worker's own, conservative
+    /// reckoning. Claiming ahead takes Redis's latency (an fsync under `appendfsync always`) off
+    /// the delivery path. The price: a task claimed ahead counts as in flight, so
+    /// [`Producer::cancel`](crate::Producer::cancel) and
+    /// [`Producer::reschedule`](crate::Producer::reschedule) answer `false` for it during that last
+    /// stretch before its run-at, and replacing it then does not stop the claimed delivery (both
+    /// versions are delivered; the old one's acknowledgement is refused as stale). At most half the
+    /// [`Config::window`] (a larger value is a configuration error: a worker must read a task into
+    /// its wheel before it claims it). On a Redis Cluster each node has a clock of its own: a task
+    /// claimed ahead waits for the worker's estimate of the clock of the node that claimed it, so
+    /// node clocks that disagree never make it early.
     pub claim_ahead: Duration,
     /// How often a worker renews leases, rebalances and refills (default 500 ms; at most a
     /// third of the lease, so that two renewals can fail before it lapses: a larger value is a

@@ -91,9 +91,9 @@ impl Endpoint {
             .map_err(|e| invalid(e.to_string()))
     }
 
-    /// A plain connection, its read and write timeouts set to `timeout`: to the one server,
-    /// to the primary as the sentinels name it now (and its address), or, on a Cluster, to any reachable seed node (for the
-    /// notification subscription: in a Cluster a `PUBLISH` reaches every node).
+    /// A plain connection, its read and write timeouts set to `timeout`: to the one server, to the
+    /// primary as the sentinels name it now (and its address), or, on a Cluster, to any reachable
+    /// seed node (for the notification subscription: in a Cluster a `PUBLISH` reaches every node).
     pub(crate) fn plain_connection(
         &self,
         timeout: Duration,

@@ -39,8 +39,8 @@ pub enum Error {
     InvalidRunAt,
     /// A configuration value is out of range (the message says which).
     InvalidConfig(String),
-    /// A recurrence that cannot be stored or evaluated: a zero period, a cron pattern or time
-    /// zone that does not parse, or one longer than [`MAX_RECURRENCE_LEN`](crate::MAX_RECURRENCE_LEN).
+    /// A recurrence that cannot be stored or evaluated: a zero period, a cron pattern or time zone
+    /// that does not parse, or one longer than [`MAX_RECURRENCE_LEN`](crate::MAX_RECURRENCE_LEN).
     InvalidRecurrence(String),
     /// The namespace was created by another, incompatible version of this crate (or its meta
     /// key holds something else).

@@ -58,18 +58,18 @@
 //!   ahead: before each delivery it checks that its lease still holds, counting the lease
 //!   from the moment it *sent* the renewal (Redis extends it later than that), less a
 //!   twentieth for clock-rate differences.
-//! - **Errors that say what was stored, and a schedule safe to send again.** Scheduling an
-//!   existing id replaces that task (a new version, delivered again even if the old one
-//!   ran), so a producer retries only what a failed call did not store: a bulk call that
-//!   stored part of its tasks says which ([`Error::Partial`]), and a single call is in doubt
-//!   only after a broken connection (see [`Producer`], *What an error says*).
-//!   [`Producer::schedule_once`] stores a task only when no task has its id and no
-//!   `schedule_once` named the id within [`Config::idempotency_window`]: sent again after
-//!   any error within that window, it never stores a task that already ran. [`Producer::cancel`] returns `true` exactly when the task
-//!   was pending and will not be delivered. A task claimed ahead of its run-at is in flight:
-//!   it will be delivered, so `cancel` answers `false` during the last
-//!   [`Config::claim_ahead`] before its run-at, and replacing it then leaves the claimed
-//!   delivery in place (both versions are delivered; handlers tell them apart by version).
+//! - **Errors that say what was stored, and a schedule safe to send again.** Scheduling an existing
+//!   id replaces that task (a new version, delivered again even if the old one ran), so a producer
+//!   retries only what a failed call did not store: a bulk call that stored part of its tasks says
+//!   which ([`Error::Partial`]), and a single call is in doubt only after a broken connection (see
+//!   [`Producer`], *What an error says*). [`Producer::schedule_once`] stores a task only when no
+//!   task has its id and no `schedule_once` named the id within [`Config::idempotency_window`]:
+//!   sent again after any error within that window, it never stores a task that already ran.
+//!   [`Producer::cancel`] returns `true` exactly when the task was pending and will not be
+//!   delivered. A task claimed ahead of its run-at is in flight: it will be delivered, so `cancel`
+//!   answers `false` during the last [`Config::claim_ahead`] before its run-at, and replacing it
+//!   then leaves the claimed delivery in place (both versions are delivered; handlers tell them
+//!   apart by version).
 //!
 //! # Recurring tasks
 //!
@@ -143,15 +143,15 @@
 //!
 //! # Design
 //!
-//! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created
-//! and stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard's keys share the
-//! hash tag `{namespace:shard}`: a hash of tasks (id → `version:attempt:due:recurrence
-//! length:` then the recurrence and the payload), a sorted set of in-flight ids scored by
-//! visibility deadline, a state hash (lease owner, epoch, expiry, horizon, version counter,
-//! and a count of pending tasks per time bucket), and the time index of pending tasks: one
-//! list of ids per 1 s bucket of run-ats (ms since the Unix epoch), and a small sorted set of
-//! the buckets that hold any; the failed set and its records; and the ids
-//! [`Producer::schedule_once`] remembers (a sorted set, id → end of its window). Every change is one Lua script over one shard's keys.
+//! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created and
+//! stored in it); a task lives in shard `fnv1a64(id) % shards`. A shard's keys share the hash tag
+//! `{namespace:shard}`: a hash of tasks (id → `version:attempt:due:recurrence length:` then the
+//! recurrence and the payload), a sorted set of in-flight ids scored by visibility deadline, a
+//! state hash (lease owner, epoch, expiry, horizon, version counter, and a count of pending tasks
+//! per time bucket), and the time index of pending tasks: one list of ids per 1 s bucket of run-ats
+//! (ms since the Unix epoch), and a small sorted set of the buckets that hold any; the failed set
+//! and its records; and the ids [`Producer::schedule_once`] remembers (a sorted set, id → end of
+//! its window). Every change is one Lua script over one shard's keys.
 //!
 //! *Why time buckets instead of a sorted set of tasks?* Memory. A sorted set entry costs
 //! about 100 bytes (a skiplist node, a dictionary entry, the id again); an id in a bucket list

@@ -11,7 +11,8 @@ use crate::task::RunAt;
 /// The longest stored recurrence (a cron pattern and its zone name), in bytes.
 pub const MAX_RECURRENCE_LEN: usize = 512;
 
-/// How a recurring task repeats (see [`Producer::schedule_recurring`](crate::Producer::schedule_recurring)).
+/// How a recurring task repeats (see
+/// [`Producer::schedule_recurring`](crate::Producer::schedule_recurring)).
 ///
 /// The recurrence is stored with the task; the worker that delivers a run computes the next
 /// one and the script that acknowledges the run re-arms the task at it, in one step.

@@ -577,7 +577,8 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// The nodes' addresses, `127.0.0.1:port`: seeds for [`Config::cluster`](crate::Config::cluster).
+    /// The nodes' addresses, `127.0.0.1:port`: seeds for
+    /// [`Config::cluster`](crate::Config::cluster).
     pub fn seeds(&self) -> Vec<String> {
         self.nodes
             .iter()

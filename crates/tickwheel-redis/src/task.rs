@@ -60,11 +60,13 @@ pub struct Task<'a> {
     pub run_at: RunAt,
     /// The bytes handed to the handler.
     pub payload: &'a [u8],
-    /// `Some` for a recurring task, stored as [`Producer::schedule_recurring`](crate::Producer::schedule_recurring) stores it
-    /// (`run_at` is then its first run); `None` for a one-shot task.
+    /// `Some` for a recurring task, stored as
+    /// [`Producer::schedule_recurring`](crate::Producer::schedule_recurring) stores it (`run_at` is
+    /// then its first run); `None` for a one-shot task.
     pub recurrence: Option<&'a Recurrence>,
-    /// `Some` for a task that fails by a policy of its own, stored with it; `None` follows
-    /// the namespace's ([`Config::retry`](crate::Config::retry), as the worker that delivers it has it).
+    /// `Some` for a task that fails by a policy of its own, stored with it; `None` follows the
+    /// namespace's ([`Config::retry`](crate::Config::retry), as the worker that delivers it has
+    /// it).
     pub retry: Option<RetryPolicy>,
 }
 
@@ -97,7 +99,8 @@ impl<'a> Task<'a> {
         }
     }
 
-    /// The same task, retried by `policy` instead of the namespace's [`Config::retry`](crate::Config::retry).
+    /// The same task, retried by `policy` instead of the namespace's
+    /// [`Config::retry`](crate::Config::retry).
     ///
     /// ```
     /// # use std::time::Duration;

@@ -483,10 +483,10 @@ fn replication(node: &RedisServer) -> Option<String> {
     redis::cmd("INFO").arg("replication").query(&mut con).ok()
 }
 
-/// A Cluster (3 primaries, a replica each) whose replica of one primary stops, its link
-/// cut, for a second while a producer schedules; then the primary stops and the replica,
-/// back, is promoted without the writes it missed. Returns the ids whose `schedule` returned `Ok`, and those
-/// of them the promoted replica lacks.
+/// A Cluster (3 primaries, a replica each) whose replica of one primary stops, its link cut, for a
+/// second while a producer schedules; then the primary stops and the replica, back, is promoted
+/// without the writes it missed. Returns the ids whose `schedule` returned `Ok`, and those of them
+/// the promoted replica lacks.
 fn fail_over_behind_a_lagging_replica(confirm: u32) -> (Vec<String>, Vec<String>) {
     let c = match RedisCluster::start_with_replicas(3, 1) {
         Ok(c) => c,

@@ -34,10 +34,11 @@
 //! build's unoptimized workers say nothing of the library's timing. Every other target holds
 //! in both.
 //!
-//! Default (`cargo test`): 3 000 tasks, 4 cycles (a kill, a stop, a restart, then a kill and
-//! a restart stacked), 1 s lease, about 40 s. The full run (the twelve plans), about 3.5
-//! minutes in release:
-//! `TICKWHEEL_REDIS_FAULT_TASKS=100000 TICKWHEEL_REDIS_FAULT_CYCLES=12 TICKWHEEL_REDIS_FAULT_LEASE_MS=5000 cargo test -p tickwheel-redis --release --test crash -- --nocapture`
+//! Default (`cargo test`): 3 000 tasks, 4 cycles (a kill, a stop, a restart, then a kill and a
+//! restart stacked), 1 s lease, about 40 s. The full run (the twelve plans), about 3.5 minutes in
+//! release: `TICKWHEEL_REDIS_FAULT_TASKS=100000 TICKWHEEL_REDIS_FAULT_CYCLES=12
+//! TICKWHEEL_REDIS_FAULT_LEASE_MS=5000 cargo test -p tickwheel-redis --release --test crash --
+//! --nocapture`
 
 mod common;
 #[path = "common/faults.rs"]

@@ -1,14 +1,14 @@
-//! A task's life against a model: on a real redis-server, a manual clock and `Worker::tick`,
-//! a seeded random sequence of operations (schedule with or without its own retry policy,
-//! one-shot or recurring every 300 or 700 ms, replacing or create-only (`schedule_once`,
-//! answered by the id's state and its idempotency window), cancel, reschedule, run now, advance the clock and tick with a handler whose outcome is
-//! drawn per call: ack, fail, fail with its own delay, non-retryable, retry after, panic,
-//! leave; pause, resume, retry failed, discard failed) is checked after every step against a
-//! `BTreeMap` model of each id: its live task (pending with run-at, attempts, failures and
-//! errors; or in flight until its visibility timeout), its failed record (reason, failures,
-//! errors), or nothing. A recurring task is re-armed at its next run of its phase after an
-//! ack, and after a run that failed for good unless its policy stops the series; a failed
-//! record and the live series then share the id (a retry of the record is refused).
+//! A task's life against a model: on a real redis-server, a manual clock and `Worker::tick`, a
+//! seeded random sequence of operations (schedule with or without its own retry policy, one-shot or
+//! recurring every 300 or 700 ms, replacing or create-only (`schedule_once`, answered by the id's
+//! state and its idempotency window), cancel, reschedule, run now, advance the clock and tick with
+//! a handler whose outcome is drawn per call: ack, fail, fail with its own delay, non-retryable,
+//! retry after, panic, leave; pause, resume, retry failed, discard failed) is checked after every
+//! step against a `BTreeMap` model of each id: its live task (pending with run-at, attempts,
+//! failures and errors; or in flight until its visibility timeout), its failed record (reason,
+//! failures, errors), or nothing. A recurring task is re-armed at its next run of its phase after
+//! an ack, and after a run that failed for good unless its policy stops the series; a failed record
+//! and the live series then share the id (a retry of the record is refused).
 //!
 //! Every handler call is checked as it is made: never before its run-at (or, in flight,
 //! before its visibility timeout ends), never while its shard is paused (the whole namespace

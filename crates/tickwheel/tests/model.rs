@@ -23,10 +23,11 @@
 //! `TICKWHEEL_MODEL_ONLY=SlimWheel` (names as the run prints them, comma-separated) runs only
 //! those queues.
 //!
-//! Every queue runs through [`Subject`]: a [`TimerQueue`] flavor of `tests/common/mod.rs`
-//! as [`Keyed`] (`tests/common/subject.rs`, shared with the fuzz targets), or the `SlimWheel` itself, whose reset returns a new key (the old key goes
-//! stale in the model too, and is picked later like any other stale key). A new queue, or a
-//! new form of one, joins the soak with a subject and a line in `long_model_run`.
+//! Every queue runs through [`Subject`]: a [`TimerQueue`] flavor of `tests/common/mod.rs` as
+//! [`Keyed`] (`tests/common/subject.rs`, shared with the fuzz targets), or the `SlimWheel` itself,
+//! whose reset returns a new key (the old key goes stale in the model too, and is picked later like
+//! any other stale key). A new queue, or a new form of one, joins the soak with a subject and a
+//! line in `long_model_run`.
 
 mod common;
 #[path = "common/subject.rs"]

@@ -1,22 +1,22 @@
 //! `tickwheel dashboard`: a web page on a `tickwheel-redis` namespace, for operators.
 //!
 //! Server-rendered HTML without JavaScript, served by a small HTTP/1.1 server on a std
-//! [`TcpListener`] ([`http`]): one thread a connection (at most [`MAX_CONNECTIONS`]), one
-//! request a connection, which must arrive whole within [`REQUEST_DEADLINE`] (so idle or
-//! trickling connections are closed quickly and cannot hold every slot: a slowloris). Every read goes through one [`Inspector`] (read-only scripts, each
-//! call bounded to [`tickwheel_redis::MAX_STEP`] entries, so a page never holds Redis long
-//! enough to make a running worker late); the pages are in [`overview`], [`task`] and
-//! [`failed`], their shared parts in [`page`].
+//! [`TcpListener`] ([`http`]): one thread a connection (at most [`MAX_CONNECTIONS`]), one request a
+//! connection, which must arrive whole within [`REQUEST_DEADLINE`] (so idle or trickling
+//! connections are closed quickly and cannot hold every slot: a slowloris). Every read goes through
+//! one [`Inspector`] (read-only scripts, each call bounded to [`tickwheel_redis::MAX_STEP`]
+//! entries, so a page never holds Redis long enough to make a running worker late); the pages are
+//! in [`overview`], [`task`] and [`failed`], their shared parts in [`page`].
 //!
 //! Read-only unless started with `--allow-writes` and a token (`--token-file` or
-//! `TICKWHEEL_DASHBOARD_TOKEN`): then a task's page offers cancel and reschedule (retry and
-//! discard for a failed task), the Failed view "Retry all shown" and "Discard all shown",
-//! and the overview pause and resume: POST forms the operator fills in with the token. A write is refused (403) without the flag, with a
-//! missing or wrong token (compared in constant time), or from another site (the `Origin`,
-//! else the `Referer`, must be this server's own, and `Sec-Fetch-Site`, when sent,
-//! `same-origin`). On a loopback address, requests must name a loopback host (no DNS
-//! rebinding). Exit status: 1 when Redis cannot be read at start (unreachable, no such
-//! namespace, another schema) or the address cannot be bound, 2 bad arguments.
+//! `TICKWHEEL_DASHBOARD_TOKEN`): then a task's page offers cancel and reschedule (retry and discard
+//! for a failed task), the Failed view "Retry all shown" and "Discard all shown", and the overview
+//! pause and resume: POST forms the operator fills in with the token. A write is refused (403)
+//! without the flag, with a missing or wrong token (compared in constant time), or from another
+//! site (the `Origin`, else the `Referer`, must be this server's own, and `Sec-Fetch-Site`, when
+//! sent, `same-origin`). On a loopback address, requests must name a loopback host (no DNS
+//! rebinding). Exit status: 1 when Redis cannot be read at start (unreachable, no such namespace,
+//! another schema) or the address cannot be bound, 2 bad arguments.
 
 mod chart;
 mod failed;

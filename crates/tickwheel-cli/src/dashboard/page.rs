@@ -1,7 +1,8 @@
 //! What every page shares: the layout, error pages, escaping ([`text`]: HTML, and control or
-//! bidirectional characters shown as `\u{..}`) and `HH:MM` for the chart (the other times for people are `crate::time`'s). The pages themselves:
-//! [`overview`](super::overview) (`/`), [`task`](super::task) (`/task?id=`, and the writes),
-//! [`failed`](super::failed) (`/failed`, the bulk writes, pause and resume).
+//! bidirectional characters shown as `\u{..}`) and `HH:MM` for the chart (the other times for
+//! people are `crate::time`'s). The pages themselves: [`overview`](super::overview) (`/`),
+//! [`task`](super::task) (`/task?id=`, and the writes), [`failed`](super::failed) (`/failed`, the
+//! bulk writes, pause and resume).
 
 use std::fmt::Write as _;
 use tickwheel_redis::Error;

@@ -1,18 +1,16 @@
 //! `tickwheel tasks`: see and steer the durable tasks of a `tickwheel-redis` namespace.
 //!
-//! `stats`, `ls`, `show`, `failed` and `upcoming` read through
-//! [`tickwheel_redis::Inspector`] (read-only scripts, each call bounded, so reading never
-//! makes a running worker late); the writes (`cancel`, `reschedule`, `run-now`,
-//! `retry-failed`, `discard-failed`, `pause`, `resume`) go through the
-//! [`tickwheel_redis::Producer`], and only with `--allow-writes` (besides whatever
-//! credentials the Redis URL carries). None of them
-//! creates a namespace: one that does not exist is an error. Every command prints a table for
-//! people, or JSON with `--json`; ids and payloads are escaped ([`escape`]), and `--escaped`
-//! reads id arguments with the same escapes, so any id a table shows can be typed back.
-//! Exit status: 0 done, 1 failed (Redis unreachable, no such namespace or task, a named task
-//! that could not be cancelled, rescheduled, run, retried or discarded), 2 bad arguments. Errors are an `error: …` line on
-//! standard error, or with `--json` a JSON object there ([`render::error_json`]), usage
-//! errors included ([`usage_error`]).
+//! `stats`, `ls`, `show`, `failed` and `upcoming` read through [`tickwheel_redis::Inspector`]
+//! (read-only scripts, each call bounded, so reading never makes a running worker late); the writes
+//! (`cancel`, `reschedule`, `run-now`, `retry-failed`, `discard-failed`, `pause`, `resume`) go
+//! through the [`tickwheel_redis::Producer`], and only with `--allow-writes` (besides whatever
+//! credentials the Redis URL carries). None of them creates a namespace: one that does not exist is
+//! an error. Every command prints a table for people, or JSON with `--json`; ids and payloads are
+//! escaped ([`escape`]), and `--escaped` reads id arguments with the same escapes, so any id a
+//! table shows can be typed back. Exit status: 0 done, 1 failed (Redis unreachable, no such
+//! namespace or task, a named task that could not be cancelled, rescheduled, run, retried or
+//! discarded), 2 bad arguments. Errors are an `error: …` line on standard error, or with `--json` a
+//! JSON object there ([`render::error_json`]), usage errors included ([`usage_error`]).
 
 pub(crate) mod escape;
 mod render;

@@ -140,13 +140,13 @@ impl Sentinel {
         }))
     }
 
-    /// A connection to the primary, its read and write timeouts set to `timeout`, and the
-    /// primary's address (`host:port`). Asks the sentinels in turn (the URL's order, from
-    /// the one that answered last) and connects to the first primary named whose `ROLE` says it is one: right after a
-    /// failover a sentinel may still name the old primary (gone, or demoted) while another
+    /// A connection to the primary, its read and write timeouts set to `timeout`, and the primary's
+    /// address (`host:port`). Asks the sentinels in turn (the URL's order, from the one that
+    /// answered last) and connects to the first primary named whose `ROLE` says it is one: right
+    /// after a failover a sentinel may still name the old primary (gone, or demoted) while another
     /// names the new one. An I/O error when none does (a retry may help);
-    /// [`ErrorKind::MasterNameNotFoundBySentinel`] when every sentinel that answered knows
-    /// no primary of that name.
+    /// [`ErrorKind::MasterNameNotFoundBySentinel`] when every sentinel that answered knows no
+    /// primary of that name.
     pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<(Connection, String)> {
         let mut failed = Vec::new();
         let mut tried: Vec<String> = Vec::new();

@@ -94,9 +94,9 @@ pub struct ShardStats {
     /// [`Remembered`](crate::ScheduledOnce::Remembered) until its window ends
     /// ([`Config::idempotency_window`](crate::Config::idempotency_window)).
     pub remembered: u64,
-    /// Whether [`ShardStats::next_run_at_ms`] is exact: `false` when its second holds more
-    /// than [`MAX_STEP`](super::MAX_STEP) tasks, and it is only the earliest of the first [`MAX_STEP`](super::MAX_STEP) of
-    /// them (the true one lies in the same second).
+    /// Whether [`ShardStats::next_run_at_ms`] is exact: `false` when its second holds more than
+    /// [`MAX_STEP`](super::MAX_STEP) tasks, and it is only the earliest of the first
+    /// [`MAX_STEP`](super::MAX_STEP) of them (the true one lies in the same second).
     pub next_run_at_exact: bool,
 }
 

@@ -213,8 +213,8 @@ impl Call for Deliver<'_> {
             .arg(self.ids);
     }
 
-    /// `{-1 (fenced) | -2 (paused) | 1, now, now_us, node, entry...}`, entries `{1, id, version, attempt, due,
-    /// payload, recurrence, deadline}`, `{2, id, ms, version}`, `{0, id}`.
+    /// `{-1 (fenced) | -2 (paused) | 1, now, now_us, node, entry...}`, entries `{1, id, version,
+    /// attempt, due, payload, recurrence, deadline}`, `{2, id, ms, version}`, `{0, id}`.
     fn decode(&self, reply: Value) -> Result<DeliverReply, Error> {
         let mut f = Fields::new("DELIVER", reply)?;
         let status = f.int()?;

@@ -21,10 +21,11 @@ pub struct Delivery {
     /// The run-at instant it is delivered for, ms since the Unix epoch.
     pub due_ms: u64,
     /// Which handler call this is for the task: 1 for the first delivery, higher for each
-    /// redelivery (a retry, a snooze, or a delivery cut short by a crash or stall). A claim
-    /// whose reply was lost and that the worker sends again is the same attempt. Reset to 0
-    /// when a recurring task is re-armed and when an operator retries a failed task. Failed
-    /// attempts, which the retry policy counts, are kept apart ([`ErrorLog::failures`](crate::ErrorLog::failures)).
+    /// redelivery (a retry, a snooze, or a delivery cut short by a crash or stall). A claim whose
+    /// reply was lost and that the worker sends again is the same attempt. Reset to 0 when a
+    /// recurring task is re-armed and when an operator retries a failed task. Failed attempts,
+    /// which the retry policy counts, are kept apart
+    /// ([`ErrorLog::failures`](crate::ErrorLog::failures)).
     pub attempt: u32,
     /// The task's version: it changes whenever the id is scheduled again or rescheduled, so
     /// `(id, version, attempt)` names one delivery.

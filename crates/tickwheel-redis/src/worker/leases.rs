@@ -15,8 +15,8 @@ use crate::protocol;
 #[derive(Clone, Debug)]
 pub(crate) struct Owned {
     pub(crate) epoch: u64,
-    /// Local instant (µs, [`ServerClock::lease_us`](super::clock::ServerClock::lease_us)) until which the
-    /// lease surely holds.
+    /// Local instant (µs, [`ServerClock::lease_us`](super::clock::ServerClock::lease_us)) until
+    /// which the lease surely holds.
     pub(crate) valid_until_us: u64,
     /// What of the shard's pending tasks the schedule holds.
     pub(crate) window: ShardWindow,
@@ -37,8 +37,8 @@ pub(crate) struct Owned {
 #[derive(Debug)]
 pub(crate) struct Shards {
     owned: BTreeMap<u32, Owned>,
-    /// Local instant (µs, [`ServerClock::lease_us`](super::clock::ServerClock::lease_us)) before which
-    /// the worker takes no shard it does not hold: after an outage, the shards' owners get a
+    /// Local instant (µs, [`ServerClock::lease_us`](super::clock::ServerClock::lease_us)) before
+    /// which the worker takes no shard it does not hold: after an outage, the shards' owners get a
     /// grace to renew first (see `rebalance`).
     pub(crate) acquire_after_us: u64,
     /// Local instant (µs) until which the worker, just connected, takes no shard another

@@ -19,8 +19,9 @@ pub(crate) struct Done {
     pub(crate) attempt: u32,
     pub(crate) next: Option<Option<u64>>,
     pub(crate) outcome: Option<Outcome>,
-    /// How late the handler got it, ms past [`Held::timed_from_ms`](super::delivery::Held::timed_from_ms) by the clock of the node
-    /// that claimed it (`None`: not delivered).
+    /// How late the handler got it, ms past
+    /// [`Held::timed_from_ms`](super::delivery::Held::timed_from_ms) by the clock of the node that
+    /// claimed it (`None`: not delivered).
     pub(crate) late_ms: Option<u64>,
     /// Why it was delivered again, when its attempt was not the first.
     pub(crate) redelivery: Option<Redelivery>,
@@ -210,10 +211,10 @@ impl Worker {
         }
     }
 
-    /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`](crate::Config::batch) a call) and then
-    /// the commands `after`, in one pipeline: one round trip. Returns what each ACK call
-    /// answered (its shard, the indices of its acks in `acks`, and `None` when fenced), and
-    /// the replies to `after`, in order.
+    /// Sends `acks` (ACK calls grouped by shard and epoch, [`Config::batch`](crate::Config::batch)
+    /// a call) and then the commands `after`, in one pipeline: one round trip. Returns what each
+    /// ACK call answered (its shard, the indices of its acks in `acks`, and `None` when fenced),
+    /// and the replies to `after`, in order.
     #[allow(clippy::type_complexity)]
     pub(crate) fn send_with_acks(
         &mut self,

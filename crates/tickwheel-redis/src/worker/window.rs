@@ -78,19 +78,18 @@ impl ShardWindow {
 }
 
 impl Worker {
-    /// Drops the in-memory windows; the next [`tick`](Worker::tick) loads them again from
-    /// Redis. Callers need it only to make a step deterministic (tests on a manual clock, where a notification may still be on its
-    /// way when the clock moves).
+    /// Drops the in-memory windows; the next [`tick`](Worker::tick) loads them again from Redis.
+    /// Callers need it only to make a step deterministic (tests on a manual clock, where a
+    /// notification may still be on its way when the clock moves).
     pub fn reload_windows(&mut self) {
         self.schedule = Schedule::new(self.now_ms());
         self.shards.unload_all();
     }
 
-    /// Tops windows up, reading at most [`Config::window_limit`](crate::Config::window_limit) tasks per call so that a
-    /// refill never holds Redis, or the deliveries waiting behind it, for long; the rest
-    /// follows on the next ticks. A window is topped up once a quarter of it has passed.
-    /// Returns whether more remains to read. Only while notifications flow (see
-    /// `Notice::Up`).
+    /// Tops windows up, reading at most [`Config::window_limit`](crate::Config::window_limit) tasks
+    /// per call so that a refill never holds Redis, or the deliveries waiting behind it, for long;
+    /// the rest follows on the next ticks. A window is topped up once a quarter of it has passed.
+    /// Returns whether more remains to read. Only while notifications flow (see `Notice::Up`).
     pub(crate) fn refill(&mut self) -> Result<bool, Error> {
         if !self.link.subscribed {
             return Ok(false);

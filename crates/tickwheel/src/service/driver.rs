@@ -1,17 +1,16 @@
 //! The timer thread's loop.
 //!
-//! It drains every shard whose published earliest tick is due (see
-//! [`ServiceState::drain_due`]), which hands the callbacks to the workers and runs the entries
-//! that belong to the timer thread, then sleeps until the earliest tick over all shards —
-//! `park_timeout` to that tick's start instant on a real clock (the last stretch possibly
-//! spun, see [`sleeper`](super::sleeper)), `park` with no timeout on a virtual one (the
-//! clock's listener unparks it on every move). On a real clock it wakes about once per
-//! [`wake_interval`](super::Builder::wake_interval) at most: a tick that starts sooner after
-//! its last wake-up waits for the interval's end and runs together with the ticks that
-//! started meanwhile (the pacing in [`sleeper`](super::sleeper)). It is unparked early only
-//! by an insert that lowers a shard's earliest tick below its sleep target (see [`core`](super::core)), by a
-//! virtual clock moving, and by shutdown. Nothing pending means `park()` forever: an idle
-//! service uses no CPU.
+//! It drains every shard whose published earliest tick is due (see [`ServiceState::drain_due`]),
+//! which hands the callbacks to the workers and runs the entries that belong to the timer thread,
+//! then sleeps until the earliest tick over all shards — `park_timeout` to that tick's start
+//! instant on a real clock (the last stretch possibly spun, see [`sleeper`](super::sleeper)),
+//! `park` with no timeout on a virtual one (the clock's listener unparks it on every move). On a
+//! real clock it wakes about once per [`wake_interval`](super::Builder::wake_interval) at most: a
+//! tick that starts sooner after its last wake-up waits for the interval's end and runs together
+//! with the ticks that started meanwhile (the pacing in [`sleeper`](super::sleeper)). It is
+//! unparked early only by an insert that lowers a shard's earliest tick below its sleep target (see
+//! [`core`](super::core)), by a virtual clock moving, and by shutdown. Nothing pending means
+//! `park()` forever: an idle service uses no CPU.
 
 use std::thread;
 use std::time::Instant;

@@ -95,7 +95,8 @@ impl<F> fmt::Display for TryScheduleError<F> {
 
 impl<F> std::error::Error for TryScheduleError<F> {}
 
-/// Compares the reason only: `assert_eq!(service.try_schedule(…).unwrap_err(), ScheduleError::Full)`.
+/// Compares the reason only: `assert_eq!(service.try_schedule(…).unwrap_err(),
+/// ScheduleError::Full)`.
 impl<F> PartialEq<ScheduleError> for TryScheduleError<F> {
     fn eq(&self, other: &ScheduleError) -> bool {
         self.reason() == *other

@@ -74,9 +74,10 @@ impl TimerHandle {
         self.shard.reset(self.target, tick)
     }
 
-    /// Makes a pending waker timer ([`ServiceLink::schedule_waker`](super::ServiceLink::schedule_waker)) wake
-    /// `waker` instead: the [`WakerId`] of the waker it now holds, `None` if it is no longer
-    /// pending (fired, cancelled or discarded).
+    /// Makes a pending waker timer
+    /// ([`ServiceLink::schedule_waker`](super::ServiceLink::schedule_waker)) wake `waker` instead:
+    /// the [`WakerId`] of the waker it now holds, `None` if it is no longer pending (fired,
+    /// cancelled or discarded).
     pub(crate) fn update_waker(&self, waker: &Waker) -> Option<WakerId> {
         self.shard.update_waker(self.target, waker)
     }

@@ -18,12 +18,12 @@
 //! * **The state** (`state.rs`, `ServiceState`): what the service's threads, handles and
 //!   futures share — the shards, the hand-off to the workers, the counters — with the code
 //!   that queues a timer into it and drains due timers out of it.
-//! * **Shards** (`shard/`, `Shard`: the inbox, cells, calendar and drain each in a file of their own): a power of two of `Mutex<queue>`s (default twice the
-//!   cores), each with an inbox of detached timers on their way into its queue. Each thread
-//!   schedules into one shard picked by a thread-local index, so producers on different
-//!   shards never touch the same lock or cache line; a [`TimerHandle`] remembers its shard,
-//!   so cancel and reset lock only that one. Each shard publishes a lower bound of its
-//!   earliest deadline tick (staged timers included) in an atomic.
+//! * **Shards** (`shard/`, `Shard`: the inbox, cells, calendar and drain each in a file of their
+//!   own): a power of two of `Mutex<queue>`s (default twice the cores), each with an inbox of
+//!   detached timers on their way into its queue. Each thread schedules into one shard picked by a
+//!   thread-local index, so producers on different shards never touch the same lock or cache line;
+//!   a [`TimerHandle`] remembers its shard, so cancel and reset lock only that one. Each shard
+//!   publishes a lower bound of its earliest deadline tick (staged timers included) in an atomic.
 //! * **The timer thread** (`driver.rs`) sleeps until the earliest published tick
 //!   and is woken early only when an insert lowers it (no tick loop: an idle service sleeps
 //!   with no timeout). It drains due timers from every shard, merges them by deadline and
@@ -101,13 +101,13 @@
 //!
 //! # Shutdown
 //!
-//! [`shutdown`](TimerService::shutdown) (also run by `Drop`): the timer thread stops; every
-//! timer still pending is **discarded** — its closure is dropped without running, it counts in
+//! [`shutdown`](TimerService::shutdown) (also run by `Drop`): the timer thread stops; every timer
+//! still pending is **discarded** — its closure is dropped without running, it counts in
 //! [`Stats::discarded`], `wait()`ers are released and its handle reports not pending; callbacks
 //! already handed to workers run to completion; then every thread is joined. Scheduling after
 //! shutdown queues nothing: [`try_schedule`](TimerService::try_schedule) returns
-//! [`TryScheduleError::ShutDown`] with the closure and [`schedule`](TimerService::schedule) drops the closure and
-//! returns a handle that is not pending.
+//! [`TryScheduleError::ShutDown`] with the closure and [`schedule`](TimerService::schedule) drops
+//! the closure and returns a handle that is not pending.
 //!
 //! # The futures layer's hooks (crate-internal)
 //!
@@ -181,8 +181,9 @@ pub struct TimerService {
 
 /// Starting, scheduling, settling, inspecting and stopping.
 impl TimerService {
-    /// A [`Builder`] with the defaults: 1 ms resolution, [`MonotonicClock`](crate::time::MonotonicClock),
-    /// [`QueueFlavor::Wheel`], one worker a core, two shards a core, no cap.
+    /// A [`Builder`] with the defaults: 1 ms resolution,
+    /// [`MonotonicClock`](crate::time::MonotonicClock), [`QueueFlavor::Wheel`], one worker a core,
+    /// two shards a core, no cap.
     pub fn builder() -> Builder {
         Builder::default()
     }

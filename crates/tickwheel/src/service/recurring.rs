@@ -39,18 +39,18 @@ use crate::time::{MissedTickBehavior, NEVER};
 ///   `start`, by default one period from now). **Fixed delay** ([`Recurrence::fixed_delay`]):
 ///   each run starts `period` after the previous one *returned*.
 /// * **Calendar** ([`Recurrence::cron`], feature `cron`): runs at the fire instants of a
-///   [`Cron`](crate::cron::Cron), read on a [`WallClock`]: the one
-///   [`Recurrence::wall_clock`] names, else the service's own clock when it is one (a
+///   [`Cron`](crate::cron::Cron), read on a [`WallClock`]: the one [`Recurrence::wall_clock`]
+///   names, else the service's own clock when it is one (a
 ///   [`ManualWallClock`](crate::time::ManualWallClock), see
-///   [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), else [`SystemClock`](crate::time::SystemClock).
-///   The first run is the first fire instant after now, or at or after
-///   [`Recurrence::starting_at`] when that is later. A wall-clock target `W` is turned into a
-///   deadline `now + (W − wall_now)` on the service's clock. The series listens for steps of
-///   the wall clock and converts again on each one, so a clock set forward runs what is now
-///   due (then follows the missed-run policy) and a clock set back runs nothing early; when
-///   its timer fires it checks `wall_now >= W` again and waits for the rest if not. Runs the
-///   series already made are never repeated after a step back: it goes on from the last
-///   target it ran. The wall clock must advance with the service's clock (give a
+///   [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), else
+///   [`SystemClock`](crate::time::SystemClock). The first run is the first fire instant after now,
+///   or at or after [`Recurrence::starting_at`] when that is later. A wall-clock target `W` is
+///   turned into a deadline `now + (W − wall_now)` on the service's clock. The series listens for
+///   steps of the wall clock and converts again on each one, so a clock set forward runs what is
+///   now due (then follows the missed-run policy) and a clock set back runs nothing early; when its
+///   timer fires it checks `wall_now >= W` again and waits for the rest if not. Runs the series
+///   already made are never repeated after a step back: it goes on from the last target it ran. The
+///   wall clock must advance with the service's clock (give a
 ///   [`ManualWallClock`](crate::time::ManualWallClock) to both in tests).
 /// * **Cancel** ([`RecurringHandle::cancel`]) returns `true` exactly when this call ended a
 ///   live series: no run starts after it returns. A run already started finishes (and arms
@@ -127,11 +127,11 @@ impl Recurrence {
         }
     }
 
-    /// Runs at the fire instants of `cron`, read on the service's clock when it is a wall
-    /// clock (a [`ManualWallClock`](crate::time::ManualWallClock): see
+    /// Runs at the fire instants of `cron`, read on the service's clock when it is a wall clock (a
+    /// [`ManualWallClock`](crate::time::ManualWallClock): see
     /// [`Clock::as_wall_clock`](crate::time::Clock::as_wall_clock)), otherwise on the
-    /// [`SystemClock`](crate::time::SystemClock); [`wall_clock`](Self::wall_clock) names another. Missed runs are
-    /// skipped by default.
+    /// [`SystemClock`](crate::time::SystemClock); [`wall_clock`](Self::wall_clock) names another.
+    /// Missed runs are skipped by default.
     #[cfg(feature = "cron")]
     pub fn cron(cron: crate::cron::Cron) -> Recurrence {
         Recurrence {
@@ -157,9 +157,9 @@ impl Recurrence {
         self
     }
 
-    /// The wall clock a calendar schedule reads (default: the service's own clock when it is
-    /// a wall clock, otherwise [`SystemClock`](crate::time::SystemClock); see [`cron`](Self::cron)). No effect on a
-    /// periodic schedule.
+    /// The wall clock a calendar schedule reads (default: the service's own clock when it is a wall
+    /// clock, otherwise [`SystemClock`](crate::time::SystemClock); see [`cron`](Self::cron)). No
+    /// effect on a periodic schedule.
     #[cfg(feature = "cron")]
     pub fn wall_clock(mut self, wall: impl WallClock) -> Recurrence {
         if let Kind::Calendar { clock, .. } = &mut self.kind {

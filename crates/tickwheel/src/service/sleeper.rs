@@ -15,17 +15,17 @@
 //!
 //! # Pacing at fine resolutions
 //!
-//! Every timed wake-up has a price of its own: on a virtual machine the timer interrupt that
-//! ends a sleep costs the woken thread some 12-20 µs of CPU, whether it slept 10 µs or 1 ms
-//! (a thread woken by another one, as a worker is, costs a few µs). At a resolution of a few
-//! microseconds with timers due at every tick, a wake-up at every tick's start spends most of
-//! a core on wake-ups alone. A service can have the timer thread wake about once per
-//! [`wake_interval`](super::Builder::wake_interval) at most (by default it wakes at every
-//! tick with timers due: [`DEFAULT_WAKE_INTERVAL`] is zero): when the next due tick starts
-//! sooner than that after its last wake-up, it sleeps until the interval is over and then runs every tick that has started
-//! meanwhile with one drain and one hand-off. It aims at the interval's end early by its
-//! average lateness, so that the wake-up comes about one interval after the last, not one
-//! interval and a lateness. The end of an interval is no deadline: it is never spun to.
+//! Every timed wake-up has a price of its own: on a virtual machine the timer interrupt that ends a
+//! sleep costs the woken thread some 12-20 µs of CPU, whether it slept 10 µs or 1 ms (a thread
+//! woken by another one, as a worker is, costs a few µs). At a resolution of a few microseconds
+//! with timers due at every tick, a wake-up at every tick's start spends most of a core on wake-ups
+//! alone. A service can have the timer thread wake about once per
+//! [`wake_interval`](super::Builder::wake_interval) at most (by default it wakes at every tick with
+//! timers due: [`DEFAULT_WAKE_INTERVAL`] is zero): when the next due tick starts sooner than that
+//! after its last wake-up, it sleeps until the interval is over and then runs every tick that has
+//! started meanwhile with one drain and one hand-off. It aims at the interval's end early by its
+//! average lateness, so that the wake-up comes about one interval after the last, not one interval
+//! and a lateness. The end of an interval is no deadline: it is never spun to.
 //!
 //! Timers are never early by this — a tick still runs only once it has started — and at most
 //! about one interval later than with a wake-up per tick. At resolutions at or above the

@@ -4,19 +4,18 @@
 //!
 //! # Deadline order across shards
 //!
-//! Drains are serialised by the `drain` lock (the timer thread and `settle` callers both
-//! drain). One drain collects every due timer of every shard at one `now`, each shard's in
-//! (deadline, insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort
-//! merges those sorted runs in O(n log shards)) — the worker callbacks and, apart, the
-//! entries that run on the timer thread (wakers, notifications). When only one shard is due,
-//! its chunks are handed on as they come out, already in order, once they add up to a share
-//! a worker ([`Dispatch::handoff_at`]), so workers start early on a large tick without a
-//! push (and a wake-up) for every chunk.
-//! Callbacks are therefore handed out, and timer-thread entries run, ordered by (deadline
-//! tick, shard index, insertion order within the shard). A thread always schedules into the same shard, so one thread's timers keep their
-//! schedule order at equal deadlines; timers of *different* threads at the same tick have no
-//! defined order between them (there is no global sequence counter — it would be one
-//! contended cache line on the hot path).
+//! Drains are serialised by the `drain` lock (the timer thread and `settle` callers both drain).
+//! One drain collects every due timer of every shard at one `now`, each shard's in (deadline,
+//! insertion) order, then stable-sorts the lot by deadline tick (Rust's stable sort merges those
+//! sorted runs in O(n log shards)) — the worker callbacks and, apart, the entries that run on the
+//! timer thread (wakers, notifications). When only one shard is due, its chunks are handed on as
+//! they come out, already in order, once they add up to a share a worker
+//! ([`Dispatch::handoff_at`]), so workers start early on a large tick without a push (and a
+//! wake-up) for every chunk. Callbacks are therefore handed out, and timer-thread entries run,
+//! ordered by (deadline tick, shard index, insertion order within the shard). A thread always
+//! schedules into the same shard, so one thread's timers keep their schedule order at equal
+//! deadlines; timers of *different* threads at the same tick have no defined order between them
+//! (there is no global sequence counter — it would be one contended cache line on the hot path).
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};

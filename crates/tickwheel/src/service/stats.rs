@@ -145,8 +145,8 @@ pub struct Stats {
     /// The sum over shards of each shard's largest pending count: the exact high-water mark
     /// when one thread schedules (one shard), an upper bound of it otherwise.
     pub high_water: usize,
-    /// Timers the queues hold memory for: the pending ones and the entries of timers that are
-    /// gone, kept for reuse until [`TimerService::shrink_to_fit`](crate::TimerService::shrink_to_fit).
+    /// Timers the queues hold memory for: the pending ones and the entries of timers that are gone,
+    /// kept for reuse until [`TimerService::shrink_to_fit`](crate::TimerService::shrink_to_fit).
     pub capacity: usize,
     /// Timers ever scheduled (resets not counted).
     pub scheduled: u64,

@@ -271,14 +271,14 @@ fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
     Ok(())
 }
 
-/// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`,
-/// with a [`probe`] per slot in one pipeline, until every slot answers: on a redirection
-/// (`MOVED`, or `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` or a second `MOVED` after a wait) the
-/// cluster connection is opened again, which reads the slot map afresh (it has no retries, so it does not
-/// follow a redirection itself); a `NOSCRIPT` (a promoted replica, a restarted node) loads
-/// the scripts on every node. A `NOSCRIPT` reply in the real pipeline would lose the other
-/// commands' replies. `ASK` (a slot being migrated) counts as settled: the command is sent
-/// alone to the importing node ([`ask`]).
+/// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`, with a
+/// [`probe`] per slot in one pipeline, until every slot answers: on a redirection (`MOVED`, or
+/// `TRYAGAIN`/`CLUSTERDOWN`/`READONLY` or a second `MOVED` after a wait) the cluster connection is
+/// opened again, which reads the slot map afresh (it has no retries, so it does not follow a
+/// redirection itself); a `NOSCRIPT` (a promoted replica, a restarted node) loads the scripts on
+/// every node. A `NOSCRIPT` reply in the real pipeline would lose the other commands' replies.
+/// `ASK` (a slot being migrated) counts as settled: the command is sent alone to the importing node
+/// ([`ask`]).
 fn check_slots<'a>(c: &mut ClusterLink, cmds: impl Iterator<Item = &'a Cmd>) -> RedisResult<()> {
     let mut seen = HashSet::new();
     let mut probes = ClusterPipeline::new();

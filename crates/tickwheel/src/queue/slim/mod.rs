@@ -9,15 +9,15 @@
 //! given is stale from then on, exactly as if the timer had been removed and inserted again.
 //! It is not a [`TimerQueue`](super::TimerQueue), whose reset keeps the key.
 //!
-//! In return, an operation by key touches an 8-byte hot record where the `Wheel`'s is 12
-//! bytes plus the value (16 for a `u32`), and [`cancel`](SlimWheel::cancel) reads no value
-//! when the value has no drop glue (a `u32`, an index, a plain struct). With a million timers
-//! pending, every cancel and reset waits for its record's cache miss, and the smaller array
-//! (8 MB instead of 16) misses less often in the last-level cache, which `tickwheel bench`
-//! and the lab's `queue_floors` measure at that size. Pick `SlimWheel` when the caller stores the key it gets back from a
-//! reset anyway (a connection keeps its idle timer's key in its own struct) and holds many
-//! timers; pick the `Wheel` when a key must stay valid across resets (it is shared, or held
-//! where it cannot be rewritten), and for the [`TimerQueue`](super::TimerQueue) trait.
+//! In return, an operation by key touches an 8-byte hot record where the `Wheel`'s is 12 bytes plus
+//! the value (16 for a `u32`), and [`cancel`](SlimWheel::cancel) reads no value when the value has
+//! no drop glue (a `u32`, an index, a plain struct). With a million timers pending, every cancel
+//! and reset waits for its record's cache miss, and the smaller array (8 MB instead of 16) misses
+//! less often in the last-level cache, which `tickwheel bench` and the lab's `queue_floors` measure
+//! at that size. Pick `SlimWheel` when the caller stores the key it gets back from a reset anyway
+//! (a connection keeps its idle timer's key in its own struct) and holds many timers; pick the
+//! `Wheel` when a key must stay valid across resets (it is shared, or held where it cannot be
+//! rewritten), and for the [`TimerQueue`](super::TimerQueue) trait.
 //!
 //! The rest of the contract is the `Wheel`'s, word for word (`queue` module docs): effective
 //! deadline `max(d, now)`, firing in (effective deadline, insertion order) with a reset
@@ -44,14 +44,13 @@
 //!
 //! # Costs
 //!
-//! Insert, cancel, remove and reset are O(1) (amortized, for compaction); a timer moves at
-//! most once a level. Memory a pending timer: hot record 8 bytes, deadline 8, value
-//! `size_of::<T>()`, item 8 — 28 bytes for a `u32` value — plus at most 16 bytes of stale
-//! items awaiting compaction (a slot is compacted past three items a live one, plus 32, and a
-//! full slot at least a quarter stale rather than grown) and the vectors' spare capacity. A freed record stays for reuse, with 4 bytes on
-//! the free stack; [`shrink_to_fit`](SlimWheel::shrink_to_fit) drops the free records at the
-//! end of the arrays and compacts every slot. [`SlimWheel::allocated_bytes`] reports the
-//! total.
+//! Insert, cancel, remove and reset are O(1) (amortized, for compaction); a timer moves at most
+//! once a level. Memory a pending timer: hot record 8 bytes, deadline 8, value `size_of::<T>()`,
+//! item 8 — 28 bytes for a `u32` value — plus at most 16 bytes of stale items awaiting compaction
+//! (a slot is compacted past three items a live one, plus 32, and a full slot at least a quarter
+//! stale rather than grown) and the vectors' spare capacity. A freed record stays for reuse, with 4
+//! bytes on the free stack; [`shrink_to_fit`](SlimWheel::shrink_to_fit) drops the free records at
+//! the end of the arrays and compacts every slot. [`SlimWheel::allocated_bytes`] reports the total.
 
 use core::fmt;
 

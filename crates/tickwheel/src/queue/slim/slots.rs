@@ -4,13 +4,13 @@
 //!
 //! # Departures
 //!
-//! A cancel or a reset does not touch the slot its timer leaves: it appends the slot's number
-//! to a buffer, and [`Tiered::apply_departures`] applies them, when [`DEPART_BATCH`] have
-//! gathered and at the start of every poll, as the `Wheel` does (`wheel/slots.rs`). Applying
-//! one decrements the slot's live count; a slot left with no live timer is cleared, and one
-//! holding more than [`COMPACT_RATIO`] items a live one (plus [`COMPACT_SLACK`]) is compacted
-//! (`wheel/tiered.rs`, `wheel/tiers.rs`). Until a departure is applied the slot's `live` counts it, so a slot is never cleared
-//! under a pending departure.
+//! A cancel or a reset does not touch the slot its timer leaves: it appends the slot's number to a
+//! buffer, and [`Tiered::apply_departures`] applies them, when [`DEPART_BATCH`] have gathered and
+//! at the start of every poll, as the `Wheel` does (`wheel/slots.rs`). Applying one decrements the
+//! slot's live count; a slot left with no live timer is cleared, and one holding more than
+//! [`COMPACT_RATIO`] items a live one (plus [`COMPACT_SLACK`]) is compacted (`wheel/tiered.rs`,
+//! `wheel/tiers.rs`). Until a departure is applied the slot's `live` counts it, so a slot is never
+//! cleared under a pending departure.
 //!
 //! A slot whose vector is full is compacted instead of grown when at least a quarter of its
 //! items are stale: resets append items at the tail of their new slot, and a vector that

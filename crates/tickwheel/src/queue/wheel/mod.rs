@@ -77,16 +77,16 @@
 //!   tombstone): it keeps the other items and stores their new positions. Otherwise it looks
 //!   up the items that are not tombstones, prefetched 16 ahead, as expiry does.
 //!
-//! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one,
-//! plus `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1)
-//! a removal or reset; an emptied slot is cleared when its last departure is applied. So stale
-//! items cost at most 8 bytes a pending timer (plus 128 bytes a slot, and 64 departures not
-//! yet applied; twice that with the vectors' spare capacity): resets never make the wheel
-//! hold more than about twice what its pending timers need. A removed timer's value is moved out and its record freed for reuse immediately.
-//! An emptied slot's vector is kept for the next slot of its level to fill (no allocation in
-//! steady state, `slots.rs`, "Spare vectors") until
-//! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what
-//! is unused (the records' limits are under "Costs").
+//! Stale items are bounded: a slot holding more than `COMPACT_RATIO` (3) items a live one, plus
+//! `COMPACT_SLACK` (32), is compacted in place (stable, so order is kept), amortized O(1) a removal
+//! or reset; an emptied slot is cleared when its last departure is applied. So stale items cost at
+//! most 8 bytes a pending timer (plus 128 bytes a slot, and 64 departures not yet applied; twice
+//! that with the vectors' spare capacity): resets never make the wheel hold more than about twice
+//! what its pending timers need. A removed timer's value is moved out and its record freed for
+//! reuse immediately. An emptied slot's vector is kept for the next slot of its level to fill (no
+//! allocation in steady state, `slots.rs`, "Spare vectors") until
+//! [`shrink_to_fit`](TimerQueue::shrink_to_fit), which compacts every slot and returns what is
+//! unused (the records' limits are under "Costs").
 //!
 //! # Expiry
 //!
@@ -118,12 +118,12 @@
 //!
 //! # The slim form
 //!
-//! [`SlimWheel`](super::SlimWheel) (`queue/slim/`) runs these same levels, pacing and expiry
-//! (this module's `level.rs`, `tiers.rs` and `tiered.rs` are shared) over 8-byte records:
-//! the record holds no position and no value, an item carries its timer's generation
-//! instead, and so a reset gives the timer a new key. Pick it for many timers cancelled or reset at random when the caller
-//! keeps the key a reset returns; keep this `Wheel` when a key must survive a reset (the
-//! `queue` module docs, "Which to pick").
+//! [`SlimWheel`](super::SlimWheel) (`queue/slim/`) runs these same levels, pacing and expiry (this
+//! module's `level.rs`, `tiers.rs` and `tiered.rs` are shared) over 8-byte records: the record
+//! holds no position and no value, an item carries its timer's generation instead, and so a reset
+//! gives the timer a new key. Pick it for many timers cancelled or reset at random when the caller
+//! keeps the key a reset returns; keep this `Wheel` when a key must survive a reset (the `queue`
+//! module docs, "Which to pick").
 
 use core::fmt;
 

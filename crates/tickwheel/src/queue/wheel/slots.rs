@@ -5,27 +5,26 @@
 //!
 //! # Departures
 //!
-//! A removal or reset does not touch the slot its timer leaves: it appends a [`Departure`]
-//! (slot, position) to a buffer, and [`Tiered::apply_departures`] applies a batch of them, when
-//! [`DEPART_BATCH`](super::tiers::DEPART_BATCH) have gathered and at the start of every poll. At a million timers that
-//! is what makes a cancel cheap: a cancel waits for its hot record's cache miss, and every
-//! instruction that depends on that miss (the slot's count, the tombstone's address, the
-//! branches to clear or compact the slot) holds the cancels behind it out of the CPU's
+//! A removal or reset does not touch the slot its timer leaves: it appends a [`Departure`] (slot,
+//! position) to a buffer, and [`Tiered::apply_departures`] applies a batch of them, when
+//! [`DEPART_BATCH`](super::tiers::DEPART_BATCH) have gathered and at the start of every poll. At a
+//! million timers that is what makes a cancel cheap: a cancel waits for its hot record's cache
+//! miss, and every instruction that depends on that miss (the slot's count, the tombstone's
+//! address, the branches to clear or compact the slot) holds the cancels behind it out of the CPU's
 //! window, so fewer misses overlap. Batched, the dependent work is a push, and applying them does
 //! the slot work for 64 departures in one loop over cache-resident counts.
 //!
-//! Between two batches no item moves: inserts and resets only append, and compaction,
-//! clearing and polls run in or after applying a batch. So a departure's (slot, position)
-//! still names its timer's old item when it is applied. Applying a batch first writes the
-//! tombstones of its removals and counts its resets' items in the slot's
-//! [`stale`](Slot::stale), then updates the live counts: a slot compacted while counting has
-//! no stale item past its cursor but tombstones, unless `stale` says otherwise, and
-//! [`compact`](Wheel::compact) then keeps every other item without looking its record up. A
-//! reset leaves no tombstone: in a reset-heavy load (W3) the store costs more than the
-//! look-ups it would save. Until a departure is applied, a slot's `live` counts it as live, so
-//! a slot is never cleared under a pending departure, and
-//! [`first_live_slot`](super::tiers::Tiers::first_live_slot) passes over a slot that holds only departures
-//! for [`next_expiration`](crate::TimerQueue::next_expiration).
+//! Between two batches no item moves: inserts and resets only append, and compaction, clearing and
+//! polls run in or after applying a batch. So a departure's (slot, position) still names its
+//! timer's old item when it is applied. Applying a batch first writes the tombstones of its
+//! removals and counts its resets' items in the slot's [`stale`](Slot::stale), then updates the
+//! live counts: a slot compacted while counting has no stale item past its cursor but tombstones,
+//! unless `stale` says otherwise, and [`compact`](Wheel::compact) then keeps every other item
+//! without looking its record up. A reset leaves no tombstone: in a reset-heavy load (W3) the store
+//! costs more than the look-ups it would save. Until a departure is applied, a slot's `live` counts
+//! it as live, so a slot is never cleared under a pending departure, and
+//! [`first_live_slot`](super::tiers::Tiers::first_live_slot) passes over a slot that holds only
+//! departures for [`next_expiration`](crate::TimerQueue::next_expiration).
 //!
 //! # Spare vectors
 //!

@@ -10,17 +10,17 @@
 //!   is taken (both locks are held then), with new cells for twice what the producers used
 //!   since the last take; only a producer that finds it empty takes the queue lock, to
 //!   reserve [`CELL_REFILL`] cells at once.
-//! * Queuing a staged timer writes its key and generation into its cell's slot, and the
-//!   queue's [`Entry`](super::Entry) carries the cell, so that a drain that fires the timer frees the cell
-//!   (its next generation goes to the pool) without touching the slot; a cancel frees it
-//!   too. A handle whose generation matches its slot's gets the slot's key, which the queue
-//!   knows to be stale once the timer is gone; once the cell is reused and queued again the
-//!   generations no longer match. Either way every operation on a stale handle is a no-op.
-//! * A cancel first looks for its timer among the inbox's [`CANCEL_SCAN`](super::inbox::CANCEL_SCAN) latest entries,
-//!   under the inbox lock only ([`Shard::cancel_staged`]): a timer found there cannot be
-//!   taken by anyone else meanwhile, so removing it decides its fate, and its cell goes back
-//!   to the pool at its next generation. A timeout cancelled soon after it was scheduled is
-//!   thus never queued at all.
+//! * Queuing a staged timer writes its key and generation into its cell's slot, and the queue's
+//!   [`Entry`](super::Entry) carries the cell, so that a drain that fires the timer frees the cell
+//!   (its next generation goes to the pool) without touching the slot; a cancel frees it too. A
+//!   handle whose generation matches its slot's gets the slot's key, which the queue knows to be
+//!   stale once the timer is gone; once the cell is reused and queued again the generations no
+//!   longer match. Either way every operation on a stale handle is a no-op.
+//! * A cancel first looks for its timer among the inbox's
+//!   [`CANCEL_SCAN`](super::inbox::CANCEL_SCAN) latest entries, under the inbox lock only
+//!   ([`Shard::cancel_staged`]): a timer found there cannot be taken by anyone else meanwhile, so
+//!   removing it decides its fate, and its cell goes back to the pool at its next generation. A
+//!   timeout cancelled soon after it was scheduled is thus never queued at all.
 //! * Any other operation on a handle whose timer may still be staged (in the inbox or in
 //!   `taken`) queues every staged timer of the shard first, under the queue lock it holds:
 //!   the work the timer thread would have done at its next wake-up, in the same order. The

@@ -1,17 +1,17 @@
 //! The inbox: timers staged on their way into the queue.
 //!
-//! A producer does not insert into the queue: it appends `(tick, callback, cell)` to the
-//! shard's inbox, a `Vec` under a spin lock of its own that nothing else holds for more than a
-//! swap, and needs no queue key for that. The timer thread moves the timers into the queue
-//! under the queue's lock: at a drain, those already due first ([`Shard::flush`]), the rest
-//! after the due ones were handed on ([`Shard::flush_staged`], in chunks, yielding to a new
-//! tick; the inbox is taken once a drain, not chased while a producer keeps staging). A producer whose inbox reaches [`FLUSH_AT`] timers wakes the timer thread for that;
-//! one that finds [`BACKLOG`] timers not queued yet (the timer thread is behind) queues its
-//! shard's staged timers itself ([`Shard::help_flush`]), so the timer thread never faces a
-//! backlog that would make it late, and producers scale with their number. So the producer
-//! takes no queue lock and never writes a queue entry: its writes go to the inbox's buffer,
-//! which the timer thread hands back empty with its capacity (two buffers take turns), so
-//! after the first burst they touch memory that is already mapped and usually cached.
+//! A producer does not insert into the queue: it appends `(tick, callback, cell)` to the shard's
+//! inbox, a `Vec` under a spin lock of its own that nothing else holds for more than a swap, and
+//! needs no queue key for that. The timer thread moves the timers into the queue under the queue's
+//! lock: at a drain, those already due first ([`Shard::flush`]), the rest after the due ones were
+//! handed on ([`Shard::flush_staged`], in chunks, yielding to a new tick; the inbox is taken once a
+//! drain, not chased while a producer keeps staging). A producer whose inbox reaches [`FLUSH_AT`]
+//! timers wakes the timer thread for that; one that finds [`BACKLOG`] timers not queued yet (the
+//! timer thread is behind) queues its shard's staged timers itself ([`Shard::help_flush`]), so the
+//! timer thread never faces a backlog that would make it late, and producers scale with their
+//! number. So the producer takes no queue lock and never writes a queue entry: its writes go to the
+//! inbox's buffer, which the timer thread hands back empty with its capacity (two buffers take
+//! turns), so after the first burst they touch memory that is already mapped and usually cached.
 //! Timers out of the inbox but not queued yet wait in `taken`, in staging order.
 //!
 //!

@@ -32,9 +32,9 @@
 //! | **held** | `ShardState::held`: out of the queue, waiting while calendar timers before it go out | [`Entry`] | queue | `drain.rs` |
 //! | **drained** | a [`Drained`] buffer, outside the lock: on its way to where it runs | [`Job`]: deadline, callback | none | `drain.rs` |
 //!
-//! Beside a timer with a handle, its **cell** ([`CellRef`] names a [`Cell`](cells::Cell) of the shard's
-//! [`Cells`], `cells.rs`) learns its queue key when it is queued; a handle names its timer by a
-//! [`Target`]: `Inert` (none), `Key` (queued directly) or `Cell` (staged with a cell).
+//! Beside a timer with a handle, its **cell** ([`CellRef`] names a [`Cell`](cells::Cell) of the
+//! shard's [`Cells`], `cells.rs`) learns its queue key when it is queued; a handle names its timer
+//! by a [`Target`]: `Inert` (none), `Key` (queued directly) or `Cell` (staged with a cell).
 //!
 //! The rest is one file a concern: `inbox.rs` (timers staged on their way into the queue),
 //! `cells.rs` (handles for staged timers), `calendar.rs` (detached timers of the near
