@@ -578,9 +578,12 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
         "{} early, first (task, how early): {first:?}",
         early.len()
     );
+    // Each task fires once after its messages end; more means sleeps also lapsed and were
+    // re-armed mid-run, racing the resets (the case this test is for).
+    let fires = fires.load(Ordering::SeqCst);
     assert!(
-        fires.load(Ordering::SeqCst) >= TASKS,
-        "every task fires at least at the end"
+        fires > TASKS,
+        "no sleep fired before the messages ended ({fires} fires)"
     );
 }
 

@@ -190,16 +190,15 @@ impl<'a> Sleep<'a> {
     pub(crate) fn reset_to(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
         self.check_first_poll = true;
-        let Some(queued) = &self.timer else {
+        let Some(queued) = &mut self.timer else {
             return; // Registered at the first poll.
         };
         if at_or_after(deadline, queued.at) {
             return; // Deferred: the poll after the queued deadline re-arms it.
         }
-        if queued.handle.reset_tick(self.tick()) {
-            if let Some(queued) = &mut self.timer {
-                queued.at = deadline;
-            }
+        let tick = deadline.map_or(NEVER, |d| self.service.ticks().deadline_tick(d));
+        if queued.handle.reset_tick(tick) {
+            queued.at = deadline;
         } else {
             self.timer = None; // Fired (its task was woken) or discarded: re-register.
         }
