@@ -16,8 +16,11 @@
 //! RUSTFLAGS="--cfg loom" cargo test -p tickwheel --release --lib loom
 //! ```
 //!
-//! `.ci/run` runs exactly that, in a target directory of its own (`--cfg loom` reaches every
-//! crate, so sharing the main one would rebuild everything twice).
+//! `.ci/run` runs every unit test of the crate in that build (with `-D warnings`), in a
+//! target directory of its own (`--cfg loom` reaches every crate, so sharing the main one
+//! would rebuild everything twice). A test that builds a shard or a service outside `model`
+//! panics there (loom's primitives exist only inside a model), so such a test is
+//! `#[cfg(not(loom))]`, and so are the helpers only it uses.
 //!
 //! **Race on spawned threads only.** Put every operation of the race in a `spawn`ed
 //! thread and let the model's main thread only set up, join and check. With one side of the

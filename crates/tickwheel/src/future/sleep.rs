@@ -404,6 +404,7 @@ mod tests {
         (clock, service, sleep, count, waker)
     }
 
+    #[cfg(not(loom))]
     #[test]
     fn a_repoll_with_the_waker_it_holds_takes_no_lock() {
         let (clock, service, mut sleep, first, waker) = registered(10); // registers
@@ -429,6 +430,7 @@ mod tests {
         assert!(poll(&mut sleep, &other).is_ready());
     }
 
+    #[cfg(not(loom))]
     #[test]
     fn a_reset_to_an_earlier_deadline_moves_the_timer_and_keeps_the_lock_free_repoll() {
         let (clock, service, mut sleep, count, waker) = registered(20);
@@ -452,6 +454,7 @@ mod tests {
 
     /// A reset to a later deadline stores it and takes no lock; the entry fires at the queued
     /// deadline and wakes the task once, whose poll re-arms it (one lock) at the new one.
+    #[cfg(not(loom))]
     #[test]
     fn a_reset_to_a_later_deadline_takes_no_lock_and_is_re_armed_by_the_next_poll() {
         let (clock, service, mut sleep, count, waker) = registered(10);
@@ -491,6 +494,7 @@ mod tests {
 
     /// Past the queued deadline of a deferred reset but before the timer thread drained it:
     /// the poll moves the entry (still queued) rather than leaving it to fire early.
+    #[cfg(not(loom))]
     #[test]
     fn a_poll_past_the_queued_deadline_before_the_drain_moves_the_entry() {
         let (clock, service, mut sleep, count, _) = registered(10);
@@ -544,6 +548,7 @@ mod tests {
     }
 
     /// What [`resets_polls_and_fires_against_a_model`] does to a sleep.
+    #[cfg(not(loom))]
     #[derive(Clone, Debug)]
     enum Op {
         /// A poll by task 0 or 1.
@@ -554,6 +559,7 @@ mod tests {
         Advance(u64),
     }
 
+    #[cfg(not(loom))]
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         prop_oneof![

@@ -395,7 +395,7 @@ impl ServiceState {
     /// Checks every shard's invariants ([`Shard::check_invariants`]) under the drain lock,
     /// so that no drain holds timers half taken out meanwhile; panics naming the first rule
     /// broken. O(timers).
-    #[cfg(any(test, debug_assertions))]
+    #[cfg(any(all(test, not(loom)), debug_assertions))]
     pub(crate) fn check_invariants(&self) {
         let _drains = lock(&self.drain);
         for shard in self.shards.iter() {
@@ -470,7 +470,7 @@ impl ServiceState {
     }
 
     /// How many times producers took a shard's queue lock, over all shards (tests only).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn producer_locks(&self) -> u64 {
         self.shards.iter().map(|s| s.producer_locks.get()).sum()
     }
@@ -581,6 +581,7 @@ impl ServiceLink<'_> {
     }
 
     /// How many times producers took a shard's queue lock (tests only).
+    #[cfg(not(loom))]
     pub(crate) fn producer_locks(&self) -> u64 {
         self.state().producer_locks()
     }

@@ -136,7 +136,7 @@ impl Dispatch {
     }
 
     /// The sizes of the batches queued, in order (tests only).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn batch_sizes(&self) -> Vec<usize> {
         lock(&self.queue).batches.iter().map(Vec::len).collect()
     }
@@ -253,6 +253,7 @@ mod tests {
 
     /// The batch sizes a push of `n` callbacks makes for `workers` workers, in queue order,
     /// and whether the deadlines come out in the order they went in.
+    #[cfg(not(loom))]
     fn split(workers: usize, n: usize) -> Vec<usize> {
         let dispatch = Dispatch::new(workers);
         dispatch.push(&mut jobs(n));
@@ -263,6 +264,7 @@ mod tests {
         q.batches.iter().map(Vec::len).collect()
     }
 
+    #[cfg(not(loom))]
     #[test]
     fn small_drains_are_one_batch_large_ones_a_share_a_worker() {
         assert_eq!(split(2, 0), Vec::<usize>::new());
@@ -276,6 +278,7 @@ mod tests {
         assert_eq!(split(1, 600), [MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]);
     }
 
+    #[cfg(not(loom))]
     #[test]
     fn a_push_with_no_worker_waiting_needs_no_wake_up_and_nothing_is_lost() {
         let dispatch = Dispatch::new(1);
