@@ -27,6 +27,9 @@ pub enum Promotion {
 pub struct RedisSentinel {
     nodes: Vec<RedisServer>,
     sentinels: Vec<RedisServer>,
+    /// Ports that lead to a node without being its own (a proxy in front of the first
+    /// primary, see [`start_behind`](RedisSentinel::start_behind)), with the node.
+    fronts: Vec<(u16, usize)>,
 }
 
 impl RedisSentinel {
@@ -37,6 +40,19 @@ impl RedisSentinel {
     /// them must agree that the primary is down: the quorum), and waits until every replica
     /// is in sync and every sentinel knows every replica and every other sentinel.
     pub fn start(replicas: usize, sentinels: usize) -> Result<RedisSentinel, Error> {
+        RedisSentinel::start_behind(replicas, sentinels, |port| (port, port))
+    }
+
+    /// [`start`](RedisSentinel::start), with the first primary reached through other ports
+    /// (proxies a partition test can cut): `front` is given the primary's port and returns
+    /// the port the sentinels monitor it by, which is also the address they give clients,
+    /// and the port the replicas replicate it from. Nodes the sentinels reconfigure later
+    /// are reached directly.
+    pub fn start_behind(
+        replicas: usize,
+        sentinels: usize,
+        front: impl FnOnce(u16) -> (u16, u16),
+    ) -> Result<RedisSentinel, Error> {
         if replicas == 0 || sentinels == 0 {
             return Err(Error::Server(
                 "a Sentinel set-up needs a replica and a sentinel".into(),
@@ -58,10 +74,19 @@ impl RedisSentinel {
             .to_vec()
         };
         let primary = RedisServer::start_as(false, sync(), None)?;
-        let port = primary.port();
+        let (port, replicate_from) = front(primary.port());
+        let fronts = [port, replicate_from]
+            .into_iter()
+            .filter(|&p| p != primary.port())
+            .map(|p| (p, 0))
+            .collect();
         let mut nodes = vec![primary];
         for _ in 0..replicas {
-            let mut args = vec!["--replicaof".into(), "127.0.0.1".into(), port.to_string()];
+            let mut args = vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                replicate_from.to_string(),
+            ];
             args.extend(sync());
             nodes.push(RedisServer::start_as(false, args, None)?);
         }
@@ -80,6 +105,7 @@ impl RedisSentinel {
         let mut s = RedisSentinel {
             nodes,
             sentinels: Vec::new(),
+            fronts,
         };
         s.wait_replicas(Duration::from_secs(20))?;
         for _ in 0..sentinels {
@@ -153,10 +179,21 @@ impl RedisSentinel {
             .arg("get-master-addr-by-name")
             .arg(RedisSentinel::NAME)
             .query(&mut con)?;
+        self.node_at(port)
+            .ok_or_else(|| Error::Server(format!("sentinel {i} names an unknown port {port}")))
+    }
+
+    /// The node at `port`, its own or a front's.
+    fn node_at(&self, port: u16) -> Option<usize> {
         self.nodes
             .iter()
             .position(|n| n.port() == port)
-            .ok_or_else(|| Error::Server(format!("sentinel {i} names an unknown port {port}")))
+            .or_else(|| {
+                self.fronts
+                    .iter()
+                    .find(|&&(front, _)| front == port)
+                    .map(|&(_, node)| node)
+            })
     }
 
     /// Whether node `i` answers `ROLE` as a primary (`false` when it does not answer).
@@ -225,7 +262,14 @@ impl RedisSentinel {
         Ok((old, new, ready))
     }
 
-    fn wait_new_primary(&self, old: usize, timeout: Duration) -> Result<(usize, Instant), Error> {
+    /// Waits until a sentinel names a node other than `old` as the primary and that node
+    /// answers as one (the new primary is ready), for a test that takes the primary away
+    /// itself (a partition); returns the node and when it was seen ready.
+    pub fn wait_new_primary(
+        &self,
+        old: usize,
+        timeout: Duration,
+    ) -> Result<(usize, Instant), Error> {
         let deadline = Instant::now() + timeout;
         loop {
             for i in 0..self.sentinels.len() {
@@ -261,7 +305,6 @@ impl RedisSentinel {
             } else {
                 self.primary()?
             };
-            let port = self.nodes[primary].port();
             let synced = self.nodes.iter().enumerate().all(|(i, n)| {
                 i == primary || n.pid().is_none() || {
                     let info = connect(n).and_then(|mut c| {
@@ -270,8 +313,12 @@ impl RedisSentinel {
                             .query::<String>(&mut c)?)
                     });
                     info.is_ok_and(|t| {
+                        let master = t
+                            .lines()
+                            .find_map(|l| l.strip_prefix("master_port:"))
+                            .and_then(|p| p.trim().parse().ok());
                         t.contains("master_link_status:up")
-                            && t.contains(&format!("master_port:{port}\r"))
+                            && master.and_then(|p| self.node_at(p)) == Some(primary)
                     })
                 }
             });

@@ -1,0 +1,104 @@
+//! A TCP proxy that a partition test can cut: in front of a server, it forwards every
+//! connection until [`Partition::cut`], then closes the connections it isolates (all, or
+//! those whose client identifies itself as the rule says) and closes each new one as soon
+//! as it identifies, until [`Partition::heal`]. Closing rather than dropping packets: the
+//! peers notice at once (as behind a firewall that rejects), where a silent drop would
+//! leave the test waiting for their timeouts.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Links {
+    cut: bool,
+    /// Both streams of every isolated connection made so far.
+    isolated: Vec<(TcpStream, TcpStream)>,
+}
+
+pub struct Partition {
+    pub port: u16,
+    links: Arc<Mutex<Links>>,
+}
+
+impl Partition {
+    /// Listens on a loopback port of its own and proxies each connection to port `to`; a
+    /// connection is isolated by a cut when `isolated` says so of the first bytes its
+    /// client sends.
+    pub fn start(to: u16, isolated: fn(&[u8]) -> bool) -> Partition {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let links: Arc<Mutex<Links>> = Arc::default();
+        let shared = links.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                let links = shared.clone();
+                std::thread::spawn(move || proxy(client, server, &links, isolated));
+            }
+        });
+        Partition { port, links }
+    }
+
+    /// Cuts the isolated connections, and every new one that identifies as isolated.
+    pub fn cut(&self) {
+        let mut links = self.links.lock().unwrap();
+        links.cut = true;
+        for (a, b) in links.isolated.drain(..) {
+            let _ = a.shutdown(Shutdown::Both);
+            let _ = b.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Lets new connections through again.
+    pub fn heal(&self) {
+        self.links.lock().unwrap().cut = false;
+    }
+}
+
+fn proxy(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    links: &Mutex<Links>,
+    isolated: fn(&[u8]) -> bool,
+) {
+    let mut buf = [0u8; 65536];
+    let n = match client.read(&mut buf) {
+        Ok(0) | Err(_) => return,
+        Ok(n) => n,
+    };
+    {
+        let mut links = links.lock().unwrap();
+        if isolated(&buf[..n]) {
+            if links.cut {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                return;
+            }
+            links
+                .isolated
+                .push((client.try_clone().unwrap(), server.try_clone().unwrap()));
+        }
+    }
+    if server.write_all(&buf[..n]).is_err() {
+        return;
+    }
+    let (mut back_from, mut back_to) = (server.try_clone().unwrap(), client.try_clone().unwrap());
+    std::thread::spawn(move || pump(&mut back_from, &mut back_to));
+    pump(&mut client, &mut server);
+}
+
+fn pump(from: &mut TcpStream, to: &mut TcpStream) {
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
