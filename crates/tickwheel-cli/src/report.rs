@@ -121,6 +121,7 @@ mod tests {
             max_delay_ms: 7,
             schedule: std::time::Duration::from_millis(1),
             schedule_cpu: None,
+            schedule_others_cpu: None,
             wall: std::time::Duration::from_millis(9),
             cpu: None,
             peak_rss: Some(4096),

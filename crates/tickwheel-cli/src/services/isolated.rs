@@ -74,6 +74,9 @@ fn from_json(entrant: ServiceEntrant, v: &Value) -> Option<ServiceSample> {
         schedule_cpu: v["schedule_thread_cpu_s"]
             .as_f64()
             .map(Duration::from_secs_f64),
+        schedule_others_cpu: v["schedule_others_cpu_s"]
+            .as_f64()
+            .map(Duration::from_secs_f64),
         wall: Duration::from_secs_f64(v["wall_s"].as_f64()?),
         cpu: v["cpu_s"].as_f64().map(Duration::from_secs_f64),
         peak_rss: v["peak_rss_growth_bytes"].as_u64(),
@@ -100,6 +103,7 @@ mod tests {
             max_delay_ms: 7,
             schedule: Duration::from_micros(5),
             schedule_cpu: Some(Duration::from_micros(4)),
+            schedule_others_cpu: Some(Duration::from_micros(6)),
             wall: Duration::from_millis(8),
             cpu: Some(Duration::from_millis(2)),
             peak_rss: None,
@@ -126,6 +130,7 @@ mod tests {
         assert_eq!(back.wall, sample.wall);
         assert_eq!(back.cpu, sample.cpu);
         assert_eq!(back.schedule_cpu, sample.schedule_cpu);
+        assert_eq!(back.schedule_others_cpu, sample.schedule_others_cpu);
         assert_eq!(back.peak_rss, None);
         assert_eq!(back.lateness.max, 4);
         assert_eq!(back.tick, sample.tick);

@@ -328,6 +328,7 @@ pub fn run(
     let rss_before = machine::rss_bytes();
     let cpu_before = machine::cpu_time();
     let thread_cpu_before = thread_cpu();
+    let threads_before = machine::ThreadTimes::now();
     let start = log.stamp();
     for (id, &delay_ms) in delays.iter().enumerate() {
         let now = Instant::now();
@@ -340,6 +341,10 @@ pub fn run(
     let schedule_cpu = thread_cpu()
         .zip(thread_cpu_before)
         .map(|(a, b)| a.saturating_sub(b));
+    let schedule_others_cpu = threads_before
+        .and_then(|t| t.elapsed())
+        .zip(schedule_cpu)
+        .map(|(all, mine)| all.saturating_sub(mine));
     let max_delay = Duration::from_millis(delays.iter().copied().max().unwrap_or(0));
     let waited = wait_all(&log, max_delay + GRACE, progress);
     let cpu = machine::cpu_time()
@@ -360,6 +365,7 @@ pub fn run(
     sample.max_delay_ms = max_delay.as_millis() as u64;
     sample.schedule = schedule;
     sample.schedule_cpu = schedule_cpu;
+    sample.schedule_others_cpu = schedule_others_cpu;
     sample.cpu = cpu;
     sample.peak_rss = peak_rss;
     sample.tick = entrant.is_tickwheel().then_some(setup.tick);
@@ -432,6 +438,7 @@ fn summarize(log: &Log, deadlines: &[u64], start: u64, scheduled: u64) -> Result
         max_delay_ms: 0,
         schedule: Duration::ZERO,
         schedule_cpu: None,
+        schedule_others_cpu: None,
         wall: Duration::from_nanos(last - start),
         cpu: None,
         peak_rss: None,
