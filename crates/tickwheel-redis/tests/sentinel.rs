@@ -53,6 +53,32 @@ fn config(s: &RedisSentinel, ns: &str) -> Config {
     cfg
 }
 
+/// The load of the failover tests: 10^4 tasks (`TICKWHEEL_FAILOVER_TASKS`) from 2
+/// producers over 8 s, run-ats 4 to 7 s ahead, 3 workers; the fault 3 s in.
+fn failover_load() -> Load {
+    Load {
+        tasks: Load::tasks_from_env(10_000),
+        producers: 2,
+        workers: 3,
+        schedule_for: Duration::from_secs(8),
+        ahead_ms: (4_000, 7_000),
+        fault_at: Duration::from_secs(3),
+    }
+}
+
+/// Asserts that every task lost was stored between a second before the fault and a second
+/// after the new primary was ready: taken by the old primary before its clients' next look
+/// at the sentinels moved them.
+fn assert_lost_only_around_the_switch(f: &load::Figures, run: &load::Run) {
+    let window = run.fault_ms.saturating_sub(1_000)..run.ready_ms + 1_000;
+    let outside: Vec<&String> = f
+        .lost
+        .iter()
+        .filter(|id| !window.contains(&run.stored[*id].1))
+        .collect();
+    assert!(outside.is_empty(), "lost outside the switch: {outside:?}");
+}
+
 /// Runs `f`, which must succeed within [`FOLLOW`] of `ready`.
 fn within<T>(what: &str, ready: Instant, f: impl FnOnce() -> Result<T, Error>) -> T {
     let r = f();
@@ -77,14 +103,7 @@ fn a_killed_primary_is_followed_under_load() {
     let mut s = sentinel_with(2, 3);
     let mut cfg = config(&s, "kill");
     let confirm = load::confirm(&mut cfg);
-    let load = Load {
-        tasks: Load::tasks_from_env(10_000),
-        producers: 2,
-        workers: 3,
-        schedule_for: Duration::from_secs(8),
-        ahead_ms: (4_000, 7_000),
-        fault_at: Duration::from_secs(3),
-    };
+    let load = failover_load();
     let mut p = Producer::connect(&cfg).unwrap();
     let far = 4_000_000_000_000;
     p.schedule("far", RunAt::AtMillis(far), b"x").unwrap();
@@ -130,14 +149,7 @@ fn a_sentinel_failover_under_load() {
     let s = sentinel_with(2, 3);
     let mut cfg = config(&s, "fo-load");
     let confirm = load::confirm(&mut cfg);
-    let load = Load {
-        tasks: Load::tasks_from_env(10_000),
-        producers: 2,
-        workers: 3,
-        schedule_for: Duration::from_secs(8),
-        ahead_ms: (4_000, 7_000),
-        fault_at: Duration::from_secs(3),
-    };
+    let load = failover_load();
     let run = load::run(&cfg, &load, || {
         s.failover(Duration::from_secs(30)).unwrap().2
     });
@@ -148,15 +160,7 @@ fn a_sentinel_failover_under_load() {
     // Even with a replica confirming each write: the old primary keeps its other replica
     // until a sentinel moves it to the new primary, and that replica confirms what the old
     // primary takes meanwhile, then drops it when it resynchronizes (reported above).
-    // Lost: only what was stored on the old primary between the failover's start and the
-    // clients' next check (a second after the switch).
-    let window = run.fault_ms.saturating_sub(1_000)..run.ready_ms + 1_000;
-    let outside: Vec<&String> = f
-        .lost
-        .iter()
-        .filter(|id| !window.contains(&run.stored[*id].1))
-        .collect();
-    assert!(outside.is_empty(), "lost outside the switch: {outside:?}");
+    assert_lost_only_around_the_switch(&f, &run);
 }
 
 /// A partition cuts the primary off from the sentinels and from its replicas while the
@@ -183,14 +187,7 @@ fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
     .unwrap_or_else(|e| panic!("cannot run the Redis Sentinel tests: {e}"));
     let mut cfg = config(&s, "partition");
     let confirm = load::confirm(&mut cfg);
-    let load = Load {
-        tasks: Load::tasks_from_env(10_000),
-        producers: 2,
-        workers: 3,
-        schedule_for: Duration::from_secs(8),
-        ahead_ms: (4_000, 7_000),
-        fault_at: Duration::from_secs(3),
-    };
+    let load = failover_load();
     let old = s.primary().unwrap();
     let mut healed = None;
     let run = load::run(&cfg, &load, || {
@@ -214,16 +211,7 @@ fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
         } else {
             // Lost: what the old primary took from the cut until its clients moved.
             f.assert_followed(FOLLOW);
-            let window = run.fault_ms.saturating_sub(1_000)..run.ready_ms + 1_000;
-            let outside: Vec<&String> = f
-                .lost
-                .iter()
-                .filter(|id| !window.contains(&run.stored[*id].1))
-                .collect();
-            assert!(
-                outside.is_empty(),
-                "lost outside the partition: {outside:?}"
-            );
+            assert_lost_only_around_the_switch(&f, &run);
         }
     });
     // Healed, the old primary is told to replicate the new one: no second primary stays.
