@@ -27,6 +27,11 @@
 //! * `…/nocount`: the same without slot accounting: a cancel is a generation bump and a free
 //!   push, exactly the lazy heap's cancel plus the push; slots are emptied only when the
 //!   clock walks them (unbounded memory under cancels).
+//! * `heap/by handle`, `bare/by handle` (W3, W5): the lazy heap and `bare wheel` with a
+//!   reset that takes the timer's id from its handle instead of from the caller, as a keyed
+//!   queue takes its record's index from the key. Both index their generations by the id;
+//!   from the caller the id is known before the handle is loaded, so the generation's miss
+//!   can overlap the handle's, and from the handle it cannot.
 //!
 //! The workloads are defined in `docs/ARCHITECTURE.md` ("Workloads"); the inputs are
 //! `tickwheel bench --seed 42`'s, from [`tickwheel_lab::workloads`]. A reset of the lazy
@@ -168,6 +173,28 @@ impl Queue for LazyHeap {
                 fired.push((id, now));
             }
         }
+    }
+}
+
+/// A lazy queue whose reset takes the timer's id from its handle (the `…/by handle` rows;
+/// see the module docs).
+#[derive(Default)]
+struct ByHandle<Q>(Q);
+
+impl<Q: Queue<Handle = (u32, u32)>> Queue for ByHandle<Q> {
+    type Handle = (u32, u32);
+    fn insert(&mut self, id: u32, deadline: u64) -> (u32, u32) {
+        self.0.insert(id, deadline)
+    }
+    fn cancel(&mut self, handle: (u32, u32)) -> bool {
+        self.0.cancel(handle)
+    }
+    fn reset(&mut self, handle: (u32, u32), _id: u32, deadline: u64) -> (u32, u32) {
+        self.0.cancel(handle);
+        self.0.insert(handle.0, deadline)
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        self.0.advance(now, fired);
     }
 }
 
@@ -1144,6 +1171,8 @@ fn main() {
                 entrant("Wheel", workloads::w3, w3::<TheWheel>),
                 entrant("SlimWheel", workloads::w3, w3::<TheSlim>),
                 entrant("bare wheel", workloads::w3, w3::<BareWheel>),
+                entrant("heap/by handle", workloads::w3, w3::<ByHandle<LazyHeap>>),
+                entrant("bare/by handle", workloads::w3, w3::<ByHandle<BareWheel>>),
                 entrant("keyed wheel", workloads::w3, w3::<KeyedWheel<false>>),
                 entrant("split wheel", workloads::w3, w3::<SplitWheel<true>>),
                 entrant("lean wheel", workloads::w3, w3::<LeanWheel<true>>),
@@ -1159,6 +1188,8 @@ fn main() {
                 entrant("Wheel", workloads::w5, w5::<TheWheel>),
                 entrant("SlimWheel", workloads::w5, w5::<TheSlim>),
                 entrant("bare wheel", workloads::w5, w5::<BareWheel>),
+                entrant("heap/by handle", workloads::w5, w5::<ByHandle<LazyHeap>>),
+                entrant("bare/by handle", workloads::w5, w5::<ByHandle<BareWheel>>),
                 entrant("split wheel", workloads::w5, w5::<SplitWheel<true>>),
                 entrant("lean wheel", workloads::w5, w5::<LeanWheel<true>>),
                 entrant("packed wheel", workloads::w5, w5::<PackedWheel<true>>),
