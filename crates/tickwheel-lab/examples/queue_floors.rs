@@ -32,6 +32,10 @@
 //!   queue takes its record's index from the key. Both index their generations by the id;
 //!   from the caller the id is known before the handle is loaded, so the generation's miss
 //!   can overlap the handle's, and from the handle it cannot.
+//! * `split/by id` (W3, W5): `split wheel` told the caller's id, as the lazy heap is: one
+//!   timer an id, its hot record at the id's index (no free stack), so a reset's record miss
+//!   starts beside the handle's. Less than the contract in what it asks of the caller (dense
+//!   ids, one timer each); bounded memory as `split wheel`.
 //!
 //! The workloads are defined in `docs/ARCHITECTURE.md` ("Workloads"); the inputs are
 //! `tickwheel bench --seed 42`'s, from [`tickwheel_lab::workloads`]. A reset of the lazy
@@ -433,7 +437,8 @@ struct Hot {
     slot: u32,
 }
 
-/// `split wheel`: the layout a one-touch cancel needs, on the floor wheels' cascade. A dense
+/// `split wheel` (`BY_ID` false) and `split/by id` (true: a timer's record is at its id's index,
+/// see the module docs): the layout a one-touch cancel needs, on the floor wheels' cascade. A dense
 /// hot array (8 bytes a timer: generation, slot), the deadline and the value in separate
 /// cold arrays, items `(index, generation)` in slot vectors. A cancel writes the hot record
 /// (generation bump), pushes the index on the free stack and logs the slot it left; it
@@ -443,7 +448,7 @@ struct Hot {
 /// count reaches 0 is cleared, and one holding more than 3 items a live one (plus 32) is
 /// compacted in place, as bounded memory needs. Without `COUNT` slots are only emptied when
 /// the clock walks them: unbounded memory under cancels, a floor below any real queue.
-struct SplitWheel<const COUNT: bool> {
+struct SplitWheel<const COUNT: bool, const BY_ID: bool = false> {
     slots: Vec<Vec<(u32, u32)>>,
     live: Vec<u32>,
     occupied: [u64; LEVELS],
@@ -456,8 +461,8 @@ struct SplitWheel<const COUNT: bool> {
     now: u64,
 }
 
-impl<const COUNT: bool> Default for SplitWheel<COUNT> {
-    fn default() -> SplitWheel<COUNT> {
+impl<const COUNT: bool, const BY_ID: bool> Default for SplitWheel<COUNT, BY_ID> {
+    fn default() -> SplitWheel<COUNT, BY_ID> {
         SplitWheel {
             slots: (0..LEVELS * 64).map(|_| Vec::new()).collect(),
             live: vec![0; LEVELS * 64],
@@ -472,7 +477,7 @@ impl<const COUNT: bool> Default for SplitWheel<COUNT> {
     }
 }
 
-impl<const COUNT: bool> SplitWheel<COUNT> {
+impl<const COUNT: bool, const BY_ID: bool> SplitWheel<COUNT, BY_ID> {
     /// Appends the item of the pending timer at `index` to the slot of `deadline`.
     fn link(&mut self, index: u32, generation: u32, deadline: u64) {
         let (level, number) = place(self.now, deadline);
@@ -520,23 +525,28 @@ impl<const COUNT: bool> SplitWheel<COUNT> {
     }
 }
 
-impl<const COUNT: bool> Queue for SplitWheel<COUNT> {
+impl<const COUNT: bool, const BY_ID: bool> Queue for SplitWheel<COUNT, BY_ID> {
     type Handle = (u32, u32);
     fn insert(&mut self, id: u32, deadline: u64) -> (u32, u32) {
-        let index = match self.free.pop() {
-            Some(index) => {
+        let index = match if BY_ID { Some(id) } else { self.free.pop() } {
+            Some(index) if (index as usize) < self.hot.len() => {
                 self.deadlines[index as usize] = deadline;
                 self.values[index as usize] = id;
                 index
             }
-            None => {
-                self.hot.push(Hot {
+            _ => {
+                let index = if BY_ID { id } else { self.hot.len() as u32 };
+                let len = index as usize + 1;
+                let vacant = Hot {
                     generation: 0,
                     slot: 0,
-                });
-                self.deadlines.push(deadline);
-                self.values.push(id);
-                self.hot.len() as u32 - 1
+                };
+                self.hot.resize(len, vacant);
+                self.deadlines.resize(len, 0);
+                self.values.resize(len, 0);
+                self.deadlines[index as usize] = deadline;
+                self.values[index as usize] = id;
+                index
             }
         };
         let hot = &mut self.hot[index as usize];
@@ -552,11 +562,15 @@ impl<const COUNT: bool> Queue for SplitWheel<COUNT> {
         }
         hot.generation = generation.wrapping_add(1);
         let number = hot.slot as usize;
-        self.free.push(index);
+        if !BY_ID {
+            self.free.push(index);
+        }
         self.departs(number);
         true
     }
     fn reset(&mut self, (index, generation): (u32, u32), id: u32, deadline: u64) -> (u32, u32) {
+        // By id, the record is the caller's id's, whose address is known before the handle.
+        let index = if BY_ID { id } else { index };
         let hot = &mut self.hot[index as usize];
         if hot.generation != generation {
             return self.insert(id, deadline);
@@ -588,7 +602,9 @@ impl<const COUNT: bool> Queue for SplitWheel<COUNT> {
                     self.link(index, generation, deadline);
                 } else {
                     hot.generation = generation.wrapping_add(1);
-                    self.free.push(index);
+                    if !BY_ID {
+                        self.free.push(index);
+                    }
                     fired.push((self.values[index as usize], now));
                 }
             }
@@ -1175,6 +1191,7 @@ fn main() {
                 entrant("bare/by handle", workloads::w3, w3::<ByHandle<BareWheel>>),
                 entrant("keyed wheel", workloads::w3, w3::<KeyedWheel<false>>),
                 entrant("split wheel", workloads::w3, w3::<SplitWheel<true>>),
+                entrant("split/by id", workloads::w3, w3::<SplitWheel<true, true>>),
                 entrant("lean wheel", workloads::w3, w3::<LeanWheel<true>>),
                 entrant("packed wheel", workloads::w3, w3::<PackedWheel<true>>),
                 entrant("packed/nocount", workloads::w3, w3::<PackedWheel<false>>),
@@ -1191,6 +1208,7 @@ fn main() {
                 entrant("heap/by handle", workloads::w5, w5::<ByHandle<LazyHeap>>),
                 entrant("bare/by handle", workloads::w5, w5::<ByHandle<BareWheel>>),
                 entrant("split wheel", workloads::w5, w5::<SplitWheel<true>>),
+                entrant("split/by id", workloads::w5, w5::<SplitWheel<true, true>>),
                 entrant("lean wheel", workloads::w5, w5::<LeanWheel<true>>),
                 entrant("packed wheel", workloads::w5, w5::<PackedWheel<true>>),
                 entrant("packed/nocount", workloads::w5, w5::<PackedWheel<false>>),
