@@ -274,6 +274,28 @@ where
     f();
 }
 
+/// [`model`], with loom's search bounded to interleavings of at most `preemptions` forced
+/// switches between threads, for a model whose full search takes minutes (three racing
+/// threads). Loom's docs find a bound of 2 or 3 enough to catch most bugs.
+/// `LOOM_MAX_PREEMPTIONS`, when set, wins, so the full search stays one variable away.
+#[cfg(test)]
+pub(crate) fn model_bounded<F>(preemptions: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    #[cfg(loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = builder.preemption_bound.or(Some(preemptions));
+        builder.check(f);
+    }
+    #[cfg(not(loom))]
+    {
+        let _ = preemptions;
+        f();
+    }
+}
+
 /// Spawns a thread: a loom thread under `--cfg loom`, a std thread otherwise.
 #[cfg(test)]
 pub(crate) fn spawn<F, T>(f: F) -> JoinHandle<T>
