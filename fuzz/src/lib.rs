@@ -9,6 +9,10 @@
 //!
 //! [`run_slim`] drives the `SlimWheel`, whose reset returns a new key: the model then drops
 //! the old key and takes the new one, and the old one is picked later as a stale key.
+//!
+//! [`run_id`] drives the `IdWheel`, named by the caller's ids, with operations of its own
+//! ([`IdFuzzOp`]: ids instead of picks, and the restart of a spent generation) through the
+//! id-named driver the model tests use (`tests/common/ids.rs`).
 
 use std::collections::HashSet;
 
@@ -18,6 +22,10 @@ use tickwheel::{SlimWheel, TimerKey, TimerQueue};
 /// The queue side of the drivers, shared with `crates/tickwheel/tests/model.rs`.
 #[path = "../../crates/tickwheel/tests/common/subject.rs"]
 mod subject;
+/// The `IdWheel`'s driver, shared with `crates/tickwheel/tests/model.rs`.
+#[path = "../../crates/tickwheel/tests/common/ids.rs"]
+mod ids;
+use ids::{aging, IdOp, IdRun, ID_SPAN};
 use subject::{drain, Keyed, Subject};
 
 /// A tick relative to the queue's clock when the operation runs.
@@ -193,4 +201,78 @@ fn drive<Q: Subject>(mut q: Q, ops: &[Op]) {
     let rest = drain(&mut q, u64::MAX);
     let expected: Vec<_> = std::iter::from_fn(|| model.poll(u64::MAX)).collect();
     assert_eq!(rest, expected, "final drain");
+}
+
+/// One operation on an `IdWheel`; `u16` ids are taken modulo [`ID_SPAN`] (past the id limit
+/// for the last few), most of them among the first 64 when the top bit is clear, so that
+/// inserts replace and resets find timers.
+#[derive(Arbitrary, Clone, Debug)]
+pub enum IdFuzzOp {
+    Insert(u16, Tick),
+    /// `count` inserts on ids from `id` on, at `tick + (i * 37) % 64^(spread % 3)`.
+    Burst(u16, Tick, u8, u8),
+    Remove(u16),
+    Cancel(u16),
+    Reset(u16, Tick),
+    /// `deadline`, `get_mut` and `contains`.
+    Look(u16),
+    /// The id through a restart of its generation (`ids::aging`), `left % 3` short of the
+    /// last, between `tick` and a later slot.
+    Age(u16, u8, Tick),
+    Poll(Tick),
+    Drain(Tick),
+    NextExpiration,
+    Shrink,
+}
+
+/// The id `n` names: modulo 64 while its top bit is clear, else modulo [`ID_SPAN`].
+fn id_of(n: u16) -> u32 {
+    if n & 0x8000 == 0 {
+        u32::from(n % 64)
+    } else {
+        u32::from(n & 0x7fff) % ID_SPAN
+    }
+}
+
+/// Applies `ops` to a fresh `IdWheel` and to the model, panicking at the first difference or
+/// broken invariant; at the end everything left must fire in model order.
+pub fn run_id(ops: &[IdFuzzOp]) {
+    let mut run = IdRun::new();
+    for (step, op) in ops.iter().enumerate() {
+        let now = run.now();
+        let id_ops: Vec<IdOp> = match *op {
+            IdFuzzOp::Insert(id, tick) => vec![IdOp::Insert(id_of(id), tick.at(now))],
+            IdFuzzOp::Burst(id, tick, count, spread) => {
+                let base = tick.at(now);
+                (0..u16::from(count))
+                    .map(|i| {
+                        let shift = 6 * (u64::from(spread) % 3);
+                        let deadline = base.saturating_add((u64::from(i) * 37) % (1 << shift));
+                        IdOp::Insert(id_of(id.wrapping_add(i)), deadline)
+                    })
+                    .collect()
+            }
+            IdFuzzOp::Remove(id) => vec![IdOp::Remove(id_of(id))],
+            IdFuzzOp::Cancel(id) => vec![IdOp::Cancel(id_of(id))],
+            IdFuzzOp::Reset(id, tick) => vec![IdOp::Reset(id_of(id), tick.at(now))],
+            IdFuzzOp::Look(id) => vec![IdOp::Look(id_of(id))],
+            IdFuzzOp::Age(id, left, tick) => {
+                let at = tick.at(now);
+                aging(id_of(id), u32::from(left % 3), at, at.saturating_add(64)).to_vec()
+            }
+            IdFuzzOp::Poll(tick) => vec![IdOp::Poll(tick.at(now))],
+            IdFuzzOp::Drain(tick) => vec![IdOp::Drain(tick.at(now))],
+            IdFuzzOp::NextExpiration => vec![IdOp::NextExpiration],
+            IdFuzzOp::Shrink => vec![IdOp::Shrink],
+        };
+        for id_op in id_ops {
+            if let Err(e) = run.apply(id_op, step as u32) {
+                panic!("{op:?} as {id_op:?}: {e}");
+            }
+        }
+        run.wheel.check_invariants();
+    }
+    if let Err(e) = run.finish() {
+        panic!("{e}");
+    }
 }

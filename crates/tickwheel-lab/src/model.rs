@@ -49,6 +49,15 @@ impl<K: Copy + Eq + Hash, V> Model<K, V> {
         self.timers.insert(key, (eff, self.seq, value));
     }
 
+    /// Records `value` under `key` as a new insertion, replacing the timer pending under
+    /// `key` if there is one (as `HashMap::insert` does, and the `IdWheel`'s insert): returns
+    /// the replaced value.
+    pub fn insert_or_replace(&mut self, key: K, deadline: u64, value: V) -> Option<V> {
+        let old = self.remove(key);
+        self.insert(key, deadline, value);
+        old
+    }
+
     /// Removes a pending timer: its value, or `None` when `key` is not pending.
     pub fn remove(&mut self, key: K) -> Option<V> {
         let (eff, seq, value) = self.timers.remove(&key)?;
@@ -112,5 +121,13 @@ mod tests {
         assert_eq!(m.remove(4), Some("past"));
         assert_eq!(m.remove(4), None);
         assert!(!m.reset(4, 30));
+        m.insert(5, 30, "e");
+        m.insert(6, 30, "f");
+        assert_eq!(m.insert_or_replace(5, 30, "g"), Some("e")); // behind 6 now
+        assert_eq!(m.insert_or_replace(7, 30, "h"), None);
+        assert_eq!(m.poll(30), Some((6, "f")));
+        assert_eq!(m.poll(30), Some((5, "g")));
+        assert_eq!(m.poll(30), Some((7, "h")));
+        assert_eq!(m.poll(30), None);
     }
 }

@@ -54,7 +54,9 @@ pub use future::{
     interval, interval_at, sleep, sleep_until, timeout, timeout_at, Elapsed, FutureExt, Interval,
     MissedTickBehavior, Sleep, Timeout,
 };
-pub use queue::{DrainExpired, HashedWheel, Heap, SlimWheel, TimerKey, TimerQueue, Wheel};
+pub use queue::{
+    DrainExpired, HashedWheel, Heap, IdOutOfRange, IdWheel, SlimWheel, TimerKey, TimerQueue, Wheel,
+};
 #[cfg(feature = "std")]
 pub use service::{Recurrence, RecurringHandle, TimerHandle, TimerService};
 #[cfg(all(target_os = "linux", feature = "timerfd"))]

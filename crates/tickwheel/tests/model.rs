@@ -28,14 +28,24 @@
 //! whose reset returns a new key (the old key goes stale in the model too, and is picked later like
 //! any other stale key). A new queue, or a new form of one, joins the soak with a subject and a
 //! line in `long_model_run`.
+//!
+//! The `IdWheel`, named by the caller's ids, runs the same operations through its own driver
+//! (`tests/common/ids.rs`, [`id_ops`]): a pick is an id (most among a few dozen, so that
+//! inserts replace and resets and cancels find timers; some past the id limit), and a
+//! `Deadline` op now and then takes its id through the restart of its generation
+//! (`ids::aging`, with the test hook that ages an idle id's generation), so that the restart
+//! runs under the model too.
 
 mod common;
+#[path = "common/ids.rs"]
+mod ids;
 #[path = "common/subject.rs"]
 mod subject;
 
 use std::collections::HashSet;
 
 use common::{Flavor, Hashed1, Hashed512, Hashed8, HeapFlavor, WheelFlavor};
+use ids::{aging, IdOp, IdRun, ID_SPAN};
 use proptest::prelude::*;
 use subject::{drain, Keyed, Subject};
 use tickwheel::{SlimWheel, TimerKey};
@@ -330,6 +340,105 @@ proptest! {
     fn slim_wheel_matches_model(ops in ops()) {
         check(SlimWheel::new, &ops)?;
     }
+
+    #[test]
+    fn id_wheel_matches_model(ops in ops()) {
+        let mut run = IdRun::new();
+        for (step, op) in ops.iter().enumerate() {
+            for id_op in id_ops(op, run.now(), step as u64) {
+                run.apply(id_op, step as u32).map_err(TestCaseError::fail)?;
+            }
+            run.wheel.check_invariants();
+        }
+        run.finish().map_err(TestCaseError::fail)?;
+    }
+}
+
+/// The id a pick names: seven in eight among 40 ids, so that inserts replace and resets and
+/// cancels find timers; the rest across the whole id range and a little past the limit.
+fn id_of(pick: u64) -> u32 {
+    if pick % 8 == 0 {
+        ((pick >> 3) % u64::from(ID_SPAN)) as u32
+    } else {
+        ((pick >> 3) % 40) as u32
+    }
+}
+
+/// `op`, as the `IdWheel`'s operations (the clock at `now`, the `step`th operation): a pick
+/// names an id ([`id_of`]); an insert's id is drawn from the step, a burst's from the step and
+/// its index; a cancel storm alternates removals and cancels, as for the keyed queues; a
+/// `Deadline` op looks at its id and, one in two, takes it through a generation's restart
+/// ([`aging`]).
+fn id_ops(op: &Op, now: u64, step: u64) -> Vec<IdOp> {
+    let drawn = |n: u64| id_of(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16);
+    match *op {
+        Op::Insert(tick) => vec![IdOp::Insert(drawn(step), tick.at(now))],
+        Op::Burst(tick, count, spread) => {
+            let base = tick.at(now);
+            (0..u64::from(count))
+                .map(|i| {
+                    let deadline = base.saturating_add((i * 37) % (1 << (6 * spread)));
+                    IdOp::Insert(drawn(step << 16 | i), deadline)
+                })
+                .collect()
+        }
+        Op::Remove(pick) => vec![IdOp::Remove(id_of(pick as u64))],
+        Op::CancelStorm(start, count) => (0..usize::from(count))
+            .map(|i| {
+                let id = id_of(start.wrapping_add(i.wrapping_mul(7_919)) as u64);
+                if i % 2 == 0 {
+                    IdOp::Remove(id)
+                } else {
+                    IdOp::Cancel(id)
+                }
+            })
+            .collect(),
+        Op::Reset(pick, tick) => vec![IdOp::Reset(id_of(pick as u64), tick.at(now))],
+        Op::Deadline(pick) => {
+            let id = id_of(pick as u64);
+            let mut ops = vec![IdOp::Look(id)];
+            if (pick >> 40) % 2 == 0 {
+                let at = now.saturating_add((pick >> 48) as u64 % 130);
+                let then = at.saturating_add(64 * ((pick >> 56) as u64 % 4 + 1));
+                ops.extend(aging(id, ((pick >> 42) % 3) as u32, at, then));
+            }
+            ops
+        }
+        Op::Poll(tick) => vec![IdOp::Poll(tick.at(now))],
+        Op::Drain(tick) => vec![IdOp::Drain(tick.at(now))],
+        Op::NextExpiration => vec![IdOp::NextExpiration],
+        Op::Len => vec![],
+        Op::Shrink => vec![IdOp::Shrink],
+    }
+}
+
+/// [`long_run`] for the `IdWheel`: the same seeded stream through [`id_ops`], a fresh wheel
+/// and model at the far end of time and after every million operations.
+fn long_id_run(seed: u64, total: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let mut done = 0u64;
+    while done < total {
+        let mut run = IdRun::new();
+        let mut ran = 0u64;
+        while done < total && ran < 1_000_000 && run.now() < u64::MAX / 2 {
+            let op = random_op(&mut rng);
+            let id_ops = id_ops(&op, run.now(), done);
+            for id_op in &id_ops {
+                if let Err(e) = run.apply(*id_op, done as u32) {
+                    panic!("seed {seed}, operation {done} ({op:?} as {id_op:?}): {e}");
+                }
+            }
+            if run.wheel.len() <= 1024 || done % 64 == 0 {
+                run.wheel.check_invariants();
+            }
+            let weight = id_ops.len().max(1) as u64;
+            done += weight;
+            ran += weight;
+        }
+        if let Err(e) = run.finish() {
+            panic!("seed {seed}, final drain: {e}");
+        }
+    }
 }
 
 /// The generators reach what they claim to: boundaries, far ticks and `u64::MAX`.
@@ -458,11 +567,18 @@ fn long_model_run() {
     timed("HashedWheel (512 slots)", keyed::<Hashed512>, 3, total);
     timed("HashedWheel (8 slots)", keyed::<Hashed8>, 4, total);
     timed("SlimWheel", SlimWheel::new, 5, total);
+    timed_run("IdWheel", || long_id_run(6, total));
 }
 
 /// [`long_run`] on subject `S`, printing how long it took; skipped when
 /// `TICKWHEEL_MODEL_ONLY` (names as printed, comma-separated) leaves it out.
 fn timed<S: Subject>(name: &str, fresh: fn() -> S, seed: u64, total: u64) {
+    timed_run(name, || long_run(fresh, seed, total));
+}
+
+/// Runs `run` for the queue `name`, printing how long it took, unless `TICKWHEEL_MODEL_ONLY`
+/// leaves it out.
+fn timed_run(name: &str, run: impl FnOnce()) {
     if let Ok(only) = std::env::var("TICKWHEEL_MODEL_ONLY") {
         if !only.split(',').any(|wanted| wanted.trim() == name) {
             println!("  {name}: skipped (TICKWHEEL_MODEL_ONLY)");
@@ -470,6 +586,6 @@ fn timed<S: Subject>(name: &str, fresh: fn() -> S, seed: u64, total: u64) {
         }
     }
     let start = std::time::Instant::now();
-    long_run(fresh, seed, total);
+    run();
     println!("  {name}: {:.1} s", start.elapsed().as_secs_f64());
 }

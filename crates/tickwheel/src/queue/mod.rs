@@ -80,6 +80,7 @@
 pub(crate) mod free;
 pub mod hashed;
 pub mod heap;
+pub mod id;
 pub(crate) mod records;
 pub(crate) mod slab;
 pub mod slim;
@@ -91,6 +92,7 @@ use core::num::NonZeroU64;
 
 pub use hashed::HashedWheel;
 pub use heap::Heap;
+pub use id::{IdOutOfRange, IdWheel};
 pub use slim::SlimWheel;
 pub use wheel::Wheel;
 

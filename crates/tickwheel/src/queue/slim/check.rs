@@ -1,6 +1,6 @@
-//! [`SlimWheel::check_invariants`]: the `Wheel`'s invariants (`wheel/check.rs`), over items
+//! [`SlimWheel::check_invariants`] (and the `IdWheel`'s): the `Wheel`'s invariants (`wheel/check.rs`), over items
 //! that carry their generation. The checks both wheels make alike are `Tiers`'
-//! (`wheel/tiers.rs`); this file walks the `SlimWheel`'s items and records.
+//! (`wheel/tiers.rs`); this file walks a lean wheel's items and records.
 //!
 //! 1. **Placement.** A live timer's effective deadline `d` is at or after `now`; its current
 //!    item sits on the lowest level whose absorbed range reaches `d` (items a level has
@@ -20,7 +20,8 @@
 
 use alloc::vec;
 
-use super::SlimWheel;
+use super::store::Naming;
+use super::{Lean, SlimWheel};
 
 impl<T> SlimWheel<T> {
     /// Checks the wheel's invariants (listed in `check.rs`, those of the `Wheel`'s module
@@ -28,6 +29,13 @@ impl<T> SlimWheel<T> {
     /// fuzzing and debugging. Debug builds also run it now and then in
     /// [`poll_expired`](SlimWheel::poll_expired).
     pub fn check_invariants(&self) {
+        self.lean.check_invariants();
+    }
+}
+
+impl<T, N: Naming> Lean<T, N> {
+    /// Checks a lean wheel's invariants (the wheels' `check_invariants`).
+    pub(in crate::queue) fn check_invariants(&self) {
         let tiers = &self.tiers;
         tiers.check_levels();
         let pending = tiers.pending_departures();
@@ -55,7 +63,7 @@ impl<T> SlimWheel<T> {
         }
         assert_eq!(
             current_total,
-            self.len(),
+            self.store.len(),
             "(4) every live record has exactly one current item"
         );
     }

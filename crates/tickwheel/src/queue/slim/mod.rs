@@ -54,7 +54,7 @@
 
 use core::fmt;
 
-use super::free::grow;
+use super::free::{grow, FreeStack};
 use super::wheel::level::{self, slot_number};
 use super::wheel::tiered::Tiered;
 use super::wheel::tiers::Tiers;
@@ -63,12 +63,112 @@ use super::TimerKey;
 
 mod check;
 mod slots;
-mod store;
+pub(in crate::queue) mod store;
 #[cfg(test)]
 mod tests;
 mod tiered;
 
-use store::{Item, Store};
+use store::{Item, Naming, Store};
+
+/// The methods the [`SlimWheel`] and the [`IdWheel`](super::IdWheel) have alike, over their
+/// `lean` field: `len`, `is_empty`, `now`, `next_expiration`, `timeout_until_next`,
+/// `poll_expired` (a timer comes out named by `$name`, with the doc `$poll`) and
+/// `drain_expired`.
+macro_rules! lean_wheel_methods {
+    ($name:ty, $poll:literal) => {
+        /// The number of pending timers.
+        #[inline]
+        pub fn len(&self) -> usize {
+            self.lean.store.len()
+        }
+
+        /// Whether no timer is pending.
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// The wheel's current tick.
+        #[inline]
+        pub fn now(&self) -> u64 {
+            self.lean.tiers.now
+        }
+
+        /// A tick no later than the earliest pending effective deadline; `None` when empty.
+        /// As the `Wheel`'s: the first occupied slot's start, or earlier when a step of
+        /// absorption is due.
+        pub fn next_expiration(&self) -> Option<u64> {
+            self.lean.next_tick()
+        }
+
+        /// Ticks from `now` until [`next_expiration`](Self::next_expiration): `Some(0)` if a
+        /// timer is already due, `None` when the wheel is empty.
+        pub fn timeout_until_next(&self, now: u64) -> Option<u64> {
+            self.lean.next_tick().map(|at| at.saturating_sub(now))
+        }
+
+        #[doc = $poll]
+        pub fn poll_expired(&mut self, now: u64) -> Option<($name, T)> {
+            self.lean.poll(now)
+        }
+
+        /// An iterator that calls [`poll_expired(now)`](Self::poll_expired) until it returns
+        /// `None`. Dropping it early leaves the remaining timers queued.
+        pub fn drain_expired(&mut self, now: u64) -> impl Iterator<Item = ($name, T)> + '_ {
+            core::iter::from_fn(move || self.poll_expired(now))
+        }
+    };
+}
+pub(in crate::queue) use lean_wheel_methods;
+
+/// What the [`SlimWheel`] and the [`IdWheel`](super::IdWheel) are made of: records
+/// (`store.rs`, `N` the part they do differently) and the `Wheel`'s levels, clock, slots
+/// (items carry their generation; a slot counts no stale items) and departures (the slot
+/// alone). The logic they share with the `Wheel` is [`Tiered`]'s (`tiered.rs`); the slots'
+/// compaction (`slots.rs`) and the invariants (`check.rs`) are this type's.
+pub(in crate::queue) struct Lean<T, N> {
+    pub(in crate::queue) store: Store<T, N>,
+    pub(in crate::queue) tiers: Tiers<Item, (), u32>,
+}
+
+impl<T, N: Naming> Lean<T, N> {
+    /// `store`, and empty levels with the clock at `tick`.
+    pub(in crate::queue) fn new(store: Store<T, N>, tick: u64) -> Self {
+        Lean {
+            store,
+            tiers: Tiers::new(tick),
+        }
+    }
+
+    /// Bytes held: records, slot vectors at their capacity and the slot table.
+    pub(in crate::queue) fn allocated_bytes(&self) -> usize {
+        self.store.allocated_bytes() + self.tiers.allocated_bytes()
+    }
+
+    /// The effective deadline of a timer due at `deadline`, and its slot number.
+    #[inline]
+    pub(in crate::queue) fn place(&self, deadline: u64) -> (u64, usize) {
+        let deadline = deadline.max(self.tiers.now);
+        (
+            deadline,
+            slot_number(deadline, self.tiers.level_of(deadline)),
+        )
+    }
+
+    /// Items in all slots, stale ones included, for tests of the bound on garbage.
+    #[cfg(test)]
+    pub(in crate::queue) fn items(&self) -> usize {
+        self.tiers.slots.iter().map(|slot| slot.items.len()).sum()
+    }
+
+    /// The wheel's `Debug`: its clock and timers.
+    pub(in crate::queue) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("now", &self.tiers.now)
+            .field("len", &self.store.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// A hierarchical timing wheel with 8-byte records whose [`reset`](SlimWheel::reset) returns
 /// a new key. See the [module docs](self) for when to pick it over the [`Wheel`](super::Wheel).
@@ -94,10 +194,8 @@ use store::{Item, Store};
 /// assert!(wheel.is_empty());
 /// ```
 pub struct SlimWheel<T> {
-    store: Store<T>,
-    /// Levels, clock, slots (items carry their generation; a slot counts no stale items)
-    /// and departures (the slot alone): the state the `Wheel` has too.
-    tiers: Tiers<Item, (), u32>,
+    /// Records with a free stack, and the `Wheel`'s levels.
+    lean: Lean<T, FreeStack>,
 }
 
 impl<T> SlimWheel<T> {
@@ -109,48 +207,45 @@ impl<T> SlimWheel<T> {
     /// An empty wheel whose clock starts at `tick`.
     pub fn with_start(tick: u64) -> SlimWheel<T> {
         SlimWheel {
-            store: Store::new(),
-            tiers: Tiers::new(tick),
+            lean: Lean::new(Store::new(), tick),
         }
     }
 
     /// An empty wheel at tick 0 with room for `capacity` timers before its records allocate.
     pub fn with_capacity(capacity: usize) -> SlimWheel<T> {
         SlimWheel {
-            store: Store::with_capacity(capacity),
-            ..SlimWheel::new()
+            lean: Lean::new(Store::with_capacity(capacity), 0),
         }
     }
 
     /// How many timers the records hold room for without allocating.
     pub fn capacity(&self) -> usize {
-        self.store.capacity()
+        self.lean.store.capacity()
     }
 
     /// Bytes of memory the wheel holds (its own struct excluded): records, slot vectors at
     /// their capacity and the slot table.
     pub fn allocated_bytes(&self) -> usize {
-        self.store.allocated_bytes() + self.tiers.allocated_bytes()
+        self.lean.allocated_bytes()
     }
 
     /// Adds a timer that fires at tick `deadline` (or at the next poll if `deadline <= now()`)
     /// and returns its key.
     #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let deadline = deadline.max(self.tiers.now);
-        let number = slot_number(deadline, self.tiers.level_of(deadline));
-        let item = self.store.insert(deadline, value, number as u32);
-        self.push_item(number, item);
+        let (deadline, number) = self.lean.place(deadline);
+        let item = self.lean.store.insert(deadline, value, number as u32);
+        self.lean.push_item(number, item);
         item.key()
     }
 
     /// Removes a pending timer and returns its value; `None` for a stale key.
     #[inline]
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        self.store.touch_value(key);
-        let (index, slot) = self.store.find(key)?;
-        let value = self.store.take(index);
-        self.depart(slot);
+        self.lean.store.touch_value_at(key.index());
+        let (index, slot) = self.lean.store.find(key)?;
+        let value = self.lean.store.take(index);
+        self.lean.depart(slot);
         Some(value)
     }
 
@@ -159,11 +254,11 @@ impl<T> SlimWheel<T> {
     /// than [`remove`](Self::remove) when nobody wants the value back.
     #[inline]
     pub fn cancel(&mut self, key: TimerKey) -> bool {
-        let Some((index, slot)) = self.store.find(key) else {
+        let Some((index, slot)) = self.lean.store.find(key) else {
             return false;
         };
-        self.store.discard(index);
-        self.depart(slot);
+        self.lean.store.discard(index);
+        self.lean.depart(slot);
         true
     }
 
@@ -173,78 +268,40 @@ impl<T> SlimWheel<T> {
     #[inline]
     #[must_use = "the timer has a new key: the one passed in is stale"]
     pub fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey> {
-        self.store.touch_deadline(key);
-        let (index, slot) = self.store.find(key)?;
-        let deadline = deadline.max(self.tiers.now);
-        let number = slot_number(deadline, self.tiers.level_of(deadline));
-        let item = self.store.rekey(index, deadline, number as u32);
-        self.push_item(number, item);
-        self.depart(slot);
+        self.lean.store.touch_deadline_at(key.index());
+        let (index, slot) = self.lean.store.find(key)?;
+        let (deadline, number) = self.lean.place(deadline);
+        let item = self.lean.store.rekey(index, deadline, number as u32);
+        self.lean.push_item(number, item);
+        self.lean.depart(slot);
         Some(item.key())
     }
 
     /// The effective deadline of a pending timer; `None` for a stale key.
     #[inline]
     pub fn deadline(&self, key: TimerKey) -> Option<u64> {
-        let (index, _) = self.store.find(key)?;
-        Some(self.store.deadline(index))
+        let (index, _) = self.lean.store.find(key)?;
+        Some(self.lean.store.deadline(index))
     }
 
     /// The value of a pending timer, to read or change in place; `None` for a stale key.
     #[inline]
     pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
-        self.store.get_mut(key)
+        self.lean.store.get_mut(key)
     }
 
-    /// The number of pending timers.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.store.len()
-    }
-
-    /// Whether no timer is pending.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The wheel's current tick.
-    #[inline]
-    pub fn now(&self) -> u64 {
-        self.tiers.now
-    }
-
-    /// A tick no later than the earliest pending effective deadline; `None` when empty. As
-    /// the `Wheel`'s: the first occupied slot's start, or earlier when a step of absorption
-    /// is due.
-    pub fn next_expiration(&self) -> Option<u64> {
-        self.next_tick()
-    }
-
-    /// Ticks from `now` until [`next_expiration`](Self::next_expiration): `Some(0)` if a
-    /// timer is already due, `None` when the wheel is empty.
-    pub fn timeout_until_next(&self, now: u64) -> Option<u64> {
-        self.next_expiration().map(|at| at.saturating_sub(now))
-    }
-
-    /// Advances the wheel towards tick `now` and returns the next timer due by then, in
-    /// firing order, with the key it had; `None` once nothing more is due (and then
-    /// [`now()`](Self::now) is `now`, unless `now` was behind it).
-    pub fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, T)> {
-        self.poll(now)
-    }
-
-    /// An iterator that calls [`poll_expired(now)`](Self::poll_expired) until it returns
-    /// `None`. Dropping it early leaves the remaining timers queued.
-    pub fn drain_expired(&mut self, now: u64) -> impl Iterator<Item = (TimerKey, T)> + '_ {
-        core::iter::from_fn(move || self.poll_expired(now))
+    lean_wheel_methods! {
+        TimerKey,
+        "Advances the wheel towards tick `now` and returns the next timer due by then, in \
+         firing order, with the key it had; `None` once nothing more is due (and then \
+         [`now()`](Self::now) is `now`, unless `now` was behind it)."
     }
 
     /// Releases memory held for timers that are gone: compacts every slot and drops the free
     /// records at the end of the arrays. Keys of pending timers stay valid.
     pub fn shrink_to_fit(&mut self) {
-        self.shrink_slots();
-        self.store.shrink_to_fit();
+        self.lean.shrink_slots();
+        self.lean.store.shrink_to_fit();
     }
 }
 
@@ -256,9 +313,6 @@ impl<T> Default for SlimWheel<T> {
 
 impl<T> fmt::Debug for SlimWheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlimWheel")
-            .field("now", &self.tiers.now)
-            .field("len", &self.len())
-            .finish_non_exhaustive()
+        self.lean.debug("SlimWheel", f)
     }
 }

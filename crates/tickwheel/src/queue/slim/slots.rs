@@ -1,4 +1,4 @@
-//! A [`SlimWheel`] slot's storage: a vector of [`Item`]s in insertion order, stale ones among
+//! A lean wheel's slot storage (the [`SlimWheel`]'s and the [`IdWheel`](crate::queue::IdWheel)'s): a vector of [`Item`]s in insertion order, stale ones among
 //! them, and the compaction that bounds them (see the module docs, "Design"); the batched
 //! accounting is both wheels' (`wheel/tiered.rs`).
 //!
@@ -24,7 +24,10 @@
 //! misses overlap) and keeps the current ones in order; no record stores a position, so
 //! nothing is rewritten for the items that move.
 
-use super::{grow, SlimWheel, TOUCH};
+use super::store::Naming;
+#[cfg(doc)]
+use super::SlimWheel;
+use super::{grow, Lean, TOUCH};
 #[cfg(doc)]
 use super::{store::Item, Tiered};
 use crate::queue::wheel::tiers::{Departed, COMPACT_SLACK};
@@ -39,7 +42,7 @@ impl Departed for u32 {
     }
 }
 
-impl<T> SlimWheel<T> {
+impl<T, N: Naming> Lean<T, N> {
     /// Makes room for an item in slot `number`, which is full: a spare vector if it has none
     /// yet; else compacts it if at least a quarter of its items are stale for sure (its
     /// `live` count includes departures not yet applied, so it overcounts), and grows it

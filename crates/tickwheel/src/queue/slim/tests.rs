@@ -24,7 +24,7 @@ fn a_reset_at_the_last_generation_moves_the_timer_and_retires_the_record() {
     let mut wheel = SlimWheel::new();
     let first = wheel.insert(10, 'a');
     wheel.insert(10, 'b');
-    *wheel.store.generation_mut(first.index()) = MAX_GENERATION;
+    *wheel.lean.store.generation_mut(first.index()) = MAX_GENERATION;
     let last = TimerKey::new(first.index(), MAX_GENERATION);
     let moved = wheel.reset(last, 10).expect("pending");
     assert_ne!(moved.index(), first.index(), "the spent record is left");
@@ -60,7 +60,7 @@ fn a_move_down_keeps_the_key() {
     let mut wheel = SlimWheel::new();
     let far = wheel.insert(300_000, 7u32);
     let level = |wheel: &SlimWheel<u32>| {
-        let (_, slot) = wheel.store.find(far).expect("live");
+        let (_, slot) = wheel.lean.store.find(far).expect("live");
         slot as usize / RING
     };
     assert_eq!(level(&wheel), 3);
@@ -93,7 +93,7 @@ fn cancels_and_resets_without_polls_stay_bounded() {
         assert!(wheel.cancel(key));
     }
     wheel.check_invariants();
-    let items: usize = wheel.tiers.slots.iter().map(|slot| slot.items.len()).sum();
+    let items = wheel.lean.items();
     assert!(
         items <= COMPACT_RATIO * 1_000 + 2 * 32 + 64,
         "{items} items for 1 000 timers"
@@ -126,7 +126,7 @@ fn owned_values_survive_every_path() {
         }
     }
     // A reset at the last generation moves the value to another record.
-    *wheel.store.generation_mut(keys[5].index()) = MAX_GENERATION;
+    *wheel.lean.store.generation_mut(keys[5].index()) = MAX_GENERATION;
     let spent = TimerKey::new(keys[5].index(), MAX_GENERATION);
     keys[5] = wheel.reset(spent, 70).expect("pending");
     assert_eq!(wheel.remove(keys[0]), None);
@@ -154,7 +154,7 @@ fn next_expiration_skips_a_slot_left_only_by_a_pending_departure() {
     assert_eq!(wheel.next_expiration(), Some(10));
     assert!(wheel.cancel(early));
     assert!(wheel.reset(reset, 30).is_some());
-    assert_eq!(wheel.tiers.departed.len(), 2, "not applied yet");
+    assert_eq!(wheel.lean.tiers.departed.len(), 2, "not applied yet");
     assert_eq!(wheel.next_expiration(), Some(20));
     wheel.check_invariants();
 }

@@ -1,17 +1,17 @@
-//! The [`SlimWheel`]'s side of the logic it shares with the `Wheel` (`wheel/tiered.rs`):
-//! items carry their generation, valid while their record's is the same and its slot names
-//! theirs, and a move down keeps the item, so the key.
+//! The lean wheels' side of the logic they share with the `Wheel` (`wheel/tiered.rs`): items
+//! carry their generation, valid while their record's is the same and its slot names theirs,
+//! and a move down keeps the item, so the key (or the id's generation).
 
 use super::level::slot_number;
-use super::store::Item;
-use super::{SlimWheel, Tiered, Tiers};
-use crate::queue::TimerKey;
+use super::store::{Item, Naming};
+use super::{Lean, Tiered, Tiers};
 
-impl<T> Tiered for SlimWheel<T> {
+impl<T, N: Naming> Tiered for Lean<T, N> {
     type Item = Item;
     type Stale = ();
     type Departure = u32;
     type Value = T;
+    type Name = N::Name;
 
     #[inline]
     fn tiers(&self) -> &Tiers<Item, (), u32> {
@@ -59,18 +59,18 @@ impl<T> Tiered for SlimWheel<T> {
     }
 
     #[inline]
-    fn fire(&mut self, item: Item) -> Option<(TimerKey, T)> {
-        Some((item.key(), self.store.take(item.index)))
+    fn fire(&mut self, item: Item) -> Option<(N::Name, T)> {
+        Some((N::name(item), self.store.take(item.index)))
     }
 
     #[inline]
     fn make_room(&mut self, number: usize) {
-        SlimWheel::make_room(self, number);
+        Lean::make_room(self, number);
     }
 
     #[inline]
     fn compact(&mut self, number: usize) {
-        SlimWheel::compact(self, number);
+        Lean::compact(self, number);
     }
 
     /// Nothing to mark: an item carries its generation, so it is told stale by its record.

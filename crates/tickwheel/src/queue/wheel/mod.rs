@@ -232,6 +232,7 @@ impl<T> Tiered for Wheel<T> {
     type Stale = usize;
     type Departure = Departure;
     type Value = T;
+    type Name = TimerKey;
 
     #[inline]
     fn tiers(&self) -> &Tiers<u32, usize, Departure> {

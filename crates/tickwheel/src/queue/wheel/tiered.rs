@@ -12,7 +12,6 @@
 
 use alloc::vec::Vec;
 
-use super::super::TimerKey;
 use super::level::{ring, start};
 use super::tiers::{Departed, Tiers, DEPART_BATCH};
 use super::{LEVELS, LEVEL_BITS, RING, TOUCH, UNSETTLED};
@@ -36,6 +35,8 @@ pub(in crate::queue) trait Tiered {
     type Departure: Departed;
     /// A timer's value.
     type Value;
+    /// What a fired timer comes out with: its key, or (the `IdWheel`) the caller's id.
+    type Name;
 
     /// The state both wheels share.
     fn tiers(&self) -> &Tiers<Self::Item, Self::Stale, Self::Departure>;
@@ -56,8 +57,8 @@ pub(in crate::queue) trait Tiered {
     /// Moves the current item `item`, due at `deadline`, to its slot at `level` (a move down
     /// keeps the key).
     fn move_down(&mut self, item: Self::Item, deadline: u64, level: usize);
-    /// Removes the live timer `item` is the current item of, as it fires: its key and value.
-    fn fire(&mut self, item: Self::Item) -> Option<(TimerKey, Self::Value)>;
+    /// Removes the live timer `item` is the current item of, as it fires: its name and value.
+    fn fire(&mut self, item: Self::Item) -> Option<(Self::Name, Self::Value)>;
     /// Gives full slot `number` room for an item. Cold: it runs once a vector fills. The
     /// `SlimWheel` compacts a slot a quarter stale instead of growing it (`slim/slots.rs`).
     fn make_room(&mut self, number: usize);
@@ -92,7 +93,7 @@ pub(in crate::queue) trait Tiered {
 
     /// Removes and returns the next timer of the ready slot.
     #[inline]
-    fn pop_ready(&mut self) -> Option<(TimerKey, Self::Value)> {
+    fn pop_ready(&mut self) -> Option<(Self::Name, Self::Value)> {
         let number = self.tiers().ready_slot();
         loop {
             let tiers = self.tiers();
@@ -118,7 +119,7 @@ pub(in crate::queue) trait Tiered {
 
     /// Advances the wheel towards tick `now` and returns the next timer due by then, in
     /// firing order (the wheels' `poll_expired`; see the module docs, "Expiry").
-    fn poll(&mut self, now: u64) -> Option<(TimerKey, Self::Value)> {
+    fn poll(&mut self, now: u64) -> Option<(Self::Name, Self::Value)> {
         if now < self.tiers().now {
             return None;
         }
@@ -188,15 +189,24 @@ pub(in crate::queue) trait Tiered {
     /// Compacts every slot holding a timer and gives back what slots and spare lists hold
     /// beyond their items (the wheels' `shrink_to_fit`, with their records).
     fn shrink_slots(&mut self) {
+        self.compact_slots();
+        for number in 0..LEVELS * RING {
+            self.tiers_mut().slots[number].items.shrink_to_fit();
+        }
+        for spare in self.tiers_mut().spare.iter_mut() {
+            *spare = Vec::new();
+        }
+    }
+
+    /// Applies every departure and compacts every slot holding a timer: afterwards no slot
+    /// holds a stale item or a consumed prefix (a slot without a live timer holds no item),
+    /// so no item names a record but its current one.
+    fn compact_slots(&mut self) {
         self.apply_departures();
         for number in 0..LEVELS * RING {
             if self.tiers().slots[number].live > 0 {
                 self.compact(number);
             }
-            self.tiers_mut().slots[number].items.shrink_to_fit();
-        }
-        for spare in self.tiers_mut().spare.iter_mut() {
-            *spare = Vec::new();
         }
     }
 
