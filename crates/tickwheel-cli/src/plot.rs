@@ -19,6 +19,7 @@ fn queue_color(entrant: QueueEntrant) -> RGBColor {
     match entrant {
         QueueEntrant::Wheel => RGBColor(214, 39, 40),
         QueueEntrant::SlimWheel => RGBColor(227, 119, 194),
+        QueueEntrant::IdWheel => RGBColor(188, 189, 34),
         QueueEntrant::HashedWheel => RGBColor(255, 127, 14),
         QueueEntrant::Heap => RGBColor(148, 103, 189),
         QueueEntrant::BinaryHeap => RGBColor(31, 119, 180),

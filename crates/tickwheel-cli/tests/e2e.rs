@@ -26,9 +26,10 @@ fn tickwheel_ok(args: &[&str], what: &str) -> String {
     stdout
 }
 
-const QUEUES: [&str; 9] = [
+const QUEUES: [&str; 10] = [
     "tickwheel-wheel",
     "tickwheel-slim",
+    "tickwheel-id",
     "tickwheel-hashed",
     "tickwheel-heap",
     "std-binaryheap",

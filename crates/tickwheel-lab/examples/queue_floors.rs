@@ -7,6 +7,9 @@
 //! * `SlimWheel`: `tickwheel::SlimWheel`, the queue built on `split wheel`'s layout below with
 //!   the `Wheel`'s levels and pacing; it cancels with `cancel` and takes the key a reset
 //!   returns.
+//! * `IdWheel` (W1, W3, W5): `tickwheel::IdWheel`, the `SlimWheel` told the caller's ids (the
+//!   workloads' timer ids, dense), as the lazy heap is, as `split/by id` below is: a reset and
+//!   a cancel by id, no key, no free stack. It holds the ids as values, as every entrant does.
 //! * `bare wheel`: a classic wheel, 64 slots and 4 levels (ticks below 2^24), items
 //!   `(deadline, id, generation)` in slot vectors, cascaded when the clock enters a slot. No
 //!   keys and no slab: it cancels lazily, as the heap does.
@@ -60,7 +63,7 @@ use std::collections::BinaryHeap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tickwheel::{SlimWheel, TimerKey, TimerQueue, Wheel};
+use tickwheel::{IdWheel, SlimWheel, TimerKey, TimerQueue, Wheel};
 use tickwheel_lab::workloads::{self, ChurnInput, ChurnOp, QueueInput};
 
 /// What a workload needs of a queue: the same operations as `tickwheel bench`'s entrants.
@@ -118,6 +121,38 @@ impl Queue for TheSlim {
     }
     fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
         while let Some((_, id)) = self.0.poll_expired(now) {
+            fired.push((id, now));
+        }
+    }
+}
+
+/// `tickwheel::IdWheel`: told the caller's id; the handle is the id.
+struct TheId(IdWheel<u32>);
+
+impl Default for TheId {
+    fn default() -> TheId {
+        TheId(IdWheel::new(u32::MAX))
+    }
+}
+
+impl Queue for TheId {
+    type Handle = u32;
+    fn insert(&mut self, id: u32, deadline: u64) -> u32 {
+        let replaced = self.0.insert(id, deadline, id).expect("id below u32::MAX");
+        debug_assert!(replaced.is_none());
+        id
+    }
+    fn cancel(&mut self, id: u32) -> bool {
+        self.0.cancel(id)
+    }
+    fn reset(&mut self, _: u32, id: u32, deadline: u64) -> u32 {
+        if !self.0.reset(id, deadline) {
+            self.insert(id, deadline);
+        }
+        id
+    }
+    fn advance(&mut self, now: u64, fired: &mut Vec<(u32, u64)>) {
+        while let Some((id, _)) = self.0.poll_expired(now) {
             fired.push((id, now));
         }
     }
@@ -1157,6 +1192,7 @@ fn main() {
                 entrant("lazy heap", workloads::w1, w1::<LazyHeap>),
                 entrant("Wheel", workloads::w1, w1::<TheWheel>),
                 entrant("SlimWheel", workloads::w1, w1::<TheSlim>),
+                entrant("IdWheel", workloads::w1, w1::<TheId>),
                 entrant("keyed wheel", workloads::w1, w1::<KeyedWheel<false>>),
                 entrant("find+free", workloads::w1, w1::<KeyedWheel<true>>),
                 entrant("split wheel", workloads::w1, w1::<SplitWheel<true>>),
@@ -1186,6 +1222,7 @@ fn main() {
                 entrant("lazy heap", workloads::w3, w3::<LazyHeap>),
                 entrant("Wheel", workloads::w3, w3::<TheWheel>),
                 entrant("SlimWheel", workloads::w3, w3::<TheSlim>),
+                entrant("IdWheel", workloads::w3, w3::<TheId>),
                 entrant("bare wheel", workloads::w3, w3::<BareWheel>),
                 entrant("heap/by handle", workloads::w3, w3::<ByHandle<LazyHeap>>),
                 entrant("bare/by handle", workloads::w3, w3::<ByHandle<BareWheel>>),
@@ -1204,6 +1241,7 @@ fn main() {
                 entrant("lazy heap", workloads::w5, w5::<LazyHeap>),
                 entrant("Wheel", workloads::w5, w5::<TheWheel>),
                 entrant("SlimWheel", workloads::w5, w5::<TheSlim>),
+                entrant("IdWheel", workloads::w5, w5::<TheId>),
                 entrant("bare wheel", workloads::w5, w5::<BareWheel>),
                 entrant("heap/by handle", workloads::w5, w5::<ByHandle<LazyHeap>>),
                 entrant("bare/by handle", workloads::w5, w5::<ByHandle<BareWheel>>),

@@ -27,7 +27,7 @@ pub use adapters::VirtualTimeQueue;
 use crate::error::{Error, Result};
 use crate::workload::Workload;
 use adapters::{
-    BTreeTimers, HierarchicalHashWheel, IndexedPriorityQueue, LazyBinaryHeap, SlimQueue,
+    BTreeTimers, HierarchicalHashWheel, IdQueue, IndexedPriorityQueue, LazyBinaryHeap, SlimQueue,
     TickwheelQueue, TokioDelayQueue,
 };
 use report::QueueSample;
@@ -44,6 +44,9 @@ pub enum QueueEntrant {
     /// `tickwheel::SlimWheel`: the `Wheel`'s levels over 8-byte records, a reset returning a
     /// new key.
     SlimWheel,
+    /// `tickwheel::IdWheel`: the `SlimWheel` named by the caller's dense ids (the workloads'
+    /// timer ids), as the lazy `BinaryHeap` is.
+    IdWheel,
     /// `tickwheel::HashedWheel`.
     HashedWheel,
     /// `tickwheel::Heap`.
@@ -62,9 +65,10 @@ pub enum QueueEntrant {
 
 impl QueueEntrant {
     /// All queue entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [QueueEntrant; 9] = [
+    pub const ALL: [QueueEntrant; 10] = [
         QueueEntrant::Wheel,
         QueueEntrant::SlimWheel,
+        QueueEntrant::IdWheel,
         QueueEntrant::HashedWheel,
         QueueEntrant::Heap,
         QueueEntrant::BinaryHeap,
@@ -79,6 +83,7 @@ impl QueueEntrant {
         match self {
             QueueEntrant::Wheel => "tickwheel-wheel",
             QueueEntrant::SlimWheel => "tickwheel-slim",
+            QueueEntrant::IdWheel => "tickwheel-id",
             QueueEntrant::HashedWheel => "tickwheel-hashed",
             QueueEntrant::Heap => "tickwheel-heap",
             QueueEntrant::BinaryHeap => "std-binaryheap",
@@ -95,6 +100,7 @@ impl QueueEntrant {
             self,
             QueueEntrant::Wheel
                 | QueueEntrant::SlimWheel
+                | QueueEntrant::IdWheel
                 | QueueEntrant::HashedWheel
                 | QueueEntrant::Heap
         )
@@ -268,6 +274,7 @@ fn dispatch(e: QueueEntrant, w: Workload, input: &Input, check: bool) -> Result<
     match e {
         QueueEntrant::Wheel => on(TickwheelQueue(Wheel::new()), w, input, check),
         QueueEntrant::SlimWheel => on(SlimQueue(SlimWheel::new()), w, input, check),
+        QueueEntrant::IdWheel => on(IdQueue::default(), w, input, check),
         QueueEntrant::HashedWheel => on(TickwheelQueue(HashedWheel::new()), w, input, check),
         QueueEntrant::Heap => on(TickwheelQueue(Heap::new()), w, input, check),
         QueueEntrant::BinaryHeap => on(LazyBinaryHeap::default(), w, input, check),
