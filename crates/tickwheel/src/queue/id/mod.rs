@@ -12,8 +12,8 @@
 //! overlaps the caller's own (loading the entry that holds the id), where a keyed queue has to
 //! wait for the entry to load the key before it can start on the record. That is how the lazy
 //! `BinaryHeap` that `tickwheel bench` compares against is driven, and the lab's `queue_floors`
-//! (`split/by id`, and the `IdWheel` row) shows the keyed wheels trail it at 10^6 timers on
-//! random resets (W3) for that reason alone.
+//! (`split/by id`, and the `IdWheel` row) shows that this, more than anything else, is why the
+//! keyed wheels trail it at 10^6 timers on random resets (W3).
 //!
 //! Pick the `SlimWheel` when the ids would be sparse or unbounded (its records follow the
 //! timers pending, an `IdWheel`'s the largest id used) or when the caller has no id to give;
@@ -52,9 +52,10 @@
 //! reset, a cancel or a firing left behind are told stale exactly as in the `SlimWheel`. The
 //! `SlimWheel` retires a record whose generation is spent; an id cannot be retired, so when a
 //! record's generation would pass `u32::MAX` (after 4 294 967 295 inserts and resets on one
-//! id) the wheel compacts every slot, consumed prefixes included, which leaves no item of
-//! that id but none at all (the timer is taken out first), and starts the generation again.
-//! That costs one pass over every item, once in 2^32 operations on one id.
+//! id), the wheel takes the id's timer out, compacts every slot, consumed prefixes included
+//! (after which no slot holds an item of that id), restarts the generation at 0 and takes the
+//! timer back in, as the new insertion an insert or a reset is anyway. That costs one pass
+//! over every item, once in 2^32 operations on one id.
 //!
 //! # Costs
 //!
@@ -367,8 +368,9 @@ impl<T> IdWheel<T> {
     }
 
     /// Checks the wheel's invariants (the `SlimWheel`'s, `slim/check.rs`) and that no record
-    /// lies at or past the id limit, and panics naming the first one broken. O(slots + items
-    /// + records): for tests, fuzzing and debugging.
+    /// lies at or past the id limit, and panics naming the first one broken. Linear in the
+    /// slots, items and records: for tests, fuzzing and debugging. Debug builds also check the
+    /// `SlimWheel`'s now and then in [`poll_expired`](Self::poll_expired).
     pub fn check_invariants(&self) {
         self.lean.check_invariants();
         assert!(

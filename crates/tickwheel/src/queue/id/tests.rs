@@ -246,25 +246,28 @@ fn owned_values() {
 
 #[test]
 fn cancels_and_resets_without_polls_stay_bounded() {
-    let mut wheel = IdWheel::new(3_000);
-    for id in 0..3_000u32 {
+    // Resets between two slots and cancels, never polled: departures are applied in batches
+    // and compaction keeps each slot within its ratio. Smaller under Miri, which runs the
+    // whole module.
+    let n: u32 = if cfg!(miri) { 600 } else { 3_000 };
+    let mut wheel = IdWheel::new(n);
+    for id in 0..n {
         wheel.insert(id, 100 + u64::from(id % 2), id).unwrap();
     }
     for round in 0..20u64 {
-        for id in 0..3_000 {
+        for id in 0..n {
             assert!(wheel.reset(id, 100 + round % 2));
         }
         wheel.check_invariants();
     }
-    for id in 1_000..3_000 {
+    let live = n / 3;
+    for id in live..n {
         assert!(wheel.cancel(id));
     }
     wheel.check_invariants();
     let items = wheel.lean.items();
-    assert!(
-        items <= 3 * 1_000 + 2 * 32 + 64,
-        "{items} items for 1 000 timers"
-    );
-    assert_eq!(wheel.drain_expired(101).count(), 1_000);
+    let bound = 3 * live as usize + 2 * 32 + 64;
+    assert!(items <= bound, "{items} items for {live} timers");
+    assert_eq!(wheel.drain_expired(101).count(), live as usize);
     assert!(wheel.is_empty());
 }
