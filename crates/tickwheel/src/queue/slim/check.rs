@@ -1,6 +1,6 @@
-//! [`SlimWheel::check_invariants`] (and the `IdWheel`'s): the `Wheel`'s invariants (`wheel/check.rs`), over items
-//! that carry their generation. The checks both wheels make alike are `Tiers`'
-//! (`wheel/tiers.rs`); this file walks a lean wheel's items and records.
+//! [`SlimWheel::check_invariants`] (and the `IdWheel`'s): the `Wheel`'s invariants
+//! (`wheel/check.rs`), over items that carry their generation. The checks both wheels make alike are `Tiers`'
+//! (`wheel/tiers.rs`); this file walks a [`Lean`]'s items and records.
 //!
 //! 1. **Placement.** A live timer's effective deadline `d` is at or after `now`; its current
 //!    item sits on the lowest level whose absorbed range reaches `d` (items a level has
@@ -34,7 +34,7 @@ impl<T> SlimWheel<T> {
 }
 
 impl<T, N: Naming> Lean<T, N> {
-    /// Checks a lean wheel's invariants (the wheels' `check_invariants`).
+    /// Checks a `Lean`'s invariants (the wheels' `check_invariants`).
     pub(in crate::queue) fn check_invariants(&self) {
         let tiers = &self.tiers;
         tiers.check_levels();

@@ -1,5 +1,6 @@
-//! A lean wheel's slot storage (the [`SlimWheel`]'s and the [`IdWheel`](crate::queue::IdWheel)'s): a vector of [`Item`]s in insertion order, stale ones among
-//! them, and the compaction that bounds them (see the module docs, "Design"); the batched
+//! A [`Lean`]'s slot storage (the [`SlimWheel`]'s and the
+//! [`IdWheel`](crate::queue::IdWheel)'s): a vector of [`Item`]s in insertion order, stale ones
+//! among them, and the compaction that bounds them (see the module docs, "Design"); the batched
 //! accounting is both wheels' (`wheel/tiered.rs`).
 //!
 //! # Departures

@@ -39,7 +39,7 @@ use crate::queue::TimerKey;
 /// The slot of a vacant record. No slot has this number.
 pub(in crate::queue) const VACANT: u32 = NIL;
 
-/// What the lean wheels do differently with a record: what a fired timer is named by, and
+/// What the `Lean` wheels do differently with a record: what a fired timer is named by, and
 /// what becomes of a freed record.
 pub(in crate::queue) trait Naming {
     /// What a timer comes out of a poll with: its key, or the caller's id.

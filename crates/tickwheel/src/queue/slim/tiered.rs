@@ -1,4 +1,4 @@
-//! The lean wheels' side of the logic they share with the `Wheel` (`wheel/tiered.rs`): items
+//! The `Lean` wheels' side of the logic they share with the `Wheel` (`wheel/tiered.rs`): items
 //! carry their generation, valid while their record's is the same and its slot names theirs,
 //! and a move down keeps the item, so the key (or the id's generation).
 
