@@ -70,7 +70,6 @@
 
 use core::fmt;
 
-use super::free::MAX_GENERATION;
 use super::slim::store::Store;
 use super::slim::{lean_wheel_methods, Lean};
 use super::wheel::tiered::Tiered;
@@ -385,6 +384,9 @@ impl<T> IdWheel<T> {
     /// items of the id stay where they are, as after 2^32 operations, when the generation
     /// goes up (none of them has a generation above the current one); one that would not go
     /// up is set after compacting every slot, as the restart does, so that none can match.
+    ///
+    /// Built only with the feature `test-hooks` (and in this crate's unit tests).
+    #[cfg(any(test, feature = "test-hooks"))]
     #[doc(hidden)]
     pub fn age_generation_for_tests(&mut self, id: u32, left: u32) -> bool {
         if id >= self.id_limit || self.contains(id) {
@@ -393,7 +395,7 @@ impl<T> IdWheel<T> {
         if id as usize >= self.lean.store.records() {
             self.lean.store.grow_to(id, self.id_limit);
         }
-        let aged = MAX_GENERATION - left;
+        let aged = super::free::MAX_GENERATION - left;
         if *self.lean.store.generation_mut(id) < aged {
             self.lean.store.restart(id, aged);
         } else {

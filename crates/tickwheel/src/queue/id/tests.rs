@@ -2,6 +2,7 @@
 //! the `SlimWheel`'s (the rest is checked against a model in `tests/model.rs`).
 
 use super::*;
+use crate::queue::free::MAX_GENERATION;
 use crate::queue::wheel::RING;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;

@@ -388,6 +388,7 @@ impl<T, N: Naming> Store<T, N> {
     }
 
     /// The generation of the record at `index`, for tests (and the `IdWheel`'s test hook).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(in crate::queue) fn generation_mut(&mut self, index: u32) -> &mut u32 {
         &mut self.hot[index as usize].generation
     }
