@@ -11,8 +11,9 @@
 //! * **W3 reset**: N live timers with delays uniform in [1, 30000], then N resets of random
 //!   timers to random delays in [1, 30000]. Timed: the resets only (the inserts are setup).
 //!
-//! The flavors are the three `TimerQueue`s and the `SlimWheel` (a cancel without the value, a
-//! reset that returns a new key, stored back by W3).
+//! The flavors are the three `TimerQueue`s, the `SlimWheel` (a cancel without the value, a
+//! reset that returns a new key, stored back by W3) and the `IdWheel` (named by the
+//! workloads' own timer numbers, as the lazy heap is).
 //!
 //! Baselines: `std::collections::BinaryHeap` with lazy cancellation (a cancelled timer stays in
 //! the heap and is skipped when popped, found by a per-timer liveness flag), and
@@ -30,7 +31,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use tickwheel::{HashedWheel, Heap, SlimWheel, TimerKey, TimerQueue, Wheel};
+use tickwheel::{HashedWheel, Heap, IdWheel, SlimWheel, TimerKey, TimerQueue, Wheel};
 use tickwheel_lab::workloads::{self, QueueInput};
 use tickwheel_lab::SplitMix64;
 
@@ -100,6 +101,39 @@ impl BenchQueue for Tw<SlimWheel<u32>> {
     #[inline]
     fn reset(&mut self, key: TimerKey, deadline: u64) -> TimerKey {
         self.0.reset(key, deadline).unwrap_or(key)
+    }
+    #[inline]
+    fn poll(&mut self, now: u64) -> Option<u32> {
+        self.0.poll_expired(now).map(|(_, v)| v)
+    }
+}
+
+/// The `IdWheel`, named by the workloads' own timer numbers (the `value` of each insert, dense
+/// from 0, as the lazy heap below numbers its timers): the key is that id, a cancel reads no
+/// value back, and a reset keeps the id.
+impl BenchQueue for Tw<IdWheel<u32>> {
+    type Key = u32;
+    fn make() -> Self {
+        Tw(IdWheel::new(u32::MAX))
+    }
+    #[inline]
+    fn insert(&mut self, deadline: u64, value: u32) -> u32 {
+        // Every workload inserts an id while it is idle, so nothing is replaced.
+        let replaced = self.0.insert(value, deadline, value);
+        debug_assert!(
+            matches!(replaced, Ok(None)),
+            "id {value} pending or past the limit"
+        );
+        value
+    }
+    #[inline]
+    fn cancel(&mut self, id: u32) -> bool {
+        self.0.cancel(id)
+    }
+    #[inline]
+    fn reset(&mut self, id: u32, deadline: u64) -> u32 {
+        self.0.reset(id, deadline);
+        id
     }
     #[inline]
     fn poll(&mut self, now: u64) -> Option<u32> {
@@ -273,6 +307,11 @@ macro_rules! for_each_queue {
         {
             type $q = Tw<SlimWheel<u32>>;
             let $name = "slim_wheel";
+            $body
+        }
+        {
+            type $q = Tw<IdWheel<u32>>;
+            let $name = "id_wheel";
             $body
         }
         {
