@@ -171,6 +171,7 @@ fn drive<Q: Subject>(mut q: Q, ops: &[Op]) {
             Op::GetMut(i) => {
                 if let Some(key) = pick(&keys, i) {
                     let expected = model.timers.get(&key).map(|t| t.2);
+                    assert_eq!(q.get(key).copied(), expected, "get({key:?})");
                     assert_eq!(q.get_mut(key).map(|v| *v), expected, "get_mut({key:?})");
                 }
             }

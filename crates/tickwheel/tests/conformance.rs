@@ -165,6 +165,7 @@ fn stale_keys_touch_nothing<F: Flavor>() {
         assert_eq!(q.remove(stale), None);
         assert!(!q.reset(stale, 1_000));
         assert_eq!(q.deadline(stale), None);
+        assert_eq!(q.get(stale), None);
         assert_eq!(q.get_mut(stale), None);
     }
     assert_eq!(q.len(), 5);
@@ -178,10 +179,12 @@ fn get_mut_changes_the_value_in_place<F: Flavor>() {
     let a = q.insert(5, 1);
     let b = q.insert(5, 2);
     *q.get_mut(a).unwrap() = 10;
+    assert_eq!(q.get(a), Some(&10));
     assert_eq!(q.get_mut(b).copied(), Some(2));
     // Changing a value moves nothing: same deadline, same place in the firing order.
     assert_eq!(q.deadline(a), Some(5));
     assert_eq!(drain(&mut q, 5), [10, 2]);
+    assert_eq!(q.get(a), None, "fired keys are stale");
     assert_eq!(q.get_mut(a), None, "fired keys are stale");
 }
 

@@ -261,8 +261,9 @@ fn apply<S: Subject>(
             if let Some(key) = pick(i) {
                 let expected = model.timers.get(&key).map(|t| t.0);
                 prop_assert_eq!(q.deadline(key), expected);
-                // The value, in place, through the same key.
+                // The value, read and in place, through the same key.
                 let expected = model.timers.get(&key).map(|t| t.2);
+                prop_assert_eq!(q.get(key).copied(), expected, "get({:?})", key);
                 prop_assert_eq!(q.get_mut(key).map(|v| *v), expected, "get_mut({:?})", key);
             }
         }

@@ -375,6 +375,11 @@ impl<T> TimerQueue<T> for Heap<T> {
     }
 
     #[inline]
+    fn get(&self, key: TimerKey) -> Option<&T> {
+        self.slab.get(key)
+    }
+
+    #[inline]
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         self.slab.get_mut(key)
     }

@@ -204,6 +204,9 @@ pub trait TimerQueue<T> {
     /// The effective deadline of a pending timer; `None` for a stale key.
     fn deadline(&self, key: TimerKey) -> Option<u64>;
 
+    /// The value of a pending timer; `None` for a stale key.
+    fn get(&self, key: TimerKey) -> Option<&T>;
+
     /// The value of a pending timer, to read or change in place; `None` for a stale key.
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T>;
 

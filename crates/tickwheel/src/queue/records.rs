@@ -243,6 +243,14 @@ impl<T> Records<T> {
 
     /// The value of the live record `key` names, if it is still live.
     #[inline]
+    pub(crate) fn get(&self, key: TimerKey) -> Option<&T> {
+        let index = self.find(key)?;
+        // SAFETY: `find` found the record live, and a live record's value is initialised.
+        Some(unsafe { self.hot[index as usize].value.assume_init_ref() })
+    }
+
+    /// The value of the live record `key` names, if it is still live, to change.
+    #[inline]
     pub(crate) fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let index = self.find(key)?;
         let hot = &mut self.hot[index as usize];

@@ -95,6 +95,16 @@ impl<L, T> Slab<L, T> {
 
     /// The value of the live entry `key` names, if it is still live.
     #[inline]
+    pub(crate) fn get(&self, key: TimerKey) -> Option<&T> {
+        let entry = self.entries.get(key.index() as usize)?;
+        if entry.generation != key.generation() {
+            return None;
+        }
+        entry.value.as_ref()
+    }
+
+    /// The value of the live entry `key` names, if it is still live, to change.
+    #[inline]
     pub(crate) fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let entry = self.entries.get_mut(key.index() as usize)?;
         if entry.generation != key.generation() {

@@ -46,6 +46,10 @@ impl<T> TimerQueue<T> for ModelQueue<T> {
         self.model.timers.get(&key).map(|timer| timer.0)
     }
 
+    fn get(&self, key: TimerKey) -> Option<&T> {
+        self.model.timers.get(&key).map(|timer| &timer.2)
+    }
+
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         self.model.timers.get_mut(&key).map(|timer| &mut timer.2)
     }

@@ -113,6 +113,9 @@ impl IdRun {
                 same(q.deadline(id), timer.map(|t| t.0), || {
                     format!("deadline({id})")
                 })?;
+                same(q.get(id).copied(), timer.map(|t| t.2), || {
+                    format!("get({id})")
+                })?;
                 same(q.get_mut(id).copied(), timer.map(|t| t.2), || {
                     format!("get_mut({id})")
                 })?;

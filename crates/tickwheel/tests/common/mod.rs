@@ -142,6 +142,10 @@ impl<T> TimerQueue<T> for Rekeyed<T> {
         self.wheel.deadline(self.inner(key))
     }
 
+    fn get(&self, key: TimerKey) -> Option<&T> {
+        self.wheel.get(self.inner(key))
+    }
+
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let inner = self.inner(key);
         self.wheel.get_mut(inner)

@@ -16,6 +16,7 @@ pub trait Subject {
     /// for the `SlimWheel`; `None` for a stale key.
     fn reset(&mut self, key: TimerKey, deadline: u64) -> Option<TimerKey>;
     fn deadline(&self, key: TimerKey) -> Option<u64>;
+    fn get(&self, key: TimerKey) -> Option<&u32>;
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32>;
     fn poll_expired(&mut self, now: u64) -> Option<(TimerKey, u32)>;
     fn next_expiration(&self) -> Option<u64>;
@@ -43,6 +44,9 @@ impl<Q: TimerQueue<u32>> Subject for Keyed<Q> {
     }
     fn deadline(&self, key: TimerKey) -> Option<u64> {
         self.0.deadline(key)
+    }
+    fn get(&self, key: TimerKey) -> Option<&u32> {
+        self.0.get(key)
     }
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
         self.0.get_mut(key)
@@ -82,6 +86,9 @@ impl Subject for SlimWheel<u32> {
     }
     fn deadline(&self, key: TimerKey) -> Option<u64> {
         SlimWheel::deadline(self, key)
+    }
+    fn get(&self, key: TimerKey) -> Option<&u32> {
+        SlimWheel::get(self, key)
     }
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut u32> {
         SlimWheel::get_mut(self, key)

@@ -336,6 +336,12 @@ impl<T> IdWheel<T> {
         Some(self.lean.store.deadline(id))
     }
 
+    /// The value of the pending timer on `id`; `None` for an idle id.
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&T> {
+        self.lean.store.value(id)
+    }
+
     /// The value of the pending timer on `id`, to read or change in place; `None` for an
     /// idle id.
     #[inline]

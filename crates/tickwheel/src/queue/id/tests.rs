@@ -235,6 +235,8 @@ fn owned_values() {
     assert_eq!(Rc::strong_count(&token), 1 + 73 - 25);
     wheel.shrink_to_fit();
     assert_eq!(wheel.get_mut(4).map(|v| v.0.as_str()), Some("4!"));
+    assert_eq!(wheel.get(4).map(|v| v.0.as_str()), Some("4!"));
+    assert_eq!(wheel.get(7).map(|v| v.0.as_str()), None);
     assert_eq!(wheel.len(), 48);
     wheel.check_invariants();
     drop(wheel);

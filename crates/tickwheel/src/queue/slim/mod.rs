@@ -284,6 +284,12 @@ impl<T> SlimWheel<T> {
         Some(self.lean.store.deadline(index))
     }
 
+    /// The value of a pending timer; `None` for a stale key.
+    #[inline]
+    pub fn get(&self, key: TimerKey) -> Option<&T> {
+        self.lean.store.get(key)
+    }
+
     /// The value of a pending timer, to read or change in place; `None` for a stale key.
     #[inline]
     pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {

@@ -185,6 +185,13 @@ impl<T> Store<T, FreeStack> {
 
     /// The value of the live timer `key` names, if it is still live.
     #[inline]
+    pub(super) fn get(&self, key: TimerKey) -> Option<&T> {
+        let (index, _) = self.find(key)?;
+        self.value(index)
+    }
+
+    /// The value of the live timer `key` names, if it is still live, to change.
+    #[inline]
     pub(super) fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let (index, _) = self.find(key)?;
         self.value_mut(index)
@@ -296,6 +303,14 @@ impl<T, N: Naming> Store<T, N> {
     }
 
     /// The value of the record at `index`, if it is live.
+    #[inline]
+    pub(in crate::queue) fn value(&self, index: u32) -> Option<&T> {
+        let live = self.hot.get(index as usize)?.slot != VACANT;
+        // SAFETY: the record is live, and a live record's value is initialised.
+        live.then(|| unsafe { self.values[index as usize].assume_init_ref() })
+    }
+
+    /// The value of the record at `index` if it is live, to change.
     #[inline]
     pub(in crate::queue) fn value_mut(&mut self, index: u32) -> Option<&mut T> {
         let live = self.hot.get(index as usize)?.slot != VACANT;

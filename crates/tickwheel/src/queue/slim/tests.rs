@@ -138,6 +138,8 @@ fn owned_values_survive_every_path() {
     assert_eq!(wheel.deadline(keys[3]), Some(100));
     wheel.shrink_to_fit();
     assert_eq!(wheel.get_mut(keys[3]).map(|v| v.as_str()), Some("3!"));
+    assert_eq!(wheel.get(keys[3]).map(String::as_str), Some("3!"));
+    assert_eq!(wheel.get(keys[2]), None);
     assert_eq!(wheel.len(), 30);
     wheel.check_invariants();
     // The rest are dropped with the wheel.

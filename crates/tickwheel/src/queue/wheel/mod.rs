@@ -358,6 +358,11 @@ impl<T> TimerQueue<T> for Wheel<T> {
     }
 
     #[inline]
+    fn get(&self, key: TimerKey) -> Option<&T> {
+        self.records.get(key)
+    }
+
+    #[inline]
     fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         self.records.get_mut(key)
     }

@@ -312,6 +312,8 @@ fn owned_values_survive_every_path() {
     assert_eq!(wheel.deadline(keys[2]), Some(102));
     wheel.shrink_to_fit();
     assert_eq!(wheel.get_mut(keys[2]).map(|v| v.as_str()), Some("2!"));
+    assert_eq!(wheel.get(keys[2]).map(String::as_str), Some("2!"));
+    assert_eq!(wheel.get(keys[0]), None);
     assert_eq!(wheel.len(), 60);
     // The rest are dropped with the wheel.
 }
