@@ -494,6 +494,7 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
     let early: Arc<Mutex<Vec<(usize, Duration)>>> = Arc::default();
     let closed = Arc::new(AtomicUsize::new(0));
     let fires = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
     let mut tasks = Vec::new();
     for task in 0..TASKS {
@@ -501,9 +502,11 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
         senders.push(tx);
         let (service, clock) = (service.clone(), clock.clone());
         let (early, closed, fires) = (early.clone(), closed.clone(), fires.clone());
+        let started = started.clone();
         tasks.push(rt.spawn(async move {
             let mut deadline = clock.now() + 5 * MS;
             let mut sleep = service.sleep_until(deadline).into_owned();
+            started.fetch_add(1, Ordering::SeqCst);
             let mut open = true;
             loop {
                 tokio::select! {
@@ -532,6 +535,17 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
                 }
             }
         }));
+    }
+    // Every task holds its first sleep (due 5 ms after the start) before the clock moves: a
+    // task that first ran after the last round would set every deadline from the end, and
+    // no sleep could lapse while its messages come in.
+    let began = Instant::now();
+    while started.load(Ordering::SeqCst) < TASKS {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "tasks not started"
+        );
+        std::thread::yield_now();
     }
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..ROUNDS {
