@@ -83,6 +83,9 @@ pub enum Op {
     Drain(Tick),
     NextExpiration,
     Shrink,
+    /// Every timer removed, when the byte is 0 (one such op in 256, so that the queue still
+    /// grows between two).
+    Clear(u8),
 }
 
 /// The reference: the contract written as plainly as possible (`tickwheel_lab::model`).
@@ -194,6 +197,12 @@ fn drive<Q: Subject>(mut q: Q, ops: &[Op]) {
                 }
             }
             Op::Shrink => q.shrink_to_fit(),
+            Op::Clear(0) => {
+                q.clear();
+                model.clear();
+                assert_eq!(q.next_expiration(), None, "next_expiration after clear");
+            }
+            Op::Clear(_) => {}
         }
         assert_eq!(q.len(), model.timers.len(), "len after {op:?}");
         assert_eq!(q.now(), model.now, "now after {op:?}");
@@ -224,6 +233,8 @@ pub enum IdFuzzOp {
     Drain(Tick),
     NextExpiration,
     Shrink,
+    /// Every id idle at once, when the byte is 0 (one such op in 256).
+    Clear(u8),
 }
 
 /// The id `n` names: modulo 64 while its top bit is clear, else modulo [`ID_SPAN`].
@@ -265,6 +276,8 @@ pub fn run_id(ops: &[IdFuzzOp]) {
             IdFuzzOp::Drain(tick) => vec![IdOp::Drain(tick.at(now))],
             IdFuzzOp::NextExpiration => vec![IdOp::NextExpiration],
             IdFuzzOp::Shrink => vec![IdOp::Shrink],
+            IdFuzzOp::Clear(0) => vec![IdOp::Clear],
+            IdFuzzOp::Clear(_) => vec![],
         };
         for id_op in id_ops {
             if let Err(e) = run.apply(id_op, step as u32) {

@@ -65,6 +65,12 @@ impl<K: Copy + Eq + Hash, V> Model<K, V> {
         Some(value)
     }
 
+    /// Removes every pending timer; the clock stays where it is.
+    pub fn clear(&mut self) {
+        self.order.clear();
+        self.timers.clear();
+    }
+
     /// Moves a pending timer to `deadline` as a new insertion: `false` when not pending.
     pub fn reset(&mut self, key: K, deadline: u64) -> bool {
         self.remove(key)

@@ -402,6 +402,48 @@ fn values_are_dropped_exactly_once<F: Flavor>() {
     );
 }
 
+fn clear_drops_every_timer_and_keeps_the_clock<F: Flavor>() {
+    let alive = Rc::new(Cell::new(0));
+    let mut q = F::make_at(1_000);
+    // Near, far and due timers, some removed and some reset first, so that the records
+    // cleared are a mix of live, freed and moved ones.
+    let keys: Vec<_> = (0..300u64)
+        .map(|i| q.insert(1_000 + (i * 7_919) % 100_000, Counted::new(&alive)))
+        .collect();
+    for key in keys.iter().step_by(5) {
+        drop(q.remove(*key));
+    }
+    for key in keys.iter().skip(1).step_by(7) {
+        q.reset(*key, 5_000);
+    }
+    // Those due by 60 000 fire (the resets' included), to leave freed records behind.
+    let due = (0..300u64)
+        .filter(|i| i % 5 != 0)
+        .filter(|i| i % 7 == 1 || 1_000 + (i * 7_919) % 100_000 <= 60_000)
+        .count();
+    assert_eq!(q.drain_expired(60_000).count(), due);
+    assert_eq!(alive.get(), q.len());
+    assert_eq!(q.len(), 240 - due, "300 inserted, 60 removed");
+    q.clear();
+    q.check_invariants();
+    assert_eq!(alive.get(), 0, "every pending value dropped, once");
+    assert_eq!((q.len(), q.next_expiration(), q.now()), (0, None, 60_000));
+    for &key in &keys {
+        assert_eq!(q.deadline(key), None, "{key:?} stale after clear");
+        assert!(!q.reset(key, 70_000));
+        assert!(q.remove(key).is_none());
+    }
+    // The queue works on from where it was; old keys never come back.
+    let fresh: Vec<_> = (0..300u64)
+        .map(|i| q.insert(60_000 + i % 50, Counted::new(&alive)))
+        .collect();
+    assert!(fresh.iter().all(|key| !keys.contains(key)));
+    assert_eq!(q.drain_expired(60_049).count(), 300);
+    assert_eq!(alive.get(), 0);
+    q.clear();
+    assert!(q.is_empty());
+}
+
 fn matches_a_sort_on_random_input<F: Flavor>() {
     let mut rng = SplitMix64::new(7);
     let mut q = F::make();
@@ -586,6 +628,7 @@ macro_rules! suite {
                 next_expiration_is_a_lower_bound,
                 shrink_keeps_live_keys_and_stale_keys_stale,
                 values_are_dropped_exactly_once,
+                clear_drops_every_timer_and_keeps_the_clock,
                 matches_a_sort_on_random_input,
                 cancel_storm_keeps_the_rest_in_order,
                 cancel_then_reuse,

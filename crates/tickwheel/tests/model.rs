@@ -127,21 +127,25 @@ enum Op {
     NextExpiration,
     Len,
     Shrink,
+    /// Every timer removed at once: the keys issued so far stay in play, all stale.
+    Clear,
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    // Weights in 200ths: a clear is rare, so that the queues still grow large between two.
     prop_oneof![
-        8 => deadline().prop_map(Op::Insert),
-        1 => (deadline(), 257..800u16, 0..3u32).prop_map(|(t, n, s)| Op::Burst(t, n, s)),
-        2 => any::<usize>().prop_map(Op::Remove),
-        1 => (any::<usize>(), 1..600u16).prop_map(|(k, n)| Op::CancelStorm(k, n)),
-        3 => (any::<usize>(), deadline()).prop_map(|(k, d)| Op::Reset(k, d)),
-        1 => any::<usize>().prop_map(Op::Deadline),
-        3 => target().prop_map(Op::Poll),
-        2 => target().prop_map(Op::Drain),
-        1 => Just(Op::NextExpiration),
-        1 => Just(Op::Len),
-        1 => Just(Op::Shrink),
+        64 => deadline().prop_map(Op::Insert),
+        8 => (deadline(), 257..800u16, 0..3u32).prop_map(|(t, n, s)| Op::Burst(t, n, s)),
+        16 => any::<usize>().prop_map(Op::Remove),
+        8 => (any::<usize>(), 1..600u16).prop_map(|(k, n)| Op::CancelStorm(k, n)),
+        24 => (any::<usize>(), deadline()).prop_map(|(k, d)| Op::Reset(k, d)),
+        8 => any::<usize>().prop_map(Op::Deadline),
+        24 => target().prop_map(Op::Poll),
+        16 => target().prop_map(Op::Drain),
+        8 => Just(Op::NextExpiration),
+        8 => Just(Op::Len),
+        7 => Just(Op::Shrink),
+        1 => Just(Op::Clear),
     ]
 }
 
@@ -280,6 +284,14 @@ fn apply<S: Subject>(
         Op::NextExpiration => check_next_expiration(q, model)?,
         Op::Len => prop_assert_eq!(q.len() == 0, model.timers.is_empty()),
         Op::Shrink => q.shrink_to_fit(),
+        Op::Clear => {
+            let now = q.now();
+            q.clear();
+            model.clear();
+            prop_assert_eq!(q.len(), 0, "len after clear");
+            prop_assert_eq!(q.next_expiration(), None, "next_expiration after clear");
+            prop_assert_eq!(q.now(), now, "now after clear");
+        }
     }
     Ok(())
 }
@@ -410,6 +422,7 @@ fn id_ops(op: &Op, now: u64, step: u64) -> Vec<IdOp> {
         Op::NextExpiration => vec![IdOp::NextExpiration],
         Op::Len => vec![],
         Op::Shrink => vec![IdOp::Shrink],
+        Op::Clear => vec![IdOp::Clear],
     }
 }
 

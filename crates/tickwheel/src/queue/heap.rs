@@ -374,6 +374,18 @@ impl<T> TimerQueue<T> for Heap<T> {
         Some(self.node(self.slab.link(index).0 as usize).deadline())
     }
 
+    fn clear(&mut self) {
+        let mut index = 0;
+        while self.slab.len() > 0 {
+            // Every live entry lies below the last one, so the loop ends before the end.
+            let key = self.slab.key(index);
+            if self.slab.find(key).is_some() {
+                self.remove(key);
+            }
+            index += 1;
+        }
+    }
+
     #[inline]
     fn get(&self, key: TimerKey) -> Option<&T> {
         self.slab.get(key)

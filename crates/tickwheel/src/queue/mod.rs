@@ -204,6 +204,11 @@ pub trait TimerQueue<T> {
     /// The effective deadline of a pending timer; `None` for a stale key.
     fn deadline(&self, key: TimerKey) -> Option<u64>;
 
+    /// Removes every pending timer and drops its value. The clock stays where it is, and
+    /// every key issued so far is stale from then on (no key is issued twice). O(timers +
+    /// records): each timer leaves as [`remove`](Self::remove) would take it out.
+    fn clear(&mut self);
+
     /// The value of a pending timer; `None` for a stale key.
     fn get(&self, key: TimerKey) -> Option<&T>;
 

@@ -46,6 +46,10 @@ impl<T> TimerQueue<T> for ModelQueue<T> {
         self.model.timers.get(&key).map(|timer| timer.0)
     }
 
+    fn clear(&mut self) {
+        self.model.clear();
+    }
+
     fn get(&self, key: TimerKey) -> Option<&T> {
         self.model.timers.get(&key).map(|timer| &timer.2)
     }

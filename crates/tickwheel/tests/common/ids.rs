@@ -29,6 +29,8 @@ pub enum IdOp {
     Drain(u64),
     NextExpiration,
     Shrink,
+    /// Every id idle at once, the clock where it is.
+    Clear,
 }
 
 /// Operations that take `id` through the restart of its generation: two generations left
@@ -149,6 +151,15 @@ impl IdRun {
                 }
             }
             IdOp::Shrink => q.shrink_to_fit(),
+            IdOp::Clear => {
+                let now = q.now();
+                q.clear();
+                model.clear();
+                same(q.next_expiration(), None, || {
+                    "next_expiration after clear".into()
+                })?;
+                same(q.now(), now, || "now after clear".into())?;
+            }
         }
         same(self.wheel.len(), self.model.timers.len(), || {
             format!("len after {op:?}")

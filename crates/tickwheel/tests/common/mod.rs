@@ -142,6 +142,12 @@ impl<T> TimerQueue<T> for Rekeyed<T> {
         self.wheel.deadline(self.inner(key))
     }
 
+    fn clear(&mut self) {
+        self.wheel.clear();
+        self.first.clear();
+        self.current.clear();
+    }
+
     fn get(&self, key: TimerKey) -> Option<&T> {
         self.wheel.get(self.inner(key))
     }

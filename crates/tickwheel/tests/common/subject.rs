@@ -23,6 +23,7 @@ pub trait Subject {
     fn len(&self) -> usize;
     fn now(&self) -> u64;
     fn shrink_to_fit(&mut self);
+    fn clear(&mut self);
     fn check_invariants(&self);
 }
 
@@ -66,6 +67,9 @@ impl<Q: TimerQueue<u32>> Subject for Keyed<Q> {
     fn shrink_to_fit(&mut self) {
         self.0.shrink_to_fit();
     }
+    fn clear(&mut self) {
+        self.0.clear();
+    }
     fn check_invariants(&self) {
         self.0.check_invariants();
     }
@@ -107,6 +111,9 @@ impl Subject for SlimWheel<u32> {
     }
     fn shrink_to_fit(&mut self) {
         SlimWheel::shrink_to_fit(self);
+    }
+    fn clear(&mut self) {
+        SlimWheel::clear(self);
     }
     fn check_invariants(&self) {
         SlimWheel::check_invariants(self);

@@ -336,6 +336,16 @@ impl<T> IdWheel<T> {
         Some(self.lean.store.deadline(id))
     }
 
+    /// Cancels the timer on every id, dropping its value, as [`cancel`](Self::cancel) would
+    /// one by one: every id is idle afterwards, and the clock stays where it is.
+    pub fn clear(&mut self) {
+        let mut id = 0;
+        while !self.is_empty() {
+            self.cancel(id);
+            id += 1;
+        }
+    }
+
     /// The value of the pending timer on `id`; `None` for an idle id.
     #[inline]
     pub fn get(&self, id: u32) -> Option<&T> {

@@ -284,6 +284,19 @@ impl<T> SlimWheel<T> {
         Some(self.lean.store.deadline(index))
     }
 
+    /// Removes every pending timer and drops its value, as [`cancel`](Self::cancel) would
+    /// one by one. The clock stays where it is, and every key issued so far is stale from
+    /// then on.
+    pub fn clear(&mut self) {
+        let mut index = 0;
+        while !self.is_empty() {
+            if let Some(key) = self.lean.store.live_key(index) {
+                self.cancel(key);
+            }
+            index += 1;
+        }
+    }
+
     /// The value of a pending timer; `None` for a stale key.
     #[inline]
     pub fn get(&self, key: TimerKey) -> Option<&T> {

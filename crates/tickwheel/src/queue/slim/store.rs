@@ -221,6 +221,14 @@ impl<T, N: Naming> Store<T, N> {
         self.hot.len()
     }
 
+    /// The key of the record at `index` if it is live (`index` below
+    /// [`records`](Self::records)).
+    #[inline]
+    pub(in crate::queue) fn live_key(&self, index: u32) -> Option<TimerKey> {
+        let hot = &self.hot[index as usize];
+        (hot.slot != VACANT).then(|| TimerKey::new(index, hot.generation))
+    }
+
     pub(in crate::queue) fn capacity(&self) -> usize {
         self.hot.capacity()
     }

@@ -128,7 +128,7 @@
 use core::fmt;
 
 use super::free::{grow, NIL};
-use super::records::Records;
+use super::records::{Records, VACANT};
 use super::{TimerKey, TimerQueue};
 
 mod check;
@@ -355,6 +355,20 @@ impl<T> TimerQueue<T> for Wheel<T> {
         self.records
             .find(key)
             .map(|index| self.records.deadline(index))
+    }
+
+    fn clear(&mut self) {
+        let mut index = 0;
+        while self.records.len() > 0 {
+            if self
+                .records
+                .place(index)
+                .is_some_and(|place| place.slot != VACANT)
+            {
+                self.remove(self.records.key(index));
+            }
+            index += 1;
+        }
     }
 
     #[inline]
