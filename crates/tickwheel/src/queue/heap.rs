@@ -375,14 +375,9 @@ impl<T> TimerQueue<T> for Heap<T> {
     }
 
     fn clear(&mut self) {
-        let mut index = 0;
-        while self.slab.len() > 0 {
-            // Every live entry lies below the last one, so the loop ends before the end.
-            let key = self.slab.key(index);
-            if self.slab.find(key).is_some() {
-                self.remove(key);
-            }
-            index += 1;
+        let mut from = 0;
+        while let Some(key) = self.slab.next_live(&mut from) {
+            self.remove(key);
         }
     }
 

@@ -113,6 +113,18 @@ impl<L, T> Slab<L, T> {
         entry.value.as_mut()
     }
 
+    /// The key of the first live entry at or after index `*from`, moving `*from` past it:
+    /// a walk over the live entries that tolerates their removal as it goes (`clear`).
+    pub(crate) fn next_live(&self, from: &mut u32) -> Option<TimerKey> {
+        while let Some(entry) = self.entries.get(*from as usize) {
+            *from += 1;
+            if entry.value.is_some() {
+                return Some(TimerKey::new(*from - 1, entry.generation));
+            }
+        }
+        None
+    }
+
     /// The key of the live entry at `index`.
     #[inline]
     pub(crate) fn key(&self, index: u32) -> TimerKey {
