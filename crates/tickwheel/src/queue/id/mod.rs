@@ -339,11 +339,13 @@ impl<T> IdWheel<T> {
     /// Cancels the timer on every id, dropping its value, as [`cancel`](Self::cancel) would
     /// one by one: every id is idle afterwards, and the clock stays where it is.
     pub fn clear(&mut self) {
-        let mut id = 0;
-        while !self.is_empty() {
+        for id in 0..self.lean.store.records() as u32 {
+            if self.is_empty() {
+                break;
+            }
             self.cancel(id);
-            id += 1;
         }
+        debug_assert!(self.is_empty(), "clear left a timer");
     }
 
     /// The value of the pending timer on `id`; `None` for an idle id.

@@ -288,13 +288,15 @@ impl<T> SlimWheel<T> {
     /// one by one. The clock stays where it is, and every key issued so far is stale from
     /// then on.
     pub fn clear(&mut self) {
-        let mut index = 0;
-        while !self.is_empty() {
+        for index in 0..self.lean.store.records() as u32 {
+            if self.is_empty() {
+                break;
+            }
             if let Some(key) = self.lean.store.live_key(index) {
                 self.cancel(key);
             }
-            index += 1;
         }
+        debug_assert!(self.is_empty(), "clear left a timer");
     }
 
     /// The value of a pending timer; `None` for a stale key.

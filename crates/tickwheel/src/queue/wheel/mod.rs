@@ -359,16 +359,18 @@ impl<T> TimerQueue<T> for Wheel<T> {
 
     fn clear(&mut self) {
         let mut index = 0;
-        while self.records.len() > 0 {
-            if self
-                .records
-                .place(index)
-                .is_some_and(|place| place.slot != VACANT)
-            {
+        // Every live record lies below the end of the records: the walk stops there at the
+        // latest, and earlier once the last timer is out.
+        while let Some(place) = self.records.place(index) {
+            if self.records.len() == 0 {
+                break;
+            }
+            if place.slot != VACANT {
                 self.remove(self.records.key(index));
             }
             index += 1;
         }
+        debug_assert_eq!(self.records.len(), 0, "clear left a timer");
     }
 
     #[inline]
