@@ -539,14 +539,7 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
     // Every task holds its first sleep (due 5 ms after the start) before the clock moves: a
     // task that first ran after the last round would set every deadline from the end, and
     // no sleep could lapse while its messages come in.
-    let began = Instant::now();
-    while started.load(Ordering::SeqCst) < TASKS {
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "tasks not started"
-        );
-        std::thread::yield_now();
-    }
+    wait_for_count(&started, TASKS, "tasks not started");
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..ROUNDS {
         for tx in &senders {
@@ -560,14 +553,7 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
         advance(&clock, &service, MS);
     }
     drop(senders);
-    let began = Instant::now();
-    while closed.load(Ordering::SeqCst) < TASKS {
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "messages not drained"
-        );
-        std::thread::yield_now();
-    }
+    wait_for_count(&closed, TASKS, "messages not drained");
     for _ in 0..25 {
         advance(&clock, &service, MS);
     }
@@ -599,6 +585,15 @@ fn idle_timeouts_reset_both_ways_on_a_multi_thread_runtime_never_early_never_los
         fires > TASKS,
         "no sleep fired before the messages ended ({fires} fires)"
     );
+}
+
+/// Yields until `counter` reaches `count`; panics with `what` after 60 s.
+fn wait_for_count(counter: &AtomicUsize, count: usize, what: &str) {
+    let began = Instant::now();
+    while counter.load(Ordering::SeqCst) < count {
+        assert!(began.elapsed() < Duration::from_secs(60), "{what}");
+        std::thread::yield_now();
+    }
 }
 
 /// Real clock, tokio *without* its time driver: our timer thread does the waking.

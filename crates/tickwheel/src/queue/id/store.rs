@@ -50,13 +50,6 @@ impl<T> Store<T, ById> {
         Store::with_free(0, ById)
     }
 
-    /// The slot of the pending timer on `id`; `None` when the id is idle or past the arrays.
-    #[inline]
-    pub(super) fn slot_of(&self, id: u32) -> Option<u32> {
-        let hot = self.hot.get(id as usize)?;
-        (hot.slot != VACANT).then_some(hot.slot)
-    }
-
     /// Grows the arrays to hold `id` (below `limit`): to at least twice their length, at most
     /// `limit` records. New records are vacant at generation 0.
     #[cold]

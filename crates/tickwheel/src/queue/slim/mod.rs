@@ -132,6 +132,22 @@ pub(in crate::queue) struct Lean<T, N> {
 }
 
 impl<T, N: Naming> Lean<T, N> {
+    /// Takes every pending timer out as a cancel does (its value dropped, its record freed,
+    /// its slot told), record by record; the clock stays where it is. The walk ends at the
+    /// records' end at the latest, and earlier once the last timer is out.
+    pub(in crate::queue) fn clear(&mut self) {
+        for index in 0..self.store.records() as u32 {
+            if self.store.len() == 0 {
+                break;
+            }
+            if let Some(slot) = self.store.slot_of(index) {
+                self.store.discard(index);
+                self.depart(slot);
+            }
+        }
+        debug_assert_eq!(self.store.len(), 0, "clear left a timer");
+    }
+
     /// `store`, and empty levels with the clock at `tick`.
     pub(in crate::queue) fn new(store: Store<T, N>, tick: u64) -> Self {
         Lean {
@@ -288,15 +304,7 @@ impl<T> SlimWheel<T> {
     /// one by one. The clock stays where it is, and every key issued so far is stale from
     /// then on.
     pub fn clear(&mut self) {
-        for index in 0..self.lean.store.records() as u32 {
-            if self.is_empty() {
-                break;
-            }
-            if let Some(key) = self.lean.store.live_key(index) {
-                self.cancel(key);
-            }
-        }
-        debug_assert!(self.is_empty(), "clear left a timer");
+        self.lean.clear();
     }
 
     /// The value of a pending timer; `None` for a stale key.

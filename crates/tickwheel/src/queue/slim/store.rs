@@ -221,12 +221,12 @@ impl<T, N: Naming> Store<T, N> {
         self.hot.len()
     }
 
-    /// The key of the record at `index` if it is live (`index` below
-    /// [`records`](Self::records)).
+    /// The slot of the live record at `index` (the `IdWheel`'s pending timer on id `index`);
+    /// `None` when it is vacant or past the arrays.
     #[inline]
-    pub(in crate::queue) fn live_key(&self, index: u32) -> Option<TimerKey> {
-        let hot = &self.hot[index as usize];
-        (hot.slot != VACANT).then(|| TimerKey::new(index, hot.generation))
+    pub(in crate::queue) fn slot_of(&self, index: u32) -> Option<u32> {
+        let hot = self.hot.get(index as usize)?;
+        (hot.slot != VACANT).then_some(hot.slot)
     }
 
     pub(in crate::queue) fn capacity(&self) -> usize {
