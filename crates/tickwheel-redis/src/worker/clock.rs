@@ -226,8 +226,13 @@ fn probe_single(
     }
 }
 
+/// Every this many rounds of the Cluster prober (100 ms each), it opens its connection
+/// again (a fresh slot map) and reads every primary at once, learning them anew.
+const RELEARN_ROUNDS: u64 = 50;
+
 /// The clock prober's state on a Cluster: its connection, the primaries it knows, and how
-/// many rounds it made (every 50th reads every primary at once, learning them anew).
+/// many rounds it made (every [`RELEARN_ROUNDS`]th opens the connection again and reads every
+/// primary at once, learning them anew).
 #[derive(Default)]
 struct ClusterProbe {
     con: Option<redis::cluster::ClusterConnection>,
@@ -239,6 +244,12 @@ impl ClusterProbe {
     /// One round: a reading of every primary's clock, each filed under the node it names.
     fn probe(&mut self, client: &redis::cluster::ClusterClient, clock: &ServerClock) {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+        if self.round % RELEARN_ROUNDS == 0 {
+            // A connection reads its slot map only when it opens, and a graceful failover
+            // raises no error here (the demoted node still answers the probe): learning the
+            // primaries anew means opening the connection again.
+            self.con = None;
+        }
         if self.con.is_none() {
             self.con = client.get_connection().ok();
             self.primaries.clear();
@@ -252,7 +263,7 @@ impl ClusterProbe {
             clock.observe(&r.node, r.now_us, after);
             Some(())
         };
-        let ok = if self.primaries.is_empty() || self.round % 50 == 0 {
+        let ok = if self.primaries.is_empty() || self.round % RELEARN_ROUNDS == 0 {
             // Every primary at once: their addresses, and a sample of each (stamped when the
             // last one answered: a looser bound, still a bound).
             let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));

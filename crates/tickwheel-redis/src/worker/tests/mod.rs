@@ -208,6 +208,62 @@ fn notices_carry_one_or_many_tasks_and_reject_garbage() {
     assert!(parse_notice(b"3").is_none());
 }
 
+/// On a real Redis Cluster with a replica a primary, the clock thread alone: after a graceful
+/// failover, which raises no error on the prober's connection (the demoted node still answers
+/// its probe), the promoted node is probed within the 5 s in which the prober learns the
+/// primaries anew. A connection reads its slot map only when it opens, so learning them anew
+/// means opening it again; the promoted node's clock is otherwise fed only by claim replies.
+#[test]
+fn the_clock_thread_probes_a_promoted_primary_within_its_relearn_period() {
+    let c = crate::server::RedisCluster::start_with_replicas(3, 1)
+        .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"));
+    let cfg = Config::cluster(&c.seeds(), "clkfo");
+    let clock = ServerClock::new(TimeSource::Server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (client, clock, stop) = (Endpoint::of(&cfg).unwrap(), clock.clone(), stop.clone());
+        std::thread::spawn(move || clock_loop(client, clock, stop, Duration::from_secs(5)))
+    };
+    let id = |n: usize| -> String {
+        let mut con = redis::Client::open(c.nodes()[n].url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("CLUSTER").arg("MYID").query(&mut con).unwrap()
+    };
+    let replica = c.replicas().unwrap()[0];
+    let promoted = id(replica);
+    // The prober has read the primaries once (the replica is not among them).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while clock.lock().ids.len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", clock.lock());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!clock.lock().ids.contains_key(&promoted));
+    c.failover(replica, Duration::from_secs(20)).unwrap();
+    let failed_over = local_us();
+    // 50 rounds of 100 ms, and a margin for the rounds' own time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(7);
+    let fresh = |clock: &ServerClock| {
+        let n = clock.lock();
+        n.ids
+            .get(&promoted)
+            .and_then(|&i| n.clocks[i as usize])
+            .is_some_and(|c| c.observed_at_us > failed_over)
+    };
+    while !fresh(&clock) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let probed = fresh(&clock);
+    stop.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+    assert!(
+        probed,
+        "the promoted primary was not probed within 7 s of the failover: {:?}",
+        clock.lock()
+    );
+}
+
 /// On a real 3-node Redis Cluster, on the server's clock: every claim is filed under the
 /// node that holds its shard (by the node id its reply carries), the worker ends up with
 /// one estimate per node and no other, and each delivery comes when its own node's clock
