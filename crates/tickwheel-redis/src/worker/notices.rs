@@ -3,7 +3,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use redis::Value;
 
 use super::outcomes::Done;
 use super::{Worker, RECONNECT_MAX};
@@ -93,6 +95,12 @@ pub(crate) fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
     Some(out)
 }
 
+/// How long the subscription waits for a message before it looks at `stop` and the node again.
+const READ_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// How often the subscription's node must answer a `PING`.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
 pub(crate) fn subscribe_loop(
     client: Endpoint,
     channel: String,
@@ -105,13 +113,14 @@ pub(crate) fn subscribe_loop(
         let mut up = false;
         let r = (|| -> redis::RedisResult<()> {
             let (mut con, _) = client.plain_connection(io_timeout)?;
-            con.set_read_timeout(Some(Duration::from_millis(200)))?;
+            con.set_read_timeout(Some(READ_TIMEOUT))?;
             let mut ps = con.as_pubsub();
             ps.subscribe(&channel)?;
             up = true;
             if tx.send(Notice::Up).is_err() {
                 return Ok(());
             }
+            let mut pinged = Instant::now();
             loop {
                 if stop.load(Ordering::SeqCst) {
                     return Ok(());
@@ -125,6 +134,17 @@ pub(crate) fn subscribe_loop(
                         "the primary moved",
                     )
                     .into());
+                }
+                // A node that stops answering (hung, stopped, cut off) raises no error on a
+                // connection that only reads: silence looks like no news. Each second it must
+                // answer a `PING` within the I/O timeout, or the subscription says `Down` and
+                // is made again (on a Cluster, to the first seed that answers: every node
+                // hears every `PUBLISH`).
+                if pinged.elapsed() >= PING_EVERY {
+                    ps.set_read_timeout(Some(io_timeout))?;
+                    ps.ping::<Value>()?;
+                    ps.set_read_timeout(Some(READ_TIMEOUT))?;
+                    pinged = Instant::now();
                 }
                 match ps.get_message() {
                     Ok(msg) => {
