@@ -269,6 +269,228 @@ fn failover(c: &RedisCluster, k: usize) -> Instant {
     Instant::now()
 }
 
+/// A multi-slot call whose `WAIT` is in flight when `CLUSTER FAILOVER` demotes a primary it
+/// waits on, then calls that write only to slots the failover did not move: the sequence of
+/// `a_graceful_failover_is_followed_under_load`'s CI failure (fixed in 9b7d2de). The demoted
+/// node answers the `WAIT` `UNBLOCKED ... (master -> replica)`, which `redis` reads as an
+/// extension error, not an error reply (`connection::unfit`), so the producer opens a new
+/// connection for its next call, with the slot map of a seed that has not heard of the
+/// failover yet: the demoted node is a primary there. `WAIT` on several slots goes to every
+/// node the map calls a primary, and a call to slots that did not move gets no `MOVED`
+/// (which makes a call read the map again), so each such call failed with "WAIT cannot be
+/// used with replica instances" for as long as the connection lived, unless a failed `WAIT`
+/// makes the connection read the map again. Here the `WAIT` is held on purpose (it asks for
+/// 2 replicas, and the primary's second replica is stopped until the first has taken over),
+/// and the seed is a proxy that answers `CLUSTER SLOTS` with the map from before the
+/// failover until 200 ms after the calls start.
+#[test]
+fn a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again() {
+    let c = match RedisCluster::start_with_replicas(3, 2) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
+    };
+    let promoted = c.replicas().unwrap()[0];
+    let demoted = primary_of(&c, promoted);
+    let stopped = c
+        .replicas()
+        .unwrap()
+        .into_iter()
+        .find(|&r| r != promoted && primary_of(&c, r) == demoted)
+        .expect("the primary has two replicas");
+    let seed = StaleSlots::start(c.nodes()[promoted].port());
+    let ns = "held";
+    let mut cfg = Config::cluster(&[format!("127.0.0.1:{}", seed.port)], ns);
+    cfg.shards = SHARDS;
+    cfg.confirm_replicas = 2;
+    cfg.confirm_timeout = Duration::from_secs(5);
+    cfg.io_timeout = Duration::from_secs(10);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let inspector = Inspector::connect(&cfg).unwrap();
+
+    // The shards the demoted node serves: it answers `MOVED` for the others' keys.
+    let mut con = redis::Client::open(c.nodes()[demoted].url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let moving: BTreeSet<u32> = (0..SHARDS)
+        .filter(|s| {
+            redis::cmd("EXISTS")
+                .arg(format!("tw:{{{ns}:{s}}}:tasks"))
+                .query::<i64>(&mut con)
+                .is_ok()
+        })
+        .collect();
+    assert!(!moving.is_empty() && moving.len() < SHARDS as usize - 1);
+    // Three calls after the failover, each to several shards, none of them moved.
+    let kept: Vec<String> = (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|id| !moving.contains(&inspector.shard_of(id)))
+        .take(24)
+        .collect();
+    let after: Vec<&[String]> = kept.chunks(8).collect();
+    for ids in &after {
+        let shards: BTreeSet<u32> = ids.iter().map(|id| inspector.shard_of(id)).collect();
+        assert!(
+            shards.len() > 1,
+            "{ids:?}: one slot, its WAIT goes to one node"
+        );
+    }
+
+    // The held call: it writes to every shard, then its WAIT for 2 replicas waits on the
+    // demoted node, whose second replica is stopped.
+    const AT: u64 = 4_000_000_000_000;
+    let held: Vec<String> = (0..48).map(|i| format!("h{i}")).collect();
+    assert!(held
+        .iter()
+        .any(|id| moving.contains(&inspector.shard_of(id))));
+    // A first write while every node answers: on a new Cluster its slot probe gets `NOSCRIPT`,
+    // and the scripts are loaded then (on every node: the held call must not wait on that).
+    assert!(p.cancel_many(&held).unwrap().iter().all(|&c| !c));
+    c.nodes()[stopped].sigstop().unwrap();
+    let call = std::thread::spawn({
+        let held = held.clone();
+        move || {
+            let r = p.schedule_many(tasks(&held, AT)).map(|_| ());
+            (p, r)
+        }
+    });
+    let mut blocked = || {
+        redis::cmd("INFO")
+            .arg("clients")
+            .query::<String>(&mut con)
+            .unwrap()
+            .lines()
+            .any(|l| {
+                l.trim()
+                    .strip_prefix("blocked_clients:")
+                    .is_some_and(|n| n != "0")
+            })
+    };
+    let until = Instant::now() + Duration::from_secs(4);
+    while !blocked() {
+        if Instant::now() > until {
+            c.nodes()[stopped].sigcont().unwrap();
+            let (_, r) = call.join().unwrap();
+            panic!("the WAIT is not held on the primary; the call: {r:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // The failover, with the WAIT in flight (the seed keeps the old map meanwhile); the
+    // stopped replica resumes once the primary is demoted (the WAIT unblocked).
+    seed.stale_for(Duration::from_secs(60));
+    let mut con = redis::Client::open(c.nodes()[promoted].url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: String = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut con)
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while c.is_primary(demoted).unwrap() {
+        assert!(
+            Instant::now() < until,
+            "CLUSTER FAILOVER did not demote the primary"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    c.nodes()[stopped].sigcont().unwrap();
+    let (mut p, r) = call.join().unwrap();
+    match r {
+        Err(e) => assert!(e.to_string().contains("UNBLOCKED"), "the held call: {e}"),
+        Ok(()) => panic!("the held call was confirmed: its WAIT was not in flight"),
+    }
+    // The stopped replica follows the new primary, so that 2 replicas confirm there too.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !replication(&c, promoted)
+        .lines()
+        .any(|l| l.trim() == "connected_slaves:2")
+    {
+        assert!(Instant::now() < until, "the new primary has not 2 replicas");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.wait_ok(Duration::from_secs(20)).unwrap();
+
+    // The calls, each failed one sent again after 20 ms (as tests/common/load.rs does), for
+    // at most 2 s; the seed learns the new map 200 ms from now.
+    seed.stale_for(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut failed: Vec<(Duration, String)> = Vec::new();
+    let mut stored = 0;
+    'calls: for ids in &after {
+        loop {
+            let at = start.elapsed();
+            match p.schedule_many(tasks(ids, AT)) {
+                Ok(_) => break,
+                Err(e) => failed.push((at, e.to_string())),
+            }
+            if at > Duration::from_secs(2) {
+                break 'calls;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stored += 1;
+    }
+    eprintln!(
+        "calls after the demotion: {stored} of {} stored in {:?}; {} failed, the last {:?} \
+         after the first call; first error: {:?}",
+        after.len(),
+        start.elapsed(),
+        failed.len(),
+        failed.last().map(|f| f.0),
+        failed.first().map(|f| &f.1),
+    );
+    // The premise: the new connection's map had the demoted node as a primary.
+    assert!(seed.answered() > 0, "the stale map was never read");
+    assert!(
+        failed
+            .first()
+            .is_some_and(|(_, e)| e.contains("WAIT cannot be used with replica")),
+        "{failed:?}"
+    );
+    assert_eq!(stored, after.len(), "calls after the demotion: {failed:?}");
+    let last = failed.last().map_or(Duration::ZERO, |f| f.0);
+    assert!(
+        last < FOLLOW,
+        "a call failed {last:?} after the first, the seed's map new after 200 ms"
+    );
+    // Nothing lost: the held call's writes ran, and reached the promoted replica before it
+    // took over.
+    assert_eq!(p.len().unwrap(), (held.len() + kept.len()) as u64);
+    for id in held.iter().chain(&kept) {
+        assert!(
+            matches!(p.state(id).unwrap(), TaskState::Pending { .. }),
+            "{id}"
+        );
+    }
+}
+
+/// A node's `INFO replication`.
+fn replication(c: &RedisCluster, node: usize) -> String {
+    let mut con = redis::Client::open(c.nodes()[node].url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut con)
+        .unwrap()
+}
+
+/// The node replica `node` replicates (its `master_port`).
+fn primary_of(c: &RedisCluster, node: usize) -> usize {
+    let repl = replication(c, node);
+    let port: u16 = repl
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("master_port:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("node {node} is not a replica: {repl}"));
+    (0..c.nodes().len())
+        .find(|&n| c.nodes()[n].port() == port)
+        .unwrap()
+}
+
 /// A bulk call that fails part way says what each task got ([`Error::Partial`]), so that a
 /// caller sends again only what was not applied: here one shard's task hash holds a string,
 /// so its script call fails while running (in doubt), and the other shards' calls store
