@@ -4,14 +4,16 @@
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
-use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
+#[cfg(test)]
+use redis::ConnectionLike;
+use redis::{Client, Cmd, Connection, RedisError, RedisResult, Value};
 
 use crate::config::{Config, CLUSTER_SCHEME, SENTINEL_SCHEME};
 use crate::error::Error;
 
 mod pipeline;
 mod sentinel;
-pub(crate) use pipeline::{query_pipe, send_pipe, Answer};
+pub(crate) use pipeline::{query_one, query_pipe, send_pipe, Answer};
 pub(crate) use sentinel::Sentinel;
 
 /// Where a client connects: one server; a primary that Redis Sentinel watches (each
@@ -134,8 +136,11 @@ impl Endpoint {
 /// writes. Every script call goes through [`send_pipe`] (or [`query_pipe`]), which a
 /// Cluster splits by node and which follow redirections (`redis`'s cluster pipeline does
 /// not: it hands a `MOVED` reply back, and its slot map stays stale), and which end each
-/// round trip that writes with `WAIT` when [`Config::confirm_replicas`] asks for it. Plain
-/// commands that write nothing (`TIME`, `SCRIPT LOAD`) may go through [`ConnectionLike`].
+/// round trip that writes with `WAIT` when [`Config::confirm_replicas`] asks for it. A lone
+/// command goes through [`query_one`]; the clock and the scripts have methods of their own
+/// (`time_us`, `load_scripts`), which on a Cluster pick their nodes by a fresh slot map.
+/// `Con` is no [`ConnectionLike`](redis::ConnectionLike) outside the tests, so no call can bypass all of this and
+/// keep a stale slot map for good.
 pub(crate) struct Con {
     pub(crate) link: Link,
     /// `WAIT`'s arguments, when writes must be confirmed.
@@ -216,6 +221,7 @@ impl Con {
         r
     }
 
+    #[cfg(test)]
     fn inner(&mut self) -> &mut dyn ConnectionLike {
         match &mut self.link {
             Link::Single(c) => c,
@@ -224,6 +230,10 @@ impl Con {
     }
 }
 
+/// Tests read and write keys straight through a `Con` (one server). The crate itself has no
+/// such path: every call goes through [`send_pipe`] (or [`query_one`]), which on a Cluster
+/// follows the topology, so no call can keep a stale slot map for good.
+#[cfg(test)]
 impl ConnectionLike for Con {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         self.inner().req_packed_command(cmd)

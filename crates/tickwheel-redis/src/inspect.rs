@@ -497,10 +497,7 @@ impl Inspector {
         if let TimeSource::Manual(t) = &self.cfg.time {
             return Ok(t.now_ms());
         }
-        self.with_con(|con, _, _| {
-            let (s, us): (u64, u64) = redis::cmd("TIME").query(con)?;
-            Ok(s * 1000 + us / 1000)
-        })
+        self.with_con(|con, _, _| Ok(con.time_us()? / 1000))
     }
 }
 

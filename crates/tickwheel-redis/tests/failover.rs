@@ -491,6 +491,59 @@ fn primary_of(c: &RedisCluster, node: usize) -> usize {
         .unwrap()
 }
 
+/// An inspector connected before a graceful failover, whose first calls after it are
+/// `remembered`, one lone `ZSCORE` each, some to the moved slots: each must follow the new
+/// topology as the pipelined calls do. Sent straight through the cluster connection, a lone
+/// command got `MOVED` on every call for as long as nothing else reopened the connection. The
+/// inspector's only seed is a proxy that answers `CLUSTER SLOTS` with the map from before
+/// the failover for 300 ms after it, so a connection reopened meanwhile (the demoted node may
+/// have closed it) reads the stale map too.
+#[test]
+fn an_inspector_connected_before_a_failover_answers_remembered_after_it() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
+    };
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), "rem");
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let ids: Vec<String> = (0..24).map(|i| format!("o{i}")).collect();
+    let mut p = Producer::connect(&cfg).unwrap();
+    for id in &ids {
+        p.schedule_once(id, RunAt::AtMillis(T0 + 60_000), b"")
+            .unwrap();
+    }
+    let seed = StaleSlots::start(c.nodes()[0].port());
+    cfg.url = Config::cluster(&[format!("127.0.0.1:{}", seed.port)], "rem").url;
+    let mut i = Inspector::connect(&cfg).unwrap();
+    assert!(i.remembered(&ids[0]).unwrap().is_some());
+
+    let ok = failover(&c, 0);
+    seed.stale_for(Duration::from_millis(300));
+    let mut failed = 0;
+    for id in &ids {
+        loop {
+            match i.remembered(id) {
+                Ok(Some(_)) => break,
+                r => {
+                    failed += 1;
+                    assert!(
+                        ok.elapsed() < Duration::from_secs(2),
+                        "{id}: {r:?}, {:?} after the failover ({failed} failed calls)",
+                        ok.elapsed()
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "remembered: all answered {:?} after the failover, {failed} failed calls",
+        ok.elapsed()
+    );
+}
+
 /// A bulk call that fails part way says what each task got ([`Error::Partial`]), so that a
 /// caller sends again only what was not applied: here one shard's task hash holds a string,
 /// so its script call fails while running (in doubt), and the other shards' calls store

@@ -1,7 +1,7 @@
 //! Pipelines on one server or a Redis Cluster: [`send_pipe`] follows the Cluster's topology
 //! and says of every command whether it ran; [`query_pipe`] reads the replies.
 
-use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
 
 use super::{Con, Confirm, Link};
 use crate::error::Error;
@@ -125,7 +125,7 @@ pub(crate) fn send_pipe(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<Red
     if noscript.is_empty() {
         return (answers, None);
     }
-    if let Err(e) = crate::protocol::scripts::scripts().load_all(con) {
+    if let Err(e) = con.load_scripts() {
         let server = matches!(e.kind(), redis::ErrorKind::Server(_));
         return (answers, (!server).then_some(e));
     }
@@ -274,6 +274,56 @@ fn classify(e: RedisError) -> Answer {
     } else {
         Answer::Failed(e)
     }
+}
+
+impl Con {
+    /// Fills the script cache with every script: the one server's, or every Cluster node's.
+    pub(crate) fn load_scripts(&mut self) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Single(c) => {
+                for cmd in crate::protocol::scripts::scripts().load_commands() {
+                    cmd.query::<String>(c)?;
+                }
+                Ok(())
+            }
+            Link::Cluster(c) => cluster::load_scripts(&mut c.con),
+        }
+    }
+
+    /// A small command before the scripts' bodies: a server that wants a password answers
+    /// it `NOAUTH Authentication required`, where a script's body (over 16 KiB for the
+    /// largest) would get the connection closed with `Protocol error: unauthenticated bulk
+    /// length`. On a Cluster, opening the connection has already read the slot map from a
+    /// seed, which such a server refuses the same way.
+    pub(crate) fn check_auth(&mut self) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Single(c) => redis::cmd("PING").query::<Value>(c).map(drop),
+            Link::Cluster(_) => Ok(()),
+        }
+    }
+
+    /// The server's clock (`TIME`), µs since the Unix epoch: the one server's; on a Cluster,
+    /// a primary's (by a fresh slot map after an error).
+    pub(crate) fn time_us(&mut self) -> RedisResult<u64> {
+        let time = redis::cmd("TIME");
+        let (s, us): (u64, u64) = match &mut self.link {
+            Link::Single(c) => time.query(c)?,
+            Link::Cluster(c) => {
+                let v = cluster::any_primary(c, &time)?;
+                redis::from_redis_value(v)?
+            }
+        };
+        Ok(s * 1_000_000 + us)
+    }
+}
+
+/// Runs one command through [`send_pipe`], as [`query_pipe`] runs a pipeline: on a Cluster it
+/// follows the topology (a `MOVED` reads the slot map afresh) like every other call. The
+/// crate sends nothing to a [`Con`] any other way.
+pub(crate) fn query_one<T: FromRedisValue>(con: &mut Con, cmd: Cmd) -> Result<T, Error> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd);
+    query_pipe::<(T,)>(con, &pipe).map(|(t,)| t)
 }
 
 /// Runs a pipeline through [`send_pipe`] (which follows a Cluster's topology, and confirms

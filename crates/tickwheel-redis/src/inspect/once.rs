@@ -1,6 +1,7 @@
 //! What [`Producer::schedule_once`](crate::Producer::schedule_once) remembers of an id.
 
 use super::Inspector;
+use crate::connection::query_one;
 use crate::error::Error;
 use crate::namespace::check_id;
 
@@ -17,10 +18,9 @@ impl Inspector {
         let now = self.now_ms()?;
         let shard = self.ns.shard_of(id) as usize;
         let until: Option<f64> = self.with_con(|con, ns, _| {
-            Ok(redis::cmd("ZSCORE")
-                .arg(ns.shards[shard].once())
-                .arg(id)
-                .query(con)?)
+            let mut zscore = redis::cmd("ZSCORE");
+            zscore.arg(ns.shards[shard].once()).arg(id);
+            query_one(con, zscore)
         })?;
         Ok(until.map(|ms| ms as u64).filter(|&ms| ms > now))
     }

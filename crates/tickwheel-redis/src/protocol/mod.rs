@@ -101,11 +101,8 @@ pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
         Endpoint::Cluster(client, _) => Con::cluster(client, cfg.io_timeout, confirm)?,
         _ => Con::single(client.plain_connection(cfg.io_timeout)?.0, confirm),
     };
-    // A small command first: a server that wants a password answers it `NOAUTH
-    // Authentication required`, where a script's body (over 16 KiB for the largest) would
-    // get the connection closed with `Protocol error: unauthenticated bulk length`.
-    redis::cmd("PING").query::<Value>(&mut con)?;
-    scripts::scripts().load_all(&mut con)?;
+    con.check_auth()?;
+    con.load_scripts()?;
     Ok(con)
 }
 

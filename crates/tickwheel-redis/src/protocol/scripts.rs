@@ -34,12 +34,13 @@ enum Kind {
     Read,
 }
 
-fn compile(kind: Kind, body: &str) -> Script {
+/// A script's source: its kind's header, the constants and preludes, then `body`.
+fn source(kind: Kind, body: &str) -> String {
     let constants = format!("local BUCKET_MS = {BUCKET_MS}\nlocal ERRORS_KEPT = {ERRORS_KEPT}\n");
-    Script::new(&match kind {
+    match kind {
         Kind::Write => format!("{constants}{PRELUDE}{body}"),
         Kind::Read => format!("#!lua flags=no-writes\n{constants}{PRELUDE}{INSPECT_PRELUDE}{body}"),
-    })
+    }
 }
 
 /// The registry: `name: Kind "file under lua/"`, one line a script.
@@ -48,23 +49,33 @@ macro_rules! registry {
         /// The compiled scripts (each a SHA1 and its source; loaded into Redis on connect).
         pub(crate) struct Scripts {
             $(pub(crate) $name: Script,)*
+            /// Every script's source, in the registry's order (what `SCRIPT LOAD` sends).
+            sources: Vec<String>,
         }
 
         impl Scripts {
             fn compile() -> Scripts {
+                let mut sources = Vec::new();
                 Scripts {
-                    $($name: compile(Kind::$kind, include_str!(concat!("lua/", $file))),)*
+                    $($name: {
+                        let source = source(Kind::$kind, include_str!(concat!("lua/", $file)));
+                        let script = Script::new(&source);
+                        sources.push(source);
+                        script
+                    },)*
+                    sources,
                 }
             }
 
-            /// Loads every script into Redis's script cache (after connecting: pipelines
-            /// send `EVALSHA` and cannot load a missing script in the middle).
-            pub(crate) fn load_all(
-                &self,
-                con: &mut dyn redis::ConnectionLike,
-            ) -> redis::RedisResult<()> {
-                $(self.$name.prepare_invoke().load(con)?;)*
-                Ok(())
+            /// A `SCRIPT LOAD` of every script, to fill a node's script cache (after
+            /// connecting: pipelines send `EVALSHA` and cannot load a missing script in the
+            /// middle). The connection decides which nodes each goes to (`Con::load_scripts`).
+            pub(crate) fn load_commands(&self) -> impl Iterator<Item = redis::Cmd> + '_ {
+                self.sources.iter().map(|source| {
+                    let mut cmd = redis::cmd("SCRIPT");
+                    cmd.arg("LOAD").arg(source);
+                    cmd
+                })
             }
 
             /// Whether `sha` is the hash of a script that only reads (kind `Read`, and

@@ -8,6 +8,7 @@ use redis::Value;
 use super::delivery::Lease;
 use super::window::ShardWindow;
 use super::{ShardLoss, Worker, WorkerEvent};
+use crate::connection::query_one;
 use crate::namespace::{query_pipe, Error};
 use crate::protocol;
 
@@ -358,7 +359,9 @@ impl Worker {
     fn has_owner(&mut self, s: u32) -> Result<bool, Error> {
         let state = self.ns.shards[s as usize].state();
         let con = self.redis.con_or_reconnect(&self.cfg)?;
-        let owner: Option<String> = redis::cmd("HGET").arg(state).arg("owner").query(con)?;
+        let mut hget = redis::cmd("HGET");
+        hget.arg(state).arg("owner");
+        let owner: Option<String> = query_one(con, hget)?;
         Ok(owner.is_some_and(|o| !o.is_empty() && o != self.id))
     }
 

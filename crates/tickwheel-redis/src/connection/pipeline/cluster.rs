@@ -132,11 +132,13 @@ fn pause(round: usize) {
 /// confirmed; an error (a connection that broke) is returned, their confirmation unknown.
 ///
 /// After an error the cluster connection is opened again, which reads the slot map afresh.
-/// `WAIT` on several slots goes to every node the map calls a primary, and following a
-/// `MOVED` fixes a slot's route but not that list: after a failover the demoted primary
-/// kept answering "WAIT cannot be used with replica instances" to every such call, for
-/// about 30 s (`a_graceful_failover_is_followed_under_load` failed so). The writes' own
-/// confirmation stays unknown: a `WAIT` on a new connection would confirm nothing it sent.
+/// `WAIT` on several slots goes to every node the map calls a primary, and a map read from a
+/// seed that has not heard of a failover yet still calls the demoted node one: a call that
+/// writes only to slots that did not move gets no `MOVED` that would make it read the map
+/// again, so each such call failed with "WAIT cannot be used with replica instances" for as
+/// long as the connection lived (`a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again`).
+/// The writes' own confirmation stays unknown: a `WAIT` on a new connection would confirm
+/// nothing it sent.
 fn cluster_wait(
     link: &mut ClusterLink,
     want: Confirm,
@@ -264,8 +266,11 @@ pub(super) fn first_key(cmd: &Cmd) -> Option<&[u8]> {
 /// had it).
 pub(super) fn probe_script() -> &'static Script {
     static PROBE: OnceLock<Script> = OnceLock::new();
-    PROBE.get_or_init(|| Script::new("return 1"))
+    PROBE.get_or_init(|| Script::new(PROBE_SOURCE))
 }
+
+/// The probe script's source.
+const PROBE_SOURCE: &str = "return 1";
 
 /// A command that checks which node serves `key`'s slot, and that the node has the
 /// crate's scripts, and changes nothing: `EVALSHA` of [`probe_script`], declaring `key`.
@@ -278,11 +283,29 @@ pub(super) fn probe(key: &[u8]) -> Cmd {
     cmd
 }
 
-/// Loads the crate's scripts, then the probe's, on every node.
-fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
-    crate::protocol::scripts::scripts().load_all(c)?;
-    probe_script().prepare_invoke().load(c)?;
+/// Loads the crate's scripts, then the probe's, on every node (`redis` sends `SCRIPT LOAD` to
+/// every node of its map, and every one must take it).
+pub(super) fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
+    let mut probe = redis::cmd("SCRIPT");
+    probe.arg("LOAD").arg(PROBE_SOURCE);
+    let scripts = crate::protocol::scripts::scripts().load_commands();
+    for cmd in scripts.chain(std::iter::once(probe)) {
+        cmd.query::<String>(c)?;
+    }
     Ok(())
+}
+
+/// `cmd` on a primary picked at random by the connection's slot map; after an error, once
+/// more on a fresh map (the node may be down, or no longer a primary). Its reply.
+pub(super) fn any_primary(c: &mut ClusterLink, cmd: &Cmd) -> RedisResult<Value> {
+    let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+    match c.con.route_command(cmd, any.clone()) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            c.con = c.client.get_connection()?;
+            c.con.route_command(cmd, any)
+        }
+    }
 }
 
 /// Checks the connection's slot map and the nodes' script caches for the slots of `cmds`, with a
