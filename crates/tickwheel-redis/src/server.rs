@@ -577,14 +577,6 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// Kills node `node` (SIGKILL) and returns at once: the other nodes go on listing it
-    /// until they mark it failed (the nodes' timeout is 3 s), and a killed primary's replica
-    /// is promoted then (see [`kill_primary`](RedisCluster::kill_primary), which waits for
-    /// that).
-    pub fn kill(&mut self, node: usize) {
-        self.nodes[node].kill();
-    }
-
     /// The nodes' addresses, `127.0.0.1:port`: seeds for
     /// [`Config::cluster`](crate::Config::cluster).
     pub fn seeds(&self) -> Vec<String> {
