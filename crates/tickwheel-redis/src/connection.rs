@@ -139,8 +139,8 @@ impl Endpoint {
 /// round trip that writes with `WAIT` when [`Config::confirm_replicas`] asks for it. A lone
 /// command goes through [`query_one`]; the clock and the scripts have methods of their own
 /// (`time_us`, `load_scripts`), which on a Cluster pick their nodes by a fresh slot map.
-/// `Con` is no [`ConnectionLike`](redis::ConnectionLike) outside the tests, so no call can bypass all of this and
-/// keep a stale slot map for good.
+/// `Con` is no [`ConnectionLike`](redis::ConnectionLike) outside the tests, so no call can
+/// bypass all of this and keep a stale slot map for good.
 pub(crate) struct Con {
     pub(crate) link: Link,
     /// `WAIT`'s arguments, when writes must be confirmed.

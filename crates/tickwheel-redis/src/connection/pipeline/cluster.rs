@@ -136,9 +136,9 @@ fn pause(round: usize) {
 /// seed that has not heard of a failover yet still calls the demoted node one: a call that
 /// writes only to slots that did not move gets no `MOVED` that would make it read the map
 /// again, so each such call failed with "WAIT cannot be used with replica instances" for as
-/// long as the connection lived (`a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again`).
-/// The writes' own confirmation stays unknown: a `WAIT` on a new connection would confirm
-/// nothing it sent.
+/// long as the connection lived (tests/failover.rs,
+/// `a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again`). The writes' own
+/// confirmation stays unknown: a `WAIT` on a new connection would confirm nothing it sent.
 fn cluster_wait(
     link: &mut ClusterLink,
     want: Confirm,
