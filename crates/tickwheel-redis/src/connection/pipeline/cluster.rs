@@ -266,11 +266,8 @@ pub(super) fn first_key(cmd: &Cmd) -> Option<&[u8]> {
 /// had it).
 pub(super) fn probe_script() -> &'static Script {
     static PROBE: OnceLock<Script> = OnceLock::new();
-    PROBE.get_or_init(|| Script::new(PROBE_SOURCE))
+    PROBE.get_or_init(|| Script::new("return 1"))
 }
-
-/// The probe script's source.
-const PROBE_SOURCE: &str = "return 1";
 
 /// A command that checks which node serves `key`'s slot, and that the node has the
 /// crate's scripts, and changes nothing: `EVALSHA` of [`probe_script`], declaring `key`.
@@ -286,12 +283,10 @@ pub(super) fn probe(key: &[u8]) -> Cmd {
 /// Loads the crate's scripts, then the probe's, on every node (`redis` sends `SCRIPT LOAD` to
 /// every node of its map, and every one must take it).
 pub(super) fn load_scripts(c: &mut ClusterConnection) -> RedisResult<()> {
-    let mut probe = redis::cmd("SCRIPT");
-    probe.arg("LOAD").arg(PROBE_SOURCE);
-    let scripts = crate::protocol::scripts::scripts().load_commands();
-    for cmd in scripts.chain(std::iter::once(probe)) {
+    for cmd in crate::protocol::scripts::scripts().load_commands() {
         cmd.query::<String>(c)?;
     }
+    probe_script().prepare_invoke().load(c)?;
     Ok(())
 }
 
