@@ -19,7 +19,12 @@
 //! `schedule_only` is W4's hot path alone (one producer, 16-byte closures, nothing firing),
 //! with `schedule`, `schedule_at`, `schedule_detached_at`, a tokio channel hand-off and the
 //! floor of any staging design (`floor_vec`: an append to a `Vec`, nothing else).
-//! `schedule_detached` is the handle-less path from 1 and 2 producers.
+//! `schedule_detached` is the handle-less path from 1 and 2 producers. `detached_burst` is
+//! W4 on virtual time, filing included: 10^6 detached timers scheduled within 1000 ticks of a
+//! `ManualClock`, then the clock moved past them and `settle()` runs them all; beside it
+//! `floor_buckets`, the same burst as a plain program with no service would write it (each
+//! closure record appended to a vector, the vector filed into a vector per tick, each tick's
+//! records called).
 //!
 //! Throughput is elements (schedule + cancel pairs) per second over all producers, timed
 //! from the first producer's start to the last one's end (each producer reads the clock
@@ -35,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
 use tickwheel::service::TimerService;
+use tickwheel::time::ManualClock;
 use tickwheel_lab::SplitMix64;
 
 /// Schedule+cancel pairs one sample measures, split over the producers: enough that starting
@@ -318,5 +324,91 @@ fn detached(service: &Arc<TimerService>, p: u64, ops: u64) -> Duration {
     })
 }
 
-criterion_group!(benches, schedule_cancel, schedule_only, detached_producers);
+/// W4's burst on virtual time: one thread schedules `N` detached timers with delays in
+/// [1, 1000] ms on a `ManualClock` (the timer thread takes them in meanwhile, as it does in
+/// W4), then moves the clock past them and `settle()`s, which runs every callback on the
+/// calling thread (no workers). So the span covers staging, filing and firing, not waiting.
+/// `floor_buckets` is the same work with nothing but vectors: a 24-byte closure record per
+/// timer (a code pointer and two words of state, as the service stores one), staged with its
+/// tick, filed into a vector a tick, called tick by tick.
+fn detached_burst(c: &mut Criterion) {
+    const N: u64 = 1_000_000;
+    let mut group = c.benchmark_group("detached_burst");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(N));
+    let delays: Vec<Duration> = delays(11, N as usize)
+        .into_iter()
+        .map(|d| Duration::from_millis(1 + d.as_millis() as u64 % 1_000))
+        .collect();
+    group.bench_function("tickwheel", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let clock = ManualClock::new();
+                let service = TimerService::builder()
+                    .clock(clock.clone())
+                    .worker_threads(0)
+                    .build()
+                    .unwrap();
+                let start = Instant::now();
+                for (id, &d) in delays.iter().enumerate() {
+                    service.schedule_detached(d, move || {
+                        black_box(id);
+                    });
+                }
+                clock.advance(Duration::from_millis(1_001));
+                service.settle();
+                total += start.elapsed();
+                drop(service);
+            }
+            total
+        })
+    });
+    struct Task {
+        call: fn(usize, usize),
+        state: [usize; 2],
+    }
+    fn run(id: usize, _: usize) {
+        black_box(id);
+    }
+    group.bench_function("floor_buckets", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let mut staged: Vec<(u64, Task)> = Vec::new();
+                for (id, &d) in delays.iter().enumerate() {
+                    let call = black_box(run as fn(usize, usize));
+                    staged.push((
+                        d.as_millis() as u64,
+                        Task {
+                            call,
+                            state: [id, 0],
+                        },
+                    ));
+                }
+                let mut ticks: Vec<Vec<Task>> = (0..=1_000).map(|_| Vec::new()).collect();
+                for (tick, task) in staged {
+                    ticks[tick as usize].push(task);
+                }
+                for tick in ticks {
+                    for task in tick {
+                        (task.call)(task.state[0], task.state[1]);
+                    }
+                }
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    schedule_cancel,
+    schedule_only,
+    detached_producers,
+    detached_burst
+);
 criterion_main!(benches);

@@ -36,6 +36,7 @@
 //! * `close` takes the inbox as well: staged timers are discarded like queued ones, and a
 //!   stage after it is refused.
 
+use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::ptr;
 
@@ -215,13 +216,39 @@ impl Shard {
         }
         let mut spare = std::mem::take(&mut st.spare);
         if self.take_inbox(&mut spare, &mut st.cells) {
-            for staged in spare.drain(..) {
-                if staged.tick <= now {
-                    st.enqueue(staged);
-                } else {
-                    st.taken_earliest = st.taken_earliest.min(staged.tick);
-                    st.taken.push_back(staged);
+            if now == NEVER || !st.taken.is_empty() {
+                for staged in spare.drain(..) {
+                    if staged.tick <= now {
+                        st.enqueue(staged);
+                    } else {
+                        st.taken_earliest = st.taken_earliest.min(staged.tick);
+                        st.taken.push_back(staged);
+                    }
                 }
+            } else {
+                // Nothing waits in `taken`: the due timers are taken out of the inbox's
+                // buffer where they lie (the rest moves down over them, in order) and
+                // queued, and the buffer becomes `taken` whole, its old one the spare.
+                // Copying the rest into `taken` would write every timer a second time
+                // before it is queued, after the drain.
+                let mut later = NEVER;
+                spare.retain_mut(|s| {
+                    if s.tick > now {
+                        later = later.min(s.tick);
+                        return true;
+                    }
+                    // Moved out, an empty callback left behind for `retain` to drop.
+                    let callback = std::mem::replace(&mut s.callback, Callback::new(|| {}));
+                    st.enqueue(Staged {
+                        tick: s.tick,
+                        callback,
+                        cell: s.cell,
+                    });
+                    false
+                });
+                st.taken_earliest = later;
+                let rest = VecDeque::from(std::mem::take(&mut spare));
+                spare = Vec::from(std::mem::replace(&mut st.taken, rest));
             }
         }
         st.spare = spare;

@@ -174,7 +174,11 @@ impl ShardState {
     /// Queues a staged timer: a detached one in the calendar when it is near, anything else
     /// in the queue (telling its cell the key if it has one). Returns whether it went to the
     /// calendar.
-    #[inline]
+    ///
+    /// Always inlined, with [`Calendar::file`]: as calls, the callback went through the stack
+    /// twice on its way from the staged record to the calendar, and the loops that queue
+    /// staged timers ran at half the speed of a plain append to a vector a tick.
+    #[inline(always)]
     fn enqueue(&mut self, staged: Staged) -> bool {
         let seq = self.next_seq();
         self.scheduled += 1;
