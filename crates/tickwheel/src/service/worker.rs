@@ -3,14 +3,17 @@
 //! # Hand-off
 //!
 //! The timer thread (or a `settle` call) pushes due callbacks in **batches** onto one
-//! mutex-guarded queue and notifies once per push, not once per callback. A batch is at most
-//! [`MAX_BATCH`] callbacks. A large due list is split so that every worker gets a share; a
-//! small one is not split below [`MIN_SHARE`] callbacks a batch: waking a second worker (a
-//! futex wake, then a context switch in and out, several microseconds on a virtual machine)
-//! costs more than the first worker spends running a few dozen short callbacks, and at a fine
-//! resolution a drain every few ticks would otherwise wake every worker every time. Workers
-//! take batches in push order, so callbacks *start* in the order they were pushed (deadline
-//! order, see the service docs); with one worker they also *run* in that order.
+//! mutex-guarded queue and notifies once per push, not once per callback. A large due list is
+//! split so that every worker gets a share; a small one is not split below a **share**: the
+//! callbacks that take [`SHARE_NS`] to run, by the workers' running estimate of what one
+//! callback takes ([`Dispatch::cost_ns`], measured per batch). Waking a worker (a futex wake,
+//! then a context switch in and out, several microseconds on a virtual machine, and a core
+//! taken from whatever else runs) costs more than running a few hundred short callbacks, so a
+//! list of short callbacks goes to one worker and wakes one; a list of slow ones is spread
+//! over every worker, down to one callback a batch. A batch is at most [`MAX_BATCH`]
+//! callbacks, or a share when that is larger. Workers take batches in push order, so
+//! callbacks *start* in the order they were pushed (deadline order, see the service docs);
+//! with one worker they also *run* in that order.
 //!
 //! A drain pushes what it took out in few pushes (at least [`Dispatch::handoff_at`] callbacks
 //! each, the rest at its end; see `state.rs`), not one a chunk it drains: each push that
@@ -36,18 +39,44 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
 
 use super::core::Core;
 use super::shard::Job;
 use super::stats::Histogram;
-use crate::sync::{lock, wait, Condvar, Counter, Mutex};
+use crate::sync::{lock, wait, AtomicU64, Condvar, Counter, Mutex, Ordering};
 
-/// The largest batch handed to one worker at once.
+/// The largest batch handed to one worker at once, unless a share is larger.
 pub(crate) const MAX_BATCH: usize = 256;
 
-/// The smallest share a due list is split into (see the module docs); a shorter list is one
-/// batch.
-pub(crate) const MIN_SHARE: usize = 64;
+/// The running time worth a worker's wake-up: a due list is not split into batches that take
+/// less (see the module docs). Ten times what a wake-up costs a virtual machine.
+pub(crate) const SHARE_NS: u64 = 50_000;
+
+/// The cost of one callback assumed before the workers have measured any (1 µs: shares of
+/// 50 callbacks).
+const FIRST_COST_NS: u64 = 1_000;
+
+/// The largest share: a list of callbacks that take no time still goes out in batches that
+/// the next worker can take while the first runs.
+const MAX_SHARE: usize = 4_096;
+
+/// How many callbacks make a share when one takes `cost_ns` (see the module docs).
+fn share(cost_ns: u64) -> usize {
+    let share = SHARE_NS / cost_ns.max(1);
+    usize::try_from(share)
+        .unwrap_or(MAX_SHARE)
+        .clamp(1, MAX_SHARE)
+}
+
+/// The batches `len` due callbacks are split into for `workers` workers when one takes
+/// `cost_ns`: `(batch size, workers to wake at most)`. A worker is woken per share, and at
+/// least one: the batches beyond are taken by workers already running.
+fn split(len: usize, workers: usize, cost_ns: u64) -> (usize, usize) {
+    let share = share(cost_ns);
+    let size = len.div_ceil(workers).clamp(share, MAX_BATCH.max(share));
+    (size, (len / share).max(1))
+}
 
 /// A user-supplied panic handler.
 pub(crate) type PanicHandler = std::sync::Arc<dyn Fn(&(dyn Any + Send)) + Send + Sync>;
@@ -68,6 +97,9 @@ pub(crate) struct Dispatch {
     work: Condvar,
     idle: Condvar,
     workers: usize,
+    /// The workers' running estimate of one callback's run time, in nanoseconds (an average
+    /// over batches, each weighing a quarter; see [`run`]).
+    cost_ns: AtomicU64,
 }
 
 /// Counters one worker writes and `stats()` reads (relaxed; one writer each).
@@ -91,7 +123,24 @@ impl Dispatch {
             work: Condvar::new(),
             idle: Condvar::new(),
             workers: workers.max(1),
+            cost_ns: AtomicU64::new(FIRST_COST_NS),
         }
+    }
+
+    /// The estimate of one callback's run time (see [`Self::cost_ns`]).
+    fn cost_ns(&self) -> u64 {
+        self.cost_ns.load(Ordering::Relaxed)
+    }
+
+    /// Takes a batch of `n` callbacks that ran in `elapsed` into the estimate.
+    fn note_cost(&self, n: usize, elapsed: Duration) {
+        let Some(n) = u64::try_from(n).ok().filter(|&n| n > 0) else {
+            return;
+        };
+        let sample = u64::try_from(elapsed.as_nanos() / u128::from(n)).unwrap_or(u64::MAX);
+        let old = self.cost_ns();
+        let new = old - old / 4 + sample / 4;
+        self.cost_ns.store(new, Ordering::Relaxed);
     }
 
     /// Hands `jobs` (already in order) to the workers, in batches; leaves `jobs` empty.
@@ -99,10 +148,7 @@ impl Dispatch {
         if jobs.is_empty() {
             return;
         }
-        let size = jobs
-            .len()
-            .div_ceil(self.workers)
-            .clamp(MIN_SHARE, MAX_BATCH);
+        let (size, shares) = split(jobs.len(), self.workers, self.cost_ns());
         let mut batches = Vec::with_capacity(jobs.len().div_ceil(size));
         let mut rest = jobs.drain(..);
         loop {
@@ -120,7 +166,7 @@ impl Dispatch {
             q.batches.push_back(batch);
         }
         // A worker not waiting looks at the queue before it waits: it needs no wake-up.
-        let wake = q.waiting.min(count);
+        let wake = q.waiting.min(count).min(shares);
         drop(q);
         match wake {
             0 => {}
@@ -129,10 +175,10 @@ impl Dispatch {
         }
     }
 
-    /// How many due callbacks a drain collects before it hands them on ([`MAX_BATCH`] a
+    /// How many due callbacks a drain collects before it hands them on (a largest batch a
     /// worker): below that it keeps draining and pushes once at its end (see `state.rs`).
     pub(crate) fn handoff_at(&self) -> usize {
-        MAX_BATCH * self.workers
+        MAX_BATCH.max(share(self.cost_ns())) * self.workers
     }
 
     /// The sizes of the batches queued, in order (tests only).
@@ -214,9 +260,12 @@ pub(crate) fn run(
     let mut finished = 0;
     while let Some(batch) = dispatch.take(finished) {
         finished = batch.len();
+        // Real time, whatever the service's clock: what the callbacks cost this machine.
+        let start = Instant::now();
         for job in batch {
             run_job(job, core, stats, on_panic);
         }
+        dispatch.note_cost(finished, start.elapsed());
         stats.fired.add(finished as u64);
     }
 }
@@ -251,11 +300,13 @@ mod tests {
             .collect()
     }
 
-    /// The batch sizes a push of `n` callbacks makes for `workers` workers, in queue order,
-    /// and whether the deadlines come out in the order they went in.
+    /// The batch sizes a push of `n` callbacks makes for `workers` workers when a callback
+    /// is estimated to take `cost_ns`, in queue order; asserts that the deadlines come out in
+    /// the order they went in.
     #[cfg(not(loom))]
-    fn split(workers: usize, n: usize) -> Vec<usize> {
+    fn batches(workers: usize, n: usize, cost_ns: u64) -> Vec<usize> {
         let dispatch = Dispatch::new(workers);
+        dispatch.cost_ns.store(cost_ns, Ordering::Relaxed);
         dispatch.push(&mut jobs(n));
         let q = lock(&dispatch.queue);
         assert_eq!(q.in_flight, n);
@@ -267,15 +318,78 @@ mod tests {
     #[cfg(not(loom))]
     #[test]
     fn small_drains_are_one_batch_large_ones_a_share_a_worker() {
-        assert_eq!(split(2, 0), Vec::<usize>::new());
-        assert_eq!(split(2, 1), [1]);
-        // Below two shares of `MIN_SHARE`: one batch, one worker woken.
-        assert_eq!(split(2, MIN_SHARE), [MIN_SHARE]);
-        assert_eq!(split(4, 2 * MIN_SHARE - 1), [MIN_SHARE, MIN_SHARE - 1]);
+        // The first estimate, 1 µs a callback: a share is 50 callbacks.
+        let first = FIRST_COST_NS;
+        assert_eq!(batches(2, 0, first), Vec::<usize>::new());
+        assert_eq!(batches(2, 1, first), [1]);
+        // Below two shares: one batch.
+        assert_eq!(batches(2, 50, first), [50]);
+        assert_eq!(batches(4, 99, first), [50, 49]);
         // Enough for every worker: a share each.
-        assert_eq!(split(2, 300), [150, 150]);
-        // Never more than `MAX_BATCH` a batch.
-        assert_eq!(split(1, 600), [MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]);
+        assert_eq!(batches(2, 300, first), [150, 150]);
+        // Never more than `MAX_BATCH` a batch while a share is smaller.
+        assert_eq!(
+            batches(1, 600, first),
+            [MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]
+        );
+        // Short callbacks, 50 ns: a share is 1000 of them, a batch larger than `MAX_BATCH`.
+        assert_eq!(batches(2, 1000, 50), [1000]);
+        assert_eq!(batches(2, 3000, 50), [1000, 1000, 1000]);
+        // Callbacks that take no measurable time: shares of `MAX_SHARE`.
+        assert_eq!(batches(2, 5000, 0), [MAX_SHARE, 5000 - MAX_SHARE]);
+        // Slow callbacks, 100 µs: spread over every worker, down to one a batch.
+        assert_eq!(batches(4, 8, 100_000), [2, 2, 2, 2]);
+        assert_eq!(batches(4, 3, 100_000), [1, 1, 1]);
+    }
+
+    /// How many workers a push may wake: one a share, at least one (the table of `split`).
+    #[test]
+    fn a_push_wakes_a_worker_a_share() {
+        // (callbacks, workers, cost in ns) -> (batch size, workers to wake at most)
+        let table = [
+            ((1, 2, 1_000), (50, 1)),
+            ((99, 2, 1_000), (50, 1)),
+            ((100, 2, 1_000), (50, 2)),
+            ((1_000, 2, 1_000), (256, 20)),
+            ((1_000, 2, 50), (1_000, 1)),
+            ((1_999, 2, 50), (1_000, 1)),
+            ((2_000, 2, 50), (1_000, 2)),
+            ((10, 2, 100_000), (5, 10)),
+            ((10, 2, u64::MAX), (5, 10)),
+        ];
+        for ((len, workers, cost), expected) in table {
+            assert_eq!(
+                split(len, workers, cost),
+                expected,
+                "{len} {workers} {cost}"
+            );
+        }
+    }
+
+    /// The estimate moves a quarter of the way to each batch's cost a callback.
+    #[cfg(not(loom))]
+    #[test]
+    fn the_cost_estimate_follows_the_batches() {
+        let dispatch = Dispatch::new(1);
+        assert_eq!(dispatch.cost_ns(), FIRST_COST_NS);
+        dispatch.note_cost(100, Duration::from_micros(10));
+        assert_eq!(dispatch.cost_ns(), 775);
+        dispatch.note_cost(0, Duration::from_secs(1));
+        assert_eq!(dispatch.cost_ns(), 775, "an empty batch says nothing");
+        for _ in 0..100 {
+            dispatch.note_cost(10, Duration::from_micros(1));
+        }
+        // (Rounded down at each step, it settles a little above.)
+        assert!(
+            (100..=104).contains(&dispatch.cost_ns()),
+            "{}",
+            dispatch.cost_ns()
+        );
+        dispatch.note_cost(1, Duration::MAX);
+        assert!(
+            dispatch.cost_ns() > 1 << 60,
+            "saturates instead of wrapping"
+        );
     }
 
     #[cfg(not(loom))]
