@@ -13,7 +13,7 @@ use crate::error::Error;
 
 mod pipeline;
 mod sentinel;
-pub(crate) use pipeline::{query_one, query_pipe, send_pipe, Answer};
+pub(crate) use pipeline::{query_one, query_pipe, send_pipe, Answer, Shortfall};
 pub(crate) use sentinel::Sentinel;
 
 /// Where a client connects: one server; a primary that Redis Sentinel watches (each

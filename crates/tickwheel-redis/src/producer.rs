@@ -1,6 +1,6 @@
 //! The producer side: schedule, replace, cancel, reschedule, look up.
 
-use crate::connection::{send_pipe, Answer};
+use crate::connection::{send_pipe, Answer, Shortfall};
 use crate::error::Applied;
 use crate::failure::RetryPolicy;
 use crate::namespace::{
@@ -465,7 +465,7 @@ impl<T> Groups<T> {
         for (c, answer) in calls.iter().zip(answers) {
             let answer = match answer {
                 Answer::Unconfirmed(v, s) => {
-                    short.get_or_insert(s);
+                    Shortfall::fewest(&mut short, s);
                     Answer::Reply(v)
                 }
                 a => a,

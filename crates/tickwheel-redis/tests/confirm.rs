@@ -16,7 +16,7 @@ mod common;
 
 use common::proxy::{Proxy, Verdict};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use tickwheel_redis::server::{RedisCluster, RedisServer};
@@ -365,7 +365,7 @@ fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() 
     }
 
     // One replica stopped: a bulk call over every shard writes to its primary too, and
-    // fewer replicas confirm it there (the fewest over the primaries counts).
+    // fewer replicas confirm it there (the writes there are unconfirmed, and the call).
     replicas[0].sigstop().unwrap();
     let t = Instant::now();
     let far = RunAt::AtMillis(T0 + 3_600_000);
@@ -382,6 +382,164 @@ fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() 
             "{id}"
         );
     }
+}
+
+/// The primary a Cluster replica replicates (its `master_port` in `INFO replication`).
+fn primary_of(c: &RedisCluster, replica: usize) -> usize {
+    let repl = replication(&c.nodes()[replica]).expect("the replica answers");
+    let port: u16 = repl
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("master_port:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("node {replica} is not a replica: {repl}"));
+    (0..c.nodes().len())
+        .find(|&n| c.nodes()[n].port() == port)
+        .unwrap()
+}
+
+/// The shards of `ns` whose slots a primary serves (it answers `EXISTS` on their keys, and
+/// `MOVED` on the others').
+fn shards_served(node: &RedisServer, ns: &str, shards: u32) -> BTreeSet<u32> {
+    let mut con = redis::Client::open(node.url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    (0..shards)
+        .filter(|s| {
+            redis::cmd("EXISTS")
+                .arg(format!("tw:{{{ns}:{s}}}:tasks"))
+                .query::<i64>(&mut con)
+                .is_ok()
+        })
+        .collect()
+}
+
+/// A Cluster of 3 primaries with a replica each, one replica stopped (SIGSTOP: its shard A
+/// confirms nothing), after a call that wrote to A too (so the producer's connection to A
+/// carries a write A's replica has not confirmed). A bulk call that writes to several slots,
+/// all of them on the other two primaries, is confirmed there, at once: its `WAIT` goes to
+/// the primaries it wrote to, not to every primary of the Cluster (then A's answer, 0, after
+/// the whole timeout, counted for every write: `NotConfirmed`). A call that writes to A is
+/// still `NotConfirmed`, after the timeout (once, for all of A's slots).
+#[test]
+fn on_a_cluster_a_stopped_replica_leaves_writes_to_the_other_shards_confirmed() {
+    let c = match RedisCluster::start_with_replicas(3, 1) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
+    };
+    let ns = "shardwise";
+    let shards = 12;
+    let timeout = Duration::from_secs(2);
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&c.seeds(), ns);
+    cfg.shards = shards;
+    cfg.time = TimeSource::Manual(time);
+    cfg.claim_ahead = Duration::ZERO;
+    cfg.confirm_replicas = 1;
+    cfg.confirm_timeout = timeout;
+    let stopped = c.replicas().unwrap()[0];
+    let a = primary_of(&c, stopped);
+    let on_a = shards_served(&c.nodes()[a], ns, shards);
+    let others: Vec<(usize, BTreeSet<u32>)> = c
+        .replicas()
+        .unwrap()
+        .into_iter()
+        .map(|r| primary_of(&c, r))
+        .filter(|&n| n != a)
+        .map(|n| (n, shards_served(&c.nodes()[n], ns, shards)))
+        .collect();
+    assert_eq!(others.len(), 2);
+    assert!(!on_a.is_empty() && others.iter().all(|(_, s)| !s.is_empty()));
+    let far = RunAt::AtMillis(T0 + 3_600_000);
+
+    let mut p = Producer::connect(&cfg).unwrap();
+    let inspector = tickwheel_redis::Inspector::connect(&cfg).unwrap();
+    // Every shard written while the replicas answer (the scripts are loaded on every node).
+    let all: Vec<String> = (0..48).map(|i| format!("all{i}")).collect();
+    p.schedule_many(all.iter().map(|id| Task::new(id, far, b"x")))
+        .unwrap();
+
+    // Ids of shards on B and C only: several slots on each.
+    let elsewhere: Vec<String> = (0..)
+        .map(|i| format!("bc{i}"))
+        .filter(|id| !on_a.contains(&inspector.shard_of(id)))
+        .take(24)
+        .collect();
+    let written: BTreeSet<u32> = elsewhere.iter().map(|id| inspector.shard_of(id)).collect();
+    for (n, served) in &others {
+        assert!(
+            written.intersection(served).count() >= 2,
+            "node {n}: {written:?} {served:?}"
+        );
+    }
+
+    let mixed: Vec<String> = (0..24).map(|i| format!("mixed{i}")).collect();
+    // Several slots on A: one timeout for them all, not one per slot.
+    let mixed_on_a: BTreeSet<u32> = mixed
+        .iter()
+        .map(|id| inspector.shard_of(id))
+        .filter(|s| on_a.contains(s))
+        .collect();
+    assert!(mixed_on_a.len() >= 2, "{mixed_on_a:?}");
+    let one_on_a = (0..)
+        .map(|i| format!("a{i}"))
+        .find(|id| on_a.contains(&inspector.shard_of(id)))
+        .unwrap();
+    let timed = |f: &mut dyn FnMut() -> Result<(), Error>| {
+        let t = Instant::now();
+        let r = f();
+        (r, t.elapsed())
+    };
+
+    c.nodes()[stopped].sigstop().unwrap();
+    // A call that writes to every shard, A's too: not confirmed there. A's connection now
+    // carries a write its replica has not confirmed.
+    let (mixed_r, mixed_t) = timed(&mut || {
+        p.schedule_many(mixed.iter().map(|id| Task::new(id, far, b"z")))
+            .map(drop)
+    });
+    // Calls that write to B and C only.
+    let (bc_r, bc_t) = timed(&mut || {
+        p.schedule_many(elsewhere.iter().map(|id| Task::new(id, far, b"y")))
+            .map(drop)
+    });
+    let (cancel_r, cancel_t) = timed(&mut || {
+        let cancelled = p.cancel_many(&elsewhere)?;
+        assert!(cancelled.iter().all(|&c| c), "{cancelled:?}");
+        Ok(())
+    });
+    // A lone write to A.
+    let (a_r, a_t) = timed(&mut || p.schedule(&one_on_a, far, b"a").map(drop));
+    c.nodes()[stopped].sigcont().unwrap();
+    eprintln!(
+        "A's replica stopped; a write to every shard: {mixed_r:?} in {mixed_t:?}; writes to \
+         {} slots of B and C: {bc_r:?} in {bc_t:?}, their cancel: {cancel_r:?} in \
+         {cancel_t:?}; one write to A: {a_r:?} in {a_t:?}",
+        written.len()
+    );
+
+    assert!(
+        bc_r.is_ok(),
+        "writes to B and C only: {bc_r:?} after {bc_t:?}"
+    );
+    assert!(bc_t < timeout / 4, "writes to B and C only took {bc_t:?}");
+    assert!(cancel_r.is_ok(), "{cancel_r:?} after {cancel_t:?}");
+    assert!(cancel_t < timeout / 4, "the cancel took {cancel_t:?}");
+    // What A's replica did not confirm is not confirmed.
+    let late = timeout - Duration::from_millis(50);
+    not_confirmed(mixed_r);
+    assert!(mixed_t >= late && mixed_t < timeout * 3 / 2, "{mixed_t:?}");
+    not_confirmed(a_r);
+    assert!(a_t >= late, "{a_t:?}");
+    for id in mixed.iter().chain([&one_on_a]) {
+        assert!(
+            matches!(p.state(id).unwrap(), TaskState::Pending { .. }),
+            "{id}"
+        );
+    }
+    // The replica back: confirmed everywhere.
+    p.schedule_many(mixed.iter().map(|id| Task::new(id, far, b"w")))
+        .unwrap();
 }
 
 /// `calls` of `EVALSHA` in a server's `INFO commandstats`.

@@ -44,6 +44,17 @@ pub(crate) struct Shortfall {
     pub(crate) wanted: u32,
 }
 
+impl Shortfall {
+    /// The one of `short` (the shortfall kept so far, if any) and `s` with the fewer
+    /// confirmations: on a Cluster each node's writes count its own `WAIT`, and a call
+    /// reports the fewest.
+    pub(crate) fn fewest(short: &mut Option<Shortfall>, s: Shortfall) {
+        if short.is_none_or(|k| s.confirmed < k.confirmed) {
+            *short = Some(s);
+        }
+    }
+}
+
 impl From<Shortfall> for Error {
     fn from(s: Shortfall) -> Error {
         Error::NotConfirmed {
@@ -107,10 +118,11 @@ pub(crate) fn not_run(e: &RedisError) -> bool {
 /// same connection that carried the write, never on another (a connection that wrote
 /// nothing answers `WAIT` at once: a false confirmation). On one server it is the
 /// pipeline's last command. On a Cluster it follows the pipeline, before any new slot map:
-/// on the primary of the written slot when the pipeline wrote to one slot, else on every
-/// primary (the fewest replicas counts), over the connections the pipeline used; a command
-/// redirected by `ASK` goes with its own `WAIT` on the plain connection that carried it.
-/// The writes fewer replicas confirmed are [`Answer::Unconfirmed`].
+/// one `WAIT` by written slot, over the connection the pipeline used for it (the primary
+/// of the slot), each write counting its own node's answer (a write without a key, if any,
+/// on every primary, the fewest counting); a command redirected by `ASK` goes with its own
+/// `WAIT` on the plain connection that carried it. The writes fewer replicas confirmed are
+/// [`Answer::Unconfirmed`].
 pub(crate) fn send_pipe(con: &mut Con, cmds: &[Cmd]) -> (Vec<Answer>, Option<RedisError>) {
     let (mut answers, broken) = send_once(con, cmds);
     if broken.is_some() {
@@ -342,7 +354,7 @@ pub(crate) fn query_pipe<T: FromRedisValue>(con: &mut Con, pipe: &Pipeline) -> R
         match a {
             Answer::Reply(v) => values.push(v),
             Answer::Unconfirmed(v, s) => {
-                short.get_or_insert(s);
+                Shortfall::fewest(&mut short, s);
                 values.push(v)
             }
             Answer::Refused(e) | Answer::Failed(e) => return Err(e.into()),

@@ -2,7 +2,7 @@
 //! the pipeline by node, follows redirections, and confirms the writes with `WAIT` on the
 //! connections that carried them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -126,19 +126,32 @@ fn pause(round: usize) {
 }
 
 /// `WAIT` after a round of a Cluster pipeline, for the commands `ran` of `cmds` (those that
-/// ran or may have): on the primary of their slot when they wrote to one slot, else on
-/// every primary (the reply is the fewest replicas any confirmed), over the connections the
-/// pipeline used (`redis` keeps one per node). Marks their replies unconfirmed when too few
-/// confirmed; an error (a connection that broke) is returned, their confirmation unknown.
+/// ran or may have), on the primaries that carried their writes only, each over the
+/// connection that carried them (`redis` keeps one per node, and routes a command for a
+/// slot by the same slot map as the pipeline): one `WAIT` routed by each written slot. Each
+/// write counts what its own node answered, so a replica away on one shard leaves the writes
+/// to the others confirmed, and holds no call that did not write there. (A write without a
+/// key, if any, waits on every primary, and counts the fewest.) Marks the writes unconfirmed
+/// that too few replicas confirmed; an error (a connection that broke) is returned, the
+/// writes' confirmation unknown.
+///
+/// `redis` shows no slot map, so which slots share a node is not known beforehand: after a
+/// first `WAIT` on a node the others there answer at once (its replicas have acknowledged
+/// the connection's writes), a round trip each; once a `WAIT` comes back short, the node of
+/// each slot still to wait on is asked first (`CLUSTER MYID`, on the same connection), and a
+/// slot of a node that came back short takes its answer: a stopped replica costs one timeout
+/// per node, not one per slot.
 ///
 /// After an error the cluster connection is opened again, which reads the slot map afresh.
-/// `WAIT` on several slots goes to every node the map calls a primary, and a map read from a
-/// seed that has not heard of a failover yet still calls the demoted node one: a call that
-/// writes only to slots that did not move gets no `MOVED` that would make it read the map
+/// A `WAIT` sent to every primary went to every node the map called one, and a map read
+/// from a seed that has not heard of a failover yet still calls the demoted node one: a call
+/// that wrote only to slots that did not move got no `MOVED` that would make it read the map
 /// again, so each such call failed with "WAIT cannot be used with replica instances" for as
 /// long as the connection lived (tests/failover.rs,
-/// `a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again`). The writes' own
-/// confirmation stays unknown: a `WAIT` on a new connection would confirm nothing it sent.
+/// `a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again`). Sent by slot, a
+/// `WAIT` goes only to nodes that took the round's writes; a keyless write still waits on
+/// every primary. The writes' own confirmation stays unknown: a `WAIT` on a new connection
+/// would confirm nothing it sent.
 fn cluster_wait(
     link: &mut ClusterLink,
     want: Confirm,
@@ -146,52 +159,96 @@ fn cluster_wait(
     ran: &[usize],
     answers: &mut [Answer],
 ) -> Option<RedisError> {
-    let writes: Vec<usize> = ran
+    let writes: Vec<(usize, Option<Route>)> = ran
         .iter()
         .copied()
         .filter(|&i| !is_read(&cmds[i]))
+        .map(|i| {
+            let route = first_key(&cmds[i]).map(|key| Route::with_key(key, SlotAddr::Master));
+            (i, route)
+        })
         .collect();
     if writes.is_empty() {
         return None;
     }
-    let mut routes = HashSet::new();
-    let mut keyless = false;
-    for &i in &writes {
-        match first_key(&cmds[i]) {
-            Some(key) => {
-                routes.insert(Route::with_key(key, SlotAddr::Master));
-            }
-            None => keyless = true,
+    // The written slots, in order, each once; whether any write had no key.
+    let mut routes = Vec::new();
+    let mut seen = HashSet::new();
+    for &(_, route) in &writes {
+        if seen.insert(route) {
+            routes.extend(route);
         }
     }
-    let c = &mut link.con;
-    let waited = match routes.iter().next() {
-        Some(&route) if routes.len() == 1 && !keyless => c.route_command(
-            &want.wait(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-        ),
-        _ => c.req_command(&want.wait()),
-    };
-    let (confirmed, broken) = match waited {
-        Ok(v) => (replicas(&v), None),
+    let keyless = seen.contains(&None);
+    let (counted, broken) = match wait_by_slot(&mut link.con, want, &routes, keyless) {
+        Ok(counted) => (counted, None),
         Err(e) => {
             // Best effort: if it cannot be opened now, the next call's probes will.
             if let Ok(fresh) = link.client.get_connection() {
                 link.con = fresh;
             }
-            (0, Some(e))
+            (Counted::default(), Some(e))
         }
     };
-    let sent: Vec<Cmd> = writes.iter().map(|&i| cmds[i].clone()).collect();
-    let mut mine: Vec<Answer> = writes
-        .iter()
-        .map(|&i| std::mem::replace(&mut answers[i], Answer::Unsent))
-        .collect();
-    confirmed_or_not(&mut mine, &sent, want, confirmed);
-    for (&i, a) in writes.iter().zip(mine) {
-        answers[i] = a;
+    for (i, route) in writes {
+        let confirmed = match route {
+            Some(route) => counted.by_slot.get(&route).copied().unwrap_or(0),
+            None => counted.keyless,
+        };
+        confirmed_or_not(&mut answers[i..=i], &cmds[i..=i], want, confirmed);
     }
     broken
+}
+
+/// How many replicas confirmed a round's writes: by written slot (its node's `WAIT`), and
+/// for the keyless writes (the fewest of every primary's).
+#[derive(Default)]
+struct Counted {
+    by_slot: HashMap<Route, u32>,
+    keyless: u32,
+}
+
+/// The `WAIT`s of [`cluster_wait`]: one routed by each of `routes` (a slot whose node came
+/// back short already takes that node's answer), and one to every primary when `keyless`.
+fn wait_by_slot(
+    c: &mut ClusterConnection,
+    want: Confirm,
+    routes: &[Route],
+    keyless: bool,
+) -> RedisResult<Counted> {
+    let on = |route: Route| RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+    let wait = want.wait();
+    let node_of = |c: &mut ClusterConnection, route: Route| -> RedisResult<String> {
+        let mut myid = redis::cmd("CLUSTER");
+        myid.arg("MYID");
+        Ok(redis::from_redis_value(c.route_command(&myid, on(route))?)?)
+    };
+    let mut counted = Counted::default();
+    // The nodes (by id) whose `WAIT` came back short, and what they answered.
+    let mut short: HashMap<String, u32> = HashMap::new();
+    for (k, &route) in routes.iter().enumerate() {
+        let node = match short.is_empty() {
+            true => None,
+            false => Some(node_of(c, route)?),
+        };
+        if let Some(&n) = node.as_ref().and_then(|id| short.get(id)) {
+            counted.by_slot.insert(route, n);
+            continue;
+        }
+        let n = replicas(&c.route_command(&wait, on(route))?);
+        if n < want.replicas && k + 1 < routes.len() {
+            let node = match node {
+                Some(id) => id,
+                None => node_of(c, route)?,
+            };
+            short.insert(node, n);
+        }
+        counted.by_slot.insert(route, n);
+    }
+    if keyless {
+        counted.keyless = replicas(&c.req_command(&wait)?);
+    }
+    Ok(counted)
 }
 
 /// A command redirected by `ASK` (its slot being migrated, its key moved already): sent
