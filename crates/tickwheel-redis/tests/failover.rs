@@ -280,10 +280,10 @@ fn failover(c: &RedisCluster, k: usize) -> Instant {
 /// (which makes a call read the map again), so each such call failed with "WAIT cannot be
 /// used with replica instances" for as long as the connection lived, unless a failed `WAIT`
 /// makes the connection read the map again. Since a `WAIT` goes only to the nodes a call
-/// wrote to (by slot), these calls send none to the demoted node, and none fails. Here the `WAIT` is held on purpose (it asks for
-/// 2 replicas, and the primary's second replica is stopped until the first has taken over),
-/// and the seed is a proxy that answers `CLUSTER SLOTS` with the map from before the
-/// failover until 200 ms after the calls start.
+/// wrote to (by slot), these calls send none to the demoted node, and none fails. Here the
+/// `WAIT` is held on purpose (it asks for 2 replicas, and the primary's second replica is
+/// stopped until the first has taken over), and the seed is a proxy that answers `CLUSTER
+/// SLOTS` with the map from before the failover until 200 ms after the calls start.
 #[test]
 fn a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again() {
     let c = match RedisCluster::start_with_replicas(3, 2) {
@@ -449,11 +449,6 @@ fn a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again() {
     // "WAIT cannot be used with replica instances" until the map was read again.)
     assert!(failed.is_empty(), "{failed:?}");
     assert_eq!(stored, after.len(), "calls after the demotion: {failed:?}");
-    let last = failed.last().map_or(Duration::ZERO, |f| f.0);
-    assert!(
-        last < FOLLOW,
-        "a call failed {last:?} after the first, the seed's map new after 200 ms"
-    );
     // Nothing lost: the held call's writes ran, and reached the promoted replica before it
     // took over.
     assert_eq!(p.len().unwrap(), (held.len() + kept.len()) as u64);

@@ -227,9 +227,10 @@ fn wait_by_slot(
     // The nodes (by id) whose `WAIT` came back short, and what they answered.
     let mut short: HashMap<String, u32> = HashMap::new();
     for (k, &route) in routes.iter().enumerate() {
-        let node = match short.is_empty() {
-            true => None,
-            false => Some(node_of(c, route)?),
+        let node = if short.is_empty() {
+            None
+        } else {
+            Some(node_of(c, route)?)
         };
         if let Some(&n) = node.as_ref().and_then(|id| short.get(id)) {
             counted.by_slot.insert(route, n);
