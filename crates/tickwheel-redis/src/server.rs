@@ -257,7 +257,7 @@ impl RedisServer {
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
             match ping {
-                Ok(_) => return Ok(()),
+                Ok(_) => return self.answered_by_ours(&client),
                 Err(_) if Instant::now() < deadline => {
                     if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                         return Err(Error::Server(format!(
@@ -270,6 +270,27 @@ impl RedisServer {
                 Err(e) => return Err(Error::Server(format!("redis-server did not answer: {e}"))),
             }
         }
+    }
+
+    /// After a `PING` on the port answered: whether the server that answered is ours. The port
+    /// was free when chosen, but another test's server may have taken it since (and ours then
+    /// fails to bind it): its answer must not pass for ours. If it is another's, ours is
+    /// stopped and the start fails as one that exited, so that another port is tried.
+    fn answered_by_ours(&mut self, client: &redis::Client) -> Result<(), Error> {
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+        let pid = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("process_id:"))
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some() && pid == self.pid() {
+            return Ok(());
+        }
+        self.kill();
+        Err(Error::Server(format!(
+            "redis-server exited at start: port {} is another server's (process {pid:?})",
+            self.port
+        )))
     }
 
     /// The server's URL.
@@ -596,6 +617,34 @@ impl Drop for RedisServer {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// A server started on a port another server took (between `free_port` and its start,
+    /// as concurrent tests' servers can) must not take the other's answer for its own: the
+    /// start fails as one that exited, so that `start_as` tries another port. It did not:
+    /// `PING` on the port answered, and a Cluster test then asked another test's node to
+    /// join its cluster ("Node ... is not empty").
+    #[test]
+    fn a_port_another_server_answers_on_is_not_taken_for_ours() {
+        let other = RedisServer::start().expect("a redis-server");
+        let dir = other.dir().with_extension("second");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut second = RedisServer {
+            child: None,
+            port: other.port(),
+            dir,
+            binary: other.binary.clone(),
+            cluster: false,
+            extra: Vec::new(),
+            sentinel: None,
+        };
+        match second.spawn() {
+            Err(Error::Server(m)) => assert!(m.contains("exited at start"), "{m}"),
+            r => panic!("started on a port another server answers on: {r:?}"),
+        }
+        assert!(second.pid().is_none(), "the second server was left running");
+    }
+
     /// Slots as `CLUSTER KEYSLOT` answers them (redis-server 7.0).
     #[test]
     fn key_slots_are_redis_clusters() {
@@ -604,7 +653,7 @@ mod tests {
             ("123456789", 12739),
             ("tickwheel-harness:streaming:7", 1311),
         ] {
-            assert_eq!(super::key_slot(key.as_bytes()), slot, "{key}");
+            assert_eq!(key_slot(key.as_bytes()), slot, "{key}");
         }
     }
 }
