@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tickwheel_redis::Config;
+use tickwheel_redis::{url_without_password, Config};
 
 use crate::tasks::escape::escape;
 
@@ -19,21 +19,11 @@ pub fn config(url: &str, namespace: &str, connect_timeout: Duration) -> Config {
     cfg
 }
 
-/// `url` without its password and with control characters escaped, so that neither a secret
-/// nor a terminal escape sequence reaches the screen or a results file. The password is what
-/// lies between the user's `:` and the last `@` before the host (a password may contain `@`).
+/// `url` without its password ([`url_without_password`]) and with control characters
+/// escaped, so that neither a secret nor a terminal escape sequence reaches the screen or a
+/// results file.
 pub fn shown(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return escape(url);
-    };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            escape(&format!("{scheme}://{user}:***@{}", &rest[at + 1..]))
-        }
-        None => escape(url),
-    }
+    escape(&url_without_password(url))
 }
 
 /// A command line as recorded by `tickwheel bench`: the value of `--redis` (`--redis URL` or

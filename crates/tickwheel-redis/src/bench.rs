@@ -422,10 +422,7 @@ return out
 fn run_polled(cfg: &BenchConfig, url: &str, workers: usize) -> Result<RunReport, Error> {
     let prefix = format!("poll-{}", std::process::id());
     let keys = (format!("{prefix}:schedule"), format!("{prefix}:payloads"));
-    let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl {
-        url: url.into(),
-        reason: e.to_string(),
-    })?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_url(url, e.to_string()))?;
     let mut con = client.get_connection()?;
     let clear = |con: &mut redis::Connection| -> Result<(), Error> {
         Ok(redis::cmd("DEL")

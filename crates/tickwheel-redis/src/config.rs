@@ -59,8 +59,8 @@ pub enum TimeSource {
 }
 
 /// Where and how to connect, and the namespace's tunables. Producers and workers of one
-/// namespace should share one `Config`.
-#[derive(Clone, Debug)]
+/// namespace should share one `Config`. Its `Debug` shows the URL without its password.
+#[derive(Clone)]
 pub struct Config {
     /// The Redis URL, one of:
     /// - one server: `redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`;
@@ -75,8 +75,9 @@ pub struct Config {
     ///   inspector's single call refused with `READONLY` did not run, and is sent once more
     ///   on the new connection; the worker's notification subscription moves to the new
     ///   primary as soon as the sentinels name it;
-    /// - a Redis Cluster: `redis+cluster://host:port[,host:port...]`, its seed nodes (see
-    ///   [`Config::cluster`]).
+    /// - a Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port...]`, its
+    ///   seed nodes (see [`Config::cluster`]); the credentials, given once, are every node's
+    ///   (a `,` or `@` in them percent-encoded).
     pub url: String,
     /// The namespace: all keys start with `tw:{namespace`.
     pub namespace: String,
@@ -166,6 +167,54 @@ pub struct Config {
     pub confirm_timeout: Duration,
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field by name, so that a new one cannot be left out.
+        let Config {
+            url,
+            namespace,
+            shards,
+            max_payload,
+            time,
+            lease,
+            visibility_timeout,
+            window,
+            claim_ahead,
+            maintenance_interval,
+            batch,
+            window_limit,
+            io_timeout,
+            connect_timeout,
+            retry,
+            failed_retention,
+            idempotency_window,
+            confirm_replicas,
+            confirm_timeout,
+        } = self;
+        f.debug_struct("Config")
+            .field("url", &crate::error::url_without_password(url))
+            .field("namespace", namespace)
+            .field("shards", shards)
+            .field("max_payload", max_payload)
+            .field("time", time)
+            .field("lease", lease)
+            .field("visibility_timeout", visibility_timeout)
+            .field("window", window)
+            .field("claim_ahead", claim_ahead)
+            .field("maintenance_interval", maintenance_interval)
+            .field("batch", batch)
+            .field("window_limit", window_limit)
+            .field("io_timeout", io_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("retry", retry)
+            .field("failed_retention", failed_retention)
+            .field("idempotency_window", idempotency_window)
+            .field("confirm_replicas", confirm_replicas)
+            .field("confirm_timeout", confirm_timeout)
+            .finish()
+    }
+}
+
 impl Config {
     /// Defaults for `url` and `namespace`.
     pub fn new(url: impl Into<String>, namespace: impl Into<String>) -> Config {
@@ -192,20 +241,34 @@ impl Config {
         }
     }
 
-    /// Defaults for a Redis Cluster given by seed nodes (`host:port`, or `redis://host:port/`
-    /// URLs): the URL becomes `redis+cluster://host:port,...`. The client learns the other
-    /// nodes and the slot map from the seeds, routes every script and command by its shard's
-    /// slot and follows `MOVED`/`ASK` redirections.
+    /// Defaults for a Redis Cluster given by seed nodes (`host:port`, or
+    /// `redis://[user:password@]host:port/` URLs): the URL becomes
+    /// `redis+cluster://[user:password@]host:port,...`, with the credentials of the first seed
+    /// that has any (a Cluster's nodes share them). The client learns the other nodes and the
+    /// slot map from the seeds, routes every script and command by its shard's slot and
+    /// follows `MOVED`/`ASK` redirections.
     pub fn cluster<S: AsRef<str>>(nodes: &[S], namespace: impl Into<String>) -> Config {
+        let mut auth = None;
         let hosts: Vec<&str> = nodes
             .iter()
             .map(|n| {
                 let n = n.as_ref();
                 let n = n.strip_prefix("redis://").unwrap_or(n);
-                n.strip_suffix('/').unwrap_or(n)
+                let n = n.strip_suffix('/').unwrap_or(n);
+                match n.rsplit_once('@') {
+                    Some((credentials, host)) => {
+                        auth.get_or_insert(credentials);
+                        host
+                    }
+                    None => n,
+                }
             })
             .collect();
-        Config::new(format!("{CLUSTER_SCHEME}{}", hosts.join(",")), namespace)
+        let auth = auth.map_or(String::new(), |a| format!("{a}@"));
+        Config::new(
+            format!("{CLUSTER_SCHEME}{auth}{}", hosts.join(",")),
+            namespace,
+        )
     }
 
     /// The longest duration any setting takes: 100 years (365-day years). A longer one is

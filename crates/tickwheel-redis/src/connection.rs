@@ -43,20 +43,25 @@ pub(crate) fn is_readonly(e: &RedisError) -> bool {
 impl Endpoint {
     /// Where `cfg.url` says to connect (checked: an `Error::InvalidUrl` says why not).
     pub(crate) fn of(cfg: &Config) -> Result<Endpoint, Error> {
-        let invalid = |reason: String| Error::InvalidUrl {
-            url: cfg.url.clone(),
-            reason,
-        };
+        let invalid = |reason: String| Error::invalid_url(&cfg.url, reason);
         if let Some(rest) = cfg.url.strip_prefix(CLUSTER_SCHEME) {
-            let hosts = rest.strip_suffix('/').unwrap_or(rest);
-            if hosts.is_empty() || hosts.contains('/') {
-                return Err(invalid(
-                    "expected redis+cluster://host:port[,host:port...][/]".into(),
-                ));
+            let form = "expected redis+cluster://[user:password@]host:port[,host:port...][/]";
+            let authority = rest.strip_suffix('/').unwrap_or(rest);
+            if authority.contains('/') {
+                return Err(invalid(form.into()));
+            }
+            // The credentials, once before the hosts, are every node's (a Cluster's nodes
+            // share them): up to the last `@`, which no host contains.
+            let (auth, hosts) = match authority.rsplit_once('@') {
+                Some((auth, hosts)) => (format!("{auth}@"), hosts),
+                None => (String::new(), authority),
+            };
+            if hosts.is_empty() || hosts.split(',').any(str::is_empty) {
+                return Err(invalid(form.into()));
             }
             let mut nodes = Vec::new();
             for host in hosts.split(',') {
-                let url = format!("redis://{host}/");
+                let url = format!("redis://{auth}{host}/");
                 nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
             }
             // No retries: `redis` sends a command again after an I/O error (on a new

@@ -15,7 +15,8 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The URL given is not a Redis URL.
     InvalidUrl {
-        /// The URL as given.
+        /// The URL as given, its password (if any) replaced by `***`: an error is logged
+        /// and shown, and a password must not be.
         url: String,
         /// Why it was refused.
         reason: String,
@@ -129,6 +130,34 @@ impl Error {
     }
 }
 
+impl Error {
+    /// [`Error::InvalidUrl`] for `url`, refused for `reason`, without the URL's password.
+    pub(crate) fn invalid_url(url: &str, reason: String) -> Error {
+        Error::InvalidUrl {
+            url: url_without_password(url),
+            reason,
+        }
+    }
+}
+
+/// `url` with its password replaced by `***`, as [`Error::InvalidUrl`] and [`Config`]'s
+/// `Debug` show it: what lies between the user's `:` and the last `@` before the host part
+/// (a password may contain `@`; in a Cluster URL the host part is a list). A URL without
+/// `://`, or without credentials, comes back as it is.
+pub fn url_without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+        }
+        None => url.to_string(),
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -217,5 +246,42 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Error {
         Error::Redis(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_url_and_a_config_show_no_password() {
+        let cases = [
+            ("redis://u:secret@h:99999/0", "redis://u:***@h:99999/0"),
+            ("redis://:pw@h/", "redis://:***@h/"),
+            ("redis://u:p@ss@h:1/", "redis://u:***@h:1/"),
+            (
+                "redis+cluster://:s3cret@a:1,b:2",
+                "redis+cluster://:***@a:1,b:2",
+            ),
+            (
+                "redis+sentinel://u:pw@s:26379/mymaster",
+                "redis+sentinel://u:***@s:26379/mymaster",
+            ),
+            ("redis://h:1/a@b", "redis://h:1/a@b"),
+            ("not a url", "not a url"),
+        ];
+        for (url, kept) in cases {
+            let e = Error::invalid_url(url, "bad".into());
+            assert!(
+                matches!(&e, Error::InvalidUrl { url, .. } if url == kept),
+                "{e:?}"
+            );
+            let cfg = crate::Config::new(url, "ns");
+            for shown in [e.to_string(), format!("{e:?}"), format!("{cfg:?}")] {
+                for secret in ["secret", ":pw@", "p@ss", "s3cret"] {
+                    assert!(!shown.contains(secret), "{shown}");
+                }
+            }
+        }
     }
 }

@@ -241,10 +241,11 @@
 //! deliveries (crash tests, demos), serves its metrics (`--metrics PORT`) and releases its
 //! shards on SIGTERM.
 //!
-//! **Redis Cluster.** A URL `redis+cluster://host:port[,host:port...]` ([`CLUSTER_SCHEME`],
-//! or [`Config::cluster`] from a list of seed nodes) makes producers and workers Cluster
-//! clients: they learn the slot map from the seeds, send each script call to the node of its
-//! shard's slot and follow `MOVED`/`ASK` redirections. Each script touches one shard's keys
+//! **Redis Cluster.** A URL `redis+cluster://[user:password@]host:port[,host:port...]`
+//! ([`CLUSTER_SCHEME`], or [`Config::cluster`] from a list of seed nodes; the credentials,
+//! given once, are every node's) makes producers and workers Cluster clients: they learn the
+//! slot map from the seeds, send each script call to the node of its shard's slot and follow
+//! `MOVED`/`ASK` redirections. Each script touches one shard's keys
 //! (one slot), and the namespace's own keys (schema version, worker registry, notification
 //! channel) share the tag `{namespace}`, so they sit on one node. A pipeline is split by node
 //! (one round trip per node involved) and its replies keep their order. Notifications are a
@@ -285,7 +286,7 @@ mod worker;
 pub mod bench;
 
 pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME, SENTINEL_SCHEME};
-pub use error::{Applied, Error};
+pub use error::{url_without_password, Applied, Error};
 pub use failure::{
     AttemptError, ErrorLog, FailReason, FailedCounts, Retention, RetryPolicy, ERRORS_KEPT,
     MAX_ERROR_LEN,

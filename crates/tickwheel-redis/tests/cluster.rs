@@ -167,6 +167,72 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
     assert!(p.is_empty().unwrap());
 }
 
+/// A Cluster whose nodes want a password: the URL gives the credentials once, before the
+/// seeds, and every connection to every node uses them (the slot map, the scripts, the
+/// worker's subscription), as `Config::cluster` does with seeds that carry them. Without
+/// them, or with wrong ones, connecting fails at once and says why, and no error shows the
+/// password.
+#[test]
+fn a_password_protected_cluster_takes_the_credentials_from_the_url() {
+    const PASSWORD: &str = "s3cret-pw";
+    let c = cluster();
+    for node in c.nodes() {
+        let mut con = redis::Client::open(node.url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(PASSWORD)
+            .query(&mut con)
+            .unwrap();
+    }
+    let hosts = c.seeds().join(",");
+    let refused = |auth: &str, why: &[&str]| {
+        let started = std::time::Instant::now();
+        let url = format!("{CLUSTER_SCHEME}{auth}{hosts}");
+        let e = Producer::connect(&Config::new(url, "pw")).unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(why.iter().any(|w| shown.contains(w)), "{auth:?}: {shown}");
+        assert!(!shown.contains("wrong-pw"), "{shown}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{auth:?}: took {:?}",
+            started.elapsed()
+        );
+    };
+    refused("", &["NOAUTH", "Authentication required"]);
+    for auth in [":wrong-pw@", "default:wrong-pw@"] {
+        refused(auth, &["Password authentication failed"]);
+    }
+
+    let time = ManualTime::new(T0);
+    let seeds: Vec<String> = c
+        .seeds()
+        .iter()
+        .map(|s| format!("redis://:{PASSWORD}@{s}/"))
+        .collect();
+    let mut cfg = Config::cluster(&seeds, "pw");
+    assert_eq!(cfg.url, format!("{CLUSTER_SCHEME}:{PASSWORD}@{hosts}"));
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    let mut p = Producer::connect(&cfg).unwrap();
+    for i in 0..SHARDS * 2 {
+        p.schedule(&format!("t{i}"), RunAt::AtMillis(T0 + 1_000), b"x")
+            .unwrap();
+    }
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    time.set_ms(T0 + 2_000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while got.len() < (SHARDS * 2) as usize && std::time::Instant::now() < deadline {
+        tick(&mut w, &mut got);
+    }
+    assert_eq!(got.len(), (SHARDS * 2) as usize, "{got:?}");
+    assert!(got.values().all(|&n| n == 1), "{got:?}");
+}
+
 #[test]
 fn malformed_cluster_urls_are_clear_errors() {
     for url in [
@@ -174,12 +240,17 @@ fn malformed_cluster_urls_are_clear_errors() {
         "redis+cluster:///",
         "redis+cluster://127.0.0.1:1/0",
         "redis+cluster://127.0.0.1:notaport",
+        "redis+cluster://:hunter2@",
+        "redis+cluster://:hunter2@127.0.0.1:1,",
+        "redis+cluster://:hunter2@127.0.0.1:1/0",
     ] {
         let err = Producer::connect(&Config::new(url, "bad")).unwrap_err();
         assert!(
             matches!(err, tickwheel_redis::Error::InvalidUrl { .. }),
             "{url}: {err:?}"
         );
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 }
 

@@ -24,7 +24,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_millis(200);
 /// the URL lists them, the name they know the primary by, and how to reach the primary once
 /// found (the URL's credentials and database); and the primary the last connection reached.
 /// A clone starts without the last: each owner of a connection has its own.
-#[derive(Debug)]
 pub(crate) struct Sentinel {
     sentinels: Vec<Client>,
     name: String,

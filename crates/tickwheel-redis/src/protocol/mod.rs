@@ -98,7 +98,14 @@ impl ShardKeys {
 pub(crate) fn connect(cfg: &Config, client: &Endpoint) -> Result<Con, Error> {
     let confirm = Confirm::of(cfg);
     let mut con = match client {
-        Endpoint::Cluster(client, _) => Con::cluster(client, cfg.io_timeout, confirm)?,
+        Endpoint::Cluster(cluster, _) => {
+            // A seed first, on a connection of its own: `redis`'s cluster connection reports
+            // a password every seed refuses (or lacks) as an I/O error, which the callers
+            // retry for their whole connect timeout; a seed's `PING` answers what it is.
+            let (mut seed, _) = client.plain_connection(cfg.io_timeout)?;
+            redis::cmd("PING").query::<Value>(&mut seed)?;
+            Con::cluster(cluster, cfg.io_timeout, confirm)?
+        }
         _ => Con::single(client.plain_connection(cfg.io_timeout)?.0, confirm),
     };
     con.check_auth()?;
