@@ -19,6 +19,7 @@ use partition::Partition;
 use tickwheel_redis::server::{Promotion, RedisSentinel};
 use tickwheel_redis::{
     Config, Delivery, Error, Inspector, Outcome, Producer, RunAt, Task, TaskState, Worker,
+    SENTINEL_SCHEME,
 };
 
 /// How long after the new primary is ready every call must succeed.
@@ -519,6 +520,59 @@ fn sentinel_urls_and_names_are_checked() {
         .unwrap();
     let n: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
     assert!(n > 0, "the tasks are in database 3");
+
+    // A primary (and replica) that want a password, which the sentinels are given: the URL's
+    // credentials are the primary's. Without them, or with wrong ones, connecting fails at
+    // once and says why; no error shows the password.
+    const PASSWORD: &str = "s3cret-pw";
+    let query = |url: String, args: &[&str]| {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut cmd = redis::cmd(args[0]);
+        args[1..].iter().for_each(|a| {
+            cmd.arg(*a);
+        });
+        cmd.query::<redis::Value>(&mut con).unwrap();
+    };
+    let name = RedisSentinel::NAME;
+    query(
+        s.sentinels()[0].url(),
+        &["SENTINEL", "SET", name, "auth-pass", PASSWORD],
+    );
+    for node in s.nodes() {
+        query(node.url(), &["CONFIG", "SET", "masterauth", PASSWORD]);
+        query(node.url(), &["CONFIG", "SET", "requirepass", PASSWORD]);
+    }
+    let hosts = s.url();
+    let hosts = hosts.strip_prefix(SENTINEL_SCHEME).unwrap();
+    for (auth, why) in [
+        ("", "Authentication required"),
+        (":wrong-pw@", "authentication failed"),
+        ("default:wrong-pw@", "authentication failed"),
+    ] {
+        cfg.url = format!("{SENTINEL_SCHEME}{auth}{hosts}");
+        cfg.connect_timeout = Duration::from_secs(10);
+        let t = Instant::now();
+        let e = Producer::connect(&cfg).unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{auth:?}: {:?}",
+            t.elapsed()
+        );
+        assert!(
+            shown.to_lowercase().contains(&why.to_lowercase()),
+            "{auth:?}: {shown}"
+        );
+        assert!(!shown.contains("wrong-pw"), "{shown}");
+    }
+    cfg.url = format!("{SENTINEL_SCHEME}:{PASSWORD}@{hosts}");
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("b", RunAt::After(Duration::from_secs(60)), b"")
+        .unwrap();
+    assert!(matches!(p.state("b").unwrap(), TaskState::Pending { .. }));
 }
 
 /// A sentinel that stops answering (SIGSTOP: connections accepted, never answered) costs a

@@ -51,6 +51,13 @@ impl Clone for Sentinel {
     }
 }
 
+/// Whether a node refused the URL's credentials: a wrong password or user, none given where
+/// one is wanted, or a user not allowed a command.
+fn refuses_credentials(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
 impl Sentinel {
     /// Parses `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<name>[/db]`
     /// (a sentinel's port defaults to 26379); `Err` says what is wrong.
@@ -170,6 +177,10 @@ impl Sentinel {
                     *self.reached() = Some((addr.clone(), Instant::now()));
                     return Ok((con, addr));
                 }
+                // The primary's own answer, which no other sentinel or later attempt changes
+                // (the nodes of a set share their credentials): as it is, so that it is not
+                // taken for an unreachable primary and retried.
+                Err(e) if refuses_credentials(&e) => return Err(e),
                 Err(e) => failed.push(format!("primary {addr}: {e}")),
             }
             tried.push(addr);
