@@ -231,6 +231,17 @@ fn a_password_protected_cluster_takes_the_credentials_from_the_url() {
     }
     assert_eq!(got.len(), (SHARDS * 2) as usize, "{got:?}");
     assert!(got.values().all(|&n| n == 1), "{got:?}");
+    // A task stored inside the window the worker has loaded reaches it only through its
+    // subscription (the clock stays inside the window, which is not read again).
+    p.schedule("late", RunAt::AtMillis(T0 + 2_400), b"")
+        .unwrap();
+    time.set_ms(T0 + 3_000);
+    let stored = std::time::Instant::now();
+    while !got.contains_key("late") && stored.elapsed() < Duration::from_secs(10) {
+        tick(&mut w, &mut got);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(got.get("late"), Some(&1), "not announced to the worker");
 }
 
 #[test]
