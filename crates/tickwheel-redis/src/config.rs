@@ -63,7 +63,8 @@ pub enum TimeSource {
 #[derive(Clone)]
 pub struct Config {
     /// The Redis URL, one of:
-    /// - one server: `redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`;
+    /// - one server: `redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`
+    ///   (TLS is not built in: a `rediss://` URL is refused, saying so);
     /// - a primary with replicas under Redis Sentinel:
     ///   `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]`
     ///   (the sentinels, port 26379 by default, and the name they know the primary by; the
