@@ -305,8 +305,8 @@ impl Con {
     /// A small command before the scripts' bodies: a server that wants a password answers
     /// it `NOAUTH Authentication required`, where a script's body (over 16 KiB for the
     /// largest) would get the connection closed with `Protocol error: unauthenticated bulk
-    /// length`. On a Cluster, opening the connection has already read the slot map from a
-    /// seed, which such a server refuses the same way.
+    /// length`. On a Cluster, `protocol::connect` has asked a seed (`PING`) before opening
+    /// the connection, whose slot map such a server refuses the same way.
     pub(crate) fn check_auth(&mut self) -> RedisResult<()> {
         match &mut self.link {
             Link::Single(c) => redis::cmd("PING").query::<Value>(c).map(drop),
