@@ -68,14 +68,16 @@ pub struct Config {
     /// - a primary with replicas under Redis Sentinel:
     ///   `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]`
     ///   (the sentinels, port 26379 by default, and the name they know the primary by; the
-    ///   credentials and database are the primary's, the sentinels are asked without
-    ///   credentials). Every connection asks the sentinels, in the order given, where the
-    ///   primary is now, and checks (`ROLE`) that the node it reaches is a primary; a
-    ///   connection that breaks, or whose write is refused with `READONLY` (a primary demoted
-    ///   by a failover), is dropped, and the next call asks again. A producer's or
-    ///   inspector's single call refused with `READONLY` did not run, and is sent once more
-    ///   on the new connection; the worker's notification subscription moves to the new
-    ///   primary as soon as the sentinels name it;
+    ///   credentials and database are the primary's; the sentinels are asked without
+    ///   credentials, and with these once a sentinel answers that it wants a password, as
+    ///   deployments that give the sentinels the data nodes' password do). Every connection
+    ///   asks the sentinels, in the order given, where the primary is now, and checks
+    ///   (`ROLE`) that the node it reaches is a primary; a connection that breaks, or whose
+    ///   write is refused with `READONLY` (a primary demoted by a failover), is dropped, and
+    ///   the next call asks again. A producer's or inspector's single call refused with
+    ///   `READONLY` did not run, and is sent once more on the new connection; the worker's
+    ///   notification subscription moves to the new primary as soon as the sentinels name
+    ///   it;
     /// - a Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port...]`, its
     ///   seed nodes (see [`Config::cluster`]); the credentials, given once, are every node's
     ///   (a `,` or `@` in them percent-encoded).

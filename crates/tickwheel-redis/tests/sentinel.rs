@@ -573,6 +573,36 @@ fn sentinel_urls_and_names_are_checked() {
     p.schedule("b", RunAt::After(Duration::from_secs(60)), b"")
         .unwrap();
     assert!(matches!(p.state("b").unwrap(), TaskState::Pending { .. }));
+
+    // The sentinel wants the password too (`ACL SETUSER`: a sentinel has no `CONFIG SET`), as
+    // deployments that give the sentinels the data nodes' password have it: the URL's
+    // credentials are tried on it once it answers `NOAUTH`; without them, or with wrong ones,
+    // connecting fails at once.
+    let pass = format!(">{PASSWORD}");
+    query(
+        s.sentinels()[0].url(),
+        &["ACL", "SETUSER", "default", "resetpass", &pass],
+    );
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("c", RunAt::After(Duration::from_secs(60)), b"")
+        .unwrap();
+    assert!(matches!(p.state("c").unwrap(), TaskState::Pending { .. }));
+    for (auth, why) in [
+        ("", "Authentication required"),
+        (":wrong-pw@", "Password authentication failed"),
+    ] {
+        cfg.url = format!("{SENTINEL_SCHEME}{auth}{hosts}");
+        let t = Instant::now();
+        let e = Producer::connect(&cfg).unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{auth:?}: {:?} {shown}",
+            t.elapsed()
+        );
+        assert!(shown.contains(why), "{auth:?}: {shown}");
+        assert!(!shown.contains("wrong-pw"), "{shown}");
+    }
 }
 
 /// A sentinel that stops answering (SIGSTOP: connections accepted, never answered) costs a

@@ -1,7 +1,7 @@
 //! A primary watched by Redis Sentinel: each connection asks a sentinel where the primary is
 //! now, and checks (`ROLE`) that the node it reaches is one.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,12 @@ const CHECK_TIMEOUT: Duration = Duration::from_millis(200);
 /// A clone starts without the last: each owner of a connection has its own.
 pub(crate) struct Sentinel {
     sentinels: Vec<Client>,
+    /// The same sentinels with the URL's credentials (none without them): for sentinels
+    /// that want a password, as deployments that give the sentinels the data nodes' do.
+    sentinels_with_auth: Vec<Client>,
+    /// Set when a sentinel answered `NOAUTH`: the sentinels are asked with the credentials
+    /// from then on.
+    sentinels_want_auth: AtomicBool,
     name: String,
     /// `user:password@` as the URL spells it (still percent-encoded), or empty.
     auth: String,
@@ -42,6 +48,8 @@ impl Clone for Sentinel {
     fn clone(&self) -> Sentinel {
         Sentinel {
             sentinels: self.sentinels.clone(),
+            sentinels_with_auth: self.sentinels_with_auth.clone(),
+            sentinels_want_auth: AtomicBool::new(self.sentinels_want_auth.load(Ordering::Relaxed)),
             name: self.name.clone(),
             auth: self.auth.clone(),
             db: self.db,
@@ -90,6 +98,7 @@ impl Sentinel {
             return Err(format!("no sentinel: {form}"));
         }
         let mut sentinels = Vec::new();
+        let mut sentinels_with_auth = Vec::new();
         for host in hosts.split(',') {
             if host.is_empty() || host.contains('@') {
                 return Err(format!("bad sentinel address {host:?}: {form}"));
@@ -98,17 +107,24 @@ impl Sentinel {
             let has_port = host
                 .rsplit_once(':')
                 .is_some_and(|(_, p)| !p.ends_with(']'));
-            let url = if has_port {
-                format!("redis://{host}/")
+            let address = if has_port {
+                host.to_string()
             } else {
-                format!("redis://{host}:{SENTINEL_PORT}/")
+                format!("{host}:{SENTINEL_PORT}")
             };
-            let client =
-                Client::open(url.as_str()).map_err(|e| format!("sentinel {host:?}: {e}"))?;
-            sentinels.push(client);
+            let open = |auth: &str| {
+                Client::open(format!("redis://{auth}{address}/").as_str())
+                    .map_err(|e| format!("sentinel {host:?}: {e}"))
+            };
+            sentinels.push(open("")?);
+            if !auth.is_empty() {
+                sentinels_with_auth.push(open(&auth)?);
+            }
         }
         Ok(Sentinel {
             sentinels,
+            sentinels_with_auth,
+            sentinels_want_auth: AtomicBool::new(false),
             name: name.to_string(),
             auth,
             db,
@@ -128,14 +144,29 @@ impl Sentinel {
     /// What sentinel `i` names as the primary (`SENTINEL get-master-addr-by-name`), asked
     /// within `timeout`: `Ok(None)` when it knows no primary of that name. An answer makes
     /// it the one asked first next time.
-    fn ask(&self, i: usize, s: &Client, timeout: Duration) -> RedisResult<Option<String>> {
-        let mut con = s.get_connection_with_timeout(timeout)?;
-        con.set_read_timeout(Some(timeout))?;
-        con.set_write_timeout(Some(timeout))?;
-        let addr = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(&self.name)
-            .query::<Option<(String, u16)>>(&mut con)?;
+    /// A sentinel that answers `NOAUTH` is asked again with the URL's credentials, if it has
+    /// any, and so is every sentinel from then on.
+    fn ask(&self, i: usize, timeout: Duration) -> RedisResult<Option<String>> {
+        let query = |s: &Client| -> RedisResult<Option<(String, u16)>> {
+            let mut con = s.get_connection_with_timeout(timeout)?;
+            con.set_read_timeout(Some(timeout))?;
+            con.set_write_timeout(Some(timeout))?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&self.name)
+                .query(&mut con)
+        };
+        let with_auth = self.sentinels_with_auth.get(i);
+        let addr = match with_auth {
+            Some(s) if self.sentinels_want_auth.load(Ordering::Relaxed) => query(s),
+            _ => match query(&self.sentinels[i]) {
+                Err(e) if e.code() == Some("NOAUTH") && with_auth.is_some() => {
+                    self.sentinels_want_auth.store(true, Ordering::Relaxed);
+                    with_auth.map_or(Err(e), query)
+                }
+                answer => answer,
+            },
+        }?;
         self.answered.store(i, Ordering::Relaxed);
         Ok(addr.map(|(host, port)| {
             if host.contains(':') {
@@ -158,12 +189,14 @@ impl Sentinel {
         let mut tried: Vec<String> = Vec::new();
         let mut unknown = false;
         for (i, s) in self.in_turn() {
-            let addr = match self.ask(i, s, timeout) {
+            let addr = match self.ask(i, timeout) {
                 Ok(Some(addr)) => addr,
                 Ok(None) => {
                     unknown = true;
                     continue;
                 }
+                // As a primary's refusal below: the sentinels of a set share their password.
+                Err(e) if refuses_credentials(&e) => return Err(e),
                 Err(e) => {
                     failed.push(format!("sentinel {}: {e}", s.get_connection_info().addr()));
                     continue;
@@ -243,8 +276,8 @@ impl Sentinel {
                 _ => return false,
             }
         };
-        for (i, s) in self.in_turn() {
-            if let Ok(Some(now)) = self.ask(i, s, timeout.min(CHECK_TIMEOUT)) {
+        for (i, _) in self.in_turn() {
+            if let Ok(Some(now)) = self.ask(i, timeout.min(CHECK_TIMEOUT)) {
                 if now != addr {
                     *self.reached() = None;
                     return true;
@@ -275,6 +308,22 @@ mod tests {
             (s.name.as_str(), s.db, s.auth.as_str()),
             ("m", 0, "u:p%40w@")
         );
+        // The sentinels twice: as given, and with the credentials (for a sentinel that
+        // wants them), which a URL without any has no second set for.
+        let info = |c: &Client| {
+            let i = c.get_connection_info();
+            (
+                i.addr().to_string(),
+                i.redis_settings().password().map(str::to_string),
+            )
+        };
+        assert_eq!(info(&s.sentinels[0]), ("h:5".into(), None));
+        assert_eq!(
+            info(&s.sentinels_with_auth[0]),
+            ("h:5".into(), Some("p@w".into()))
+        );
+        let s = Sentinel::parse("redis+sentinel://a:1,b/main").unwrap();
+        assert!(s.sentinels_with_auth.is_empty());
         for bad in [
             "redis+sentinel://h:1",
             "redis+sentinel://h:1/",
