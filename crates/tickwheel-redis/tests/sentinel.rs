@@ -547,11 +547,11 @@ fn sentinel_urls_and_names_are_checked() {
     }
     let hosts = s.url();
     let hosts = hosts.strip_prefix(SENTINEL_SCHEME).unwrap();
-    for (auth, why) in [
-        ("", "Authentication required"),
-        (":wrong-pw@", "authentication failed"),
-        ("default:wrong-pw@", "authentication failed"),
-    ] {
+    // Connecting with `auth` before the sentinels fails at once, saying `why`, and no error
+    // shows the wrong password.
+    let base = cfg.clone();
+    let refused = |auth: &str, why: &str| {
+        let mut cfg = base.clone();
         cfg.url = format!("{SENTINEL_SCHEME}{auth}{hosts}");
         cfg.connect_timeout = Duration::from_secs(10);
         let t = Instant::now();
@@ -559,15 +559,15 @@ fn sentinel_urls_and_names_are_checked() {
         let shown = format!("{e} {e:?}");
         assert!(
             t.elapsed() < Duration::from_secs(5),
-            "{auth:?}: {:?}",
+            "{auth:?}: {:?} {shown}",
             t.elapsed()
         );
-        assert!(
-            shown.to_lowercase().contains(&why.to_lowercase()),
-            "{auth:?}: {shown}"
-        );
+        assert!(shown.contains(why), "{auth:?}: {shown}");
         assert!(!shown.contains("wrong-pw"), "{shown}");
-    }
+    };
+    refused("", "Authentication required");
+    refused(":wrong-pw@", "Password authentication failed");
+    refused("default:wrong-pw@", "Password authentication failed");
     cfg.url = format!("{SENTINEL_SCHEME}:{PASSWORD}@{hosts}");
     let mut p = Producer::connect(&cfg).unwrap();
     p.schedule("b", RunAt::After(Duration::from_secs(60)), b"")
@@ -587,22 +587,8 @@ fn sentinel_urls_and_names_are_checked() {
     p.schedule("c", RunAt::After(Duration::from_secs(60)), b"")
         .unwrap();
     assert!(matches!(p.state("c").unwrap(), TaskState::Pending { .. }));
-    for (auth, why) in [
-        ("", "Authentication required"),
-        (":wrong-pw@", "Password authentication failed"),
-    ] {
-        cfg.url = format!("{SENTINEL_SCHEME}{auth}{hosts}");
-        let t = Instant::now();
-        let e = Producer::connect(&cfg).unwrap_err();
-        let shown = format!("{e} {e:?}");
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "{auth:?}: {:?} {shown}",
-            t.elapsed()
-        );
-        assert!(shown.contains(why), "{auth:?}: {shown}");
-        assert!(!shown.contains("wrong-pw"), "{shown}");
-    }
+    refused("", "Authentication required");
+    refused(":wrong-pw@", "Password authentication failed");
 }
 
 /// A sentinel that stops answering (SIGSTOP: connections accepted, never answered) costs a
