@@ -523,6 +523,35 @@ impl RedisCluster {
         Ok(repl.lines().any(|l| l.trim() == "role:master"))
     }
 
+    /// `CONFIG SET parameter value` on every node.
+    pub fn config_set(&self, parameter: &str, value: &str) -> Result<(), Error> {
+        for node in &self.nodes {
+            let client = redis::Client::open(node.url().as_str())?;
+            let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(parameter)
+                .arg(value)
+                .query::<()>(&mut con)?;
+        }
+        Ok(())
+    }
+
+    /// The primary (an index into [`nodes`](RedisCluster::nodes)) that replica `node`
+    /// replicates: the node at its `master_port` (`INFO replication`).
+    pub fn primary_of(&self, node: usize) -> Result<usize, Error> {
+        let repl = self.info(node, "INFO", "replication")?;
+        let port: u16 = repl
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("master_port:"))
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| Error::Server(format!("node {node} is not a replica: {repl}")))?;
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .ok_or_else(|| Error::Server(format!("node {node} replicates port {port}, no node")))
+    }
+
     /// The indices (into [`nodes`](RedisCluster::nodes)) of the nodes that are replicas now
     /// (a killed node is neither).
     pub fn replicas(&self) -> Result<Vec<usize>, Error> {

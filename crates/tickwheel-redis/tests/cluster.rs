@@ -176,18 +176,7 @@ fn producer_and_two_workers_on_a_three_node_cluster() {
 fn a_password_protected_cluster_takes_the_credentials_from_the_url() {
     const PASSWORD: &str = "s3cret-pw";
     let c = cluster();
-    for node in c.nodes() {
-        let mut con = redis::Client::open(node.url().as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(PASSWORD)
-            .query(&mut con)
-            .unwrap();
-    }
+    c.config_set("requirepass", PASSWORD).unwrap();
     let hosts = c.seeds().join(",");
     let refused = |auth: &str, why: &[&str]| {
         let started = std::time::Instant::now();

@@ -313,12 +313,15 @@ fn confirmation_settings_are_checked() {
     assert!(matches!(Producer::connect(&cfg), Err(Error::Redis(_))));
 }
 
+/// A Cluster of 3 primaries with a replica each.
+fn cluster_with_replicas() -> RedisCluster {
+    RedisCluster::start_with_replicas(3, 1)
+        .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"))
+}
+
 #[test]
 fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() {
-    let c = match RedisCluster::start_with_replicas(3, 1) {
-        Ok(c) => c,
-        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
-    };
+    let c = cluster_with_replicas();
     let ns = "cl";
     let shards = 12;
     let time = ManualTime::new(T0);
@@ -384,19 +387,6 @@ fn on_a_cluster_with_a_replica_per_primary_bulk_writes_and_acks_are_confirmed() 
     }
 }
 
-/// The primary a Cluster replica replicates (its `master_port` in `INFO replication`).
-fn primary_of(c: &RedisCluster, replica: usize) -> usize {
-    let repl = replication(&c.nodes()[replica]).expect("the replica answers");
-    let port: u16 = repl
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("master_port:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("node {replica} is not a replica: {repl}"));
-    (0..c.nodes().len())
-        .find(|&n| c.nodes()[n].port() == port)
-        .unwrap()
-}
-
 /// The shards of `ns` whose slots a primary serves (it answers `EXISTS` on their keys, and
 /// `MOVED` on the others').
 fn shards_served(node: &RedisServer, ns: &str, shards: u32) -> BTreeSet<u32> {
@@ -423,10 +413,7 @@ fn shards_served(node: &RedisServer, ns: &str, shards: u32) -> BTreeSet<u32> {
 /// still `NotConfirmed`, after the timeout (once, for all of A's slots).
 #[test]
 fn on_a_cluster_a_stopped_replica_leaves_writes_to_the_other_shards_confirmed() {
-    let c = match RedisCluster::start_with_replicas(3, 1) {
-        Ok(c) => c,
-        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
-    };
+    let c = cluster_with_replicas();
     let ns = "shardwise";
     let shards = 12;
     let timeout = Duration::from_secs(2);
@@ -438,13 +425,13 @@ fn on_a_cluster_a_stopped_replica_leaves_writes_to_the_other_shards_confirmed() 
     cfg.confirm_replicas = 1;
     cfg.confirm_timeout = timeout;
     let stopped = c.replicas().unwrap()[0];
-    let a = primary_of(&c, stopped);
+    let a = c.primary_of(stopped).unwrap();
     let on_a = shards_served(&c.nodes()[a], ns, shards);
     let others: Vec<(usize, BTreeSet<u32>)> = c
         .replicas()
         .unwrap()
         .into_iter()
-        .map(|r| primary_of(&c, r))
+        .map(|r| c.primary_of(r).unwrap())
         .filter(|&n| n != a)
         .map(|n| (n, shards_served(&c.nodes()[n], ns, shards)))
         .collect();
@@ -646,22 +633,8 @@ fn replication(node: &RedisServer) -> Option<String> {
 /// without the writes it missed. Returns the ids whose `schedule` returned `Ok`, and those of them
 /// the promoted replica lacks.
 fn fail_over_behind_a_lagging_replica(confirm: u32) -> (Vec<String>, Vec<String>) {
-    let c = match RedisCluster::start_with_replicas(3, 1) {
-        Ok(c) => c,
-        Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
-    };
-    for node in c.nodes() {
-        let mut con = redis::Client::open(node.url().as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: String = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-node-timeout")
-            .arg(1000)
-            .query(&mut con)
-            .unwrap();
-    }
+    let c = cluster_with_replicas();
+    c.config_set("cluster-node-timeout", "1000").unwrap();
     // The primary to stop (not the first seed, which the client tries first), and its
     // replica.
     let replicas = c.replicas().unwrap();

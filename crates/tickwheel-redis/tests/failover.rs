@@ -291,12 +291,12 @@ fn a_wait_in_flight_at_a_demotion_is_not_sent_to_the_demoted_node_again() {
         Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
     };
     let promoted = c.replicas().unwrap()[0];
-    let demoted = primary_of(&c, promoted);
+    let demoted = c.primary_of(promoted).unwrap();
     let stopped = c
         .replicas()
         .unwrap()
         .into_iter()
-        .find(|&r| r != promoted && primary_of(&c, r) == demoted)
+        .find(|&r| r != promoted && c.primary_of(r).unwrap() == demoted)
         .expect("the primary has two replicas");
     let seed = StaleSlots::start(c.nodes()[promoted].port());
     let ns = "held";
@@ -469,19 +469,6 @@ fn replication(c: &RedisCluster, node: usize) -> String {
     redis::cmd("INFO")
         .arg("replication")
         .query(&mut con)
-        .unwrap()
-}
-
-/// The node replica `node` replicates (its `master_port`).
-fn primary_of(c: &RedisCluster, node: usize) -> usize {
-    let repl = replication(c, node);
-    let port: u16 = repl
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("master_port:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("node {node} is not a replica: {repl}"));
-    (0..c.nodes().len())
-        .find(|&n| c.nodes()[n].port() == port)
         .unwrap()
 }
 
