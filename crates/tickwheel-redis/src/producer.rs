@@ -70,7 +70,7 @@ pub struct Producer {
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer")
-            .field("url", &self.cfg.url)
+            .field("url", &crate::error::url_without_password(&self.cfg.url))
             .field("namespace", &self.cfg.namespace)
             .field("shards", &self.ns.shards.len())
             .finish()

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tickwheel_redis::server::RedisCluster;
 use tickwheel_redis::{
-    Config, Delivery, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker, CLUSTER_SCHEME,
+    Config, Delivery, Inspector, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker,
+    CLUSTER_SCHEME,
 };
 
 const T0: u64 = 1_000_000;
@@ -212,6 +213,16 @@ fn a_password_protected_cluster_takes_the_credentials_from_the_url() {
             .unwrap();
     }
     let mut w = Worker::connect(&cfg).unwrap();
+    // What a program logs of its clients shows no password.
+    let inspector = Inspector::connect(&cfg).unwrap();
+    for shown in [
+        format!("{cfg:?}"),
+        format!("{p:?}"),
+        format!("{w:?}"),
+        format!("{inspector:?}"),
+    ] {
+        assert!(!shown.contains(PASSWORD), "{shown}");
+    }
     let mut got = BTreeMap::new();
     time.set_ms(T0 + 2_000);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
