@@ -63,7 +63,8 @@ pub enum Error {
         /// How long the worker waited.
         waited: Duration,
     },
-    /// A thread of the worker could not be started.
+    /// A thread of a [`Worker`](crate::Worker) or an [`AsyncProducer`](crate::AsyncProducer)
+    /// could not be started.
     Thread {
         /// Which thread.
         thread: &'static str,

@@ -141,6 +141,15 @@
 //! inspection go on) until [`Producer::resume`]; what fell due meanwhile is then delivered
 //! in run-at order.
 //!
+//! # From async code
+//!
+//! Every call blocks until Redis answers (a round trip; a connect timeout when Redis is
+//! away). An [`AsyncProducer`] runs a [`Producer`] on a thread of its own and hands async
+//! code a future per call ([`AsyncCall`]), woken on any executor; calls run in the order
+//! they were made. A [`Worker`] is a thread of its own anyway: start it with
+//! `std::thread::spawn` (or `spawn_blocking`), and let its handler hand work to the
+//! executor through a channel if it must.
+//!
 //! # Design
 //!
 //! **Shards.** A namespace holds a fixed number of shards (chosen when the namespace is created and
@@ -265,6 +274,7 @@
 //! the connection on any URL. What the old primary took and had not replicated is lost with
 //! a failover: docs/operations.md says what that costs.
 
+mod async_producer;
 mod config;
 mod connection;
 mod error;
@@ -285,6 +295,7 @@ mod worker;
 #[cfg(feature = "testing")]
 pub mod bench;
 
+pub use async_producer::{AsyncCall, AsyncProducer};
 pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME, SENTINEL_SCHEME};
 pub use error::{url_without_password, Applied, Error};
 pub use failure::{

@@ -2,10 +2,16 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tickwheel_redis::{
-    Config, Error, Producer, Recurrence, RunAt, Scheduled, Task, TaskState, SCHEMA_VERSION,
+    AsyncProducer, Config, Error, Producer, Recurrence, RunAt, Scheduled, Task, TaskState,
+    SCHEMA_VERSION,
 };
 
 #[test]
@@ -436,4 +442,154 @@ fn redis_down_is_an_error_never_a_silent_loss_and_aof_keeps_what_was_stored() {
         Producer::connect(&Config::new("redis://127.0.0.1:1/", "x")),
         Err(Error::Redis(_))
     ));
+}
+
+/// Counts its wake-ups; unparks the thread that made it.
+struct Counting {
+    woken: AtomicUsize,
+    thread: std::thread::Thread,
+}
+
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.woken.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+fn counting() -> (Arc<Counting>, Waker) {
+    let counting = Arc::new(Counting {
+        woken: AtomicUsize::new(0),
+        thread: std::thread::current(),
+    });
+    (Arc::clone(&counting), Waker::from(counting))
+}
+
+/// The least executor: polls `f` on this thread, parked between wake-ups.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let (_, waker) = counting();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(answer) = f.as_mut().poll(&mut cx) {
+            return answer;
+        }
+        std::thread::park();
+    }
+}
+
+/// The `AsyncProducer`: each call runs on the producer's thread, in the order the calls were
+/// made (from any clone, awaited or not), stores what the `Producer` stores, and a panic in
+/// one is resumed where it is awaited while the thread goes on; the last clone dropped ends
+/// the thread.
+#[test]
+fn an_async_producer_runs_the_producers_calls_on_its_thread_in_order() {
+    let s = common::server();
+    let (cfg, _time) = common::manual(&s, "async", 4);
+    // What a multi-threaded executor's `spawn` asks of a future and what it holds.
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let connecting = AsyncProducer::connect(&cfg);
+    send(&connecting);
+    let p = block_on(connecting).unwrap();
+    send_and_sync(&p);
+    let call = p.schedule("a", RunAt::AtMillis(2_000_000), b"one");
+    send_and_sync(&call);
+    let stored = block_on(call).unwrap();
+    let worker = tickwheel_redis::Worker::connect(&cfg).unwrap();
+    send(&worker);
+    drop(worker);
+    assert!(!stored.replaced);
+    let mut sync = Producer::connect(&cfg).unwrap();
+    assert!(matches!(
+        sync.state("a").unwrap(),
+        TaskState::Pending { run_at_ms: 2_000_000, version, .. } if version == stored.version
+    ));
+
+    let ran_on = block_on(p.call(|_| std::thread::current().name().map(str::to_owned)));
+    assert_eq!(ran_on.as_deref(), Some("tickwheel-redis-producer"));
+
+    // Made in order from clones; every other one dropped unawaited; the rest awaited last
+    // first: every call ran, in the order made.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let calls: Vec<_> = (0..50)
+        .map(|i| {
+            let (order, q) = (Arc::clone(&order), p.clone());
+            q.call(move |_| order.lock().unwrap().push(i))
+        })
+        .collect();
+    let kept: Vec<_> = calls.into_iter().skip(1).step_by(2).collect();
+    kept.into_iter().rev().for_each(block_on);
+    assert_eq!(*order.lock().unwrap(), (0..50).collect::<Vec<_>>());
+    drop(p.schedule("b", RunAt::AtMillis(2_000_000), b"two"));
+    assert!(matches!(
+        block_on(p.call(|p| p.state("b"))).unwrap(),
+        TaskState::Pending { .. }
+    ));
+
+    let panicked = std::panic::catch_unwind(|| block_on(p.call(|_| panic!("boom in a call"))));
+    let payload = panicked.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom in a call"));
+    assert_eq!(
+        block_on(p.call(|p| p.len())).unwrap(),
+        2,
+        "the thread went on"
+    );
+
+    // The thread ends once the last clone is dropped: its thread-local guard is dropped then.
+    struct Ended(mpsc::Sender<()>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    thread_local! {
+        static GUARD: std::cell::RefCell<Option<Ended>> = const { std::cell::RefCell::new(None) };
+    }
+    let (ended, thread_ended) = mpsc::channel();
+    let q = p.clone();
+    block_on(p.call(move |_| GUARD.with(|g| *g.borrow_mut() = Some(Ended(ended)))));
+    drop(p);
+    assert!(thread_ended.try_recv().is_err(), "a clone is still alive");
+    drop(q);
+    thread_ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the thread ended after the last clone was dropped");
+
+    let refused = block_on(AsyncProducer::connect(&Config::new("http://h/", "async")));
+    assert!(
+        matches!(refused, Err(Error::InvalidUrl { .. })),
+        "{refused:?}"
+    );
+}
+
+/// An `AsyncCall` is pending until its call has run, then wakes the waker of its last poll,
+/// once, and answers.
+#[test]
+fn an_async_call_wakes_the_last_waker_once_its_call_has_run() {
+    let s = common::server();
+    let (cfg, _time) = common::manual(&s, "async-wake", 1);
+    let p = AsyncProducer::new(Producer::connect(&cfg).unwrap()).unwrap();
+    let (release, held) = mpsc::channel::<u32>();
+    let mut call = p.call(move |_| held.recv().unwrap());
+    let (first, first_waker) = counting();
+    let (last, last_waker) = counting();
+    for waker in [&first_waker, &last_waker, &last_waker] {
+        let pending = Pin::new(&mut call).poll(&mut Context::from_waker(waker));
+        assert!(pending.is_pending());
+    }
+    release.send(7).unwrap();
+    let started = Instant::now();
+    while last.woken.load(Ordering::SeqCst) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never woken");
+        std::thread::yield_now();
+    }
+    let ready = Pin::new(&mut call).poll(&mut Context::from_waker(&last_waker));
+    assert_eq!(ready, Poll::Ready(7));
+    assert_eq!(last.woken.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        first.woken.load(Ordering::SeqCst),
+        0,
+        "a replaced waker is not woken"
+    );
 }
