@@ -12,6 +12,10 @@ use crate::limits::{DEFAULT_MAX_PAYLOAD, MAX_PAYLOAD_LIMIT};
 /// nodes (`host:port`); the client learns the rest of the cluster from them.
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
+/// [`CLUSTER_SCHEME`] over TLS (feature `tls`): every node is reached as `rediss://` reaches
+/// one server, trusting [`Config::tls_ca`] or the system's certificate authorities.
+pub const CLUSTER_TLS_SCHEME: &str = "rediss+cluster://";
+
 /// The URL scheme of a primary that Redis Sentinel watches: `redis+sentinel://`, a
 /// comma-separated list of sentinels (`host[:port]`, port 26379 by default), then
 /// `/<primary name>` as the sentinels know it, and optionally `/<db>`; credentials
@@ -63,8 +67,10 @@ pub enum TimeSource {
 #[derive(Clone)]
 pub struct Config {
     /// The Redis URL, one of:
-    /// - one server: `redis://[user:password@]host[:port][/db]`, or `redis+unix:///path`
-    ///   (TLS is not built in: a `rediss://` URL is refused, saying so);
+    /// - one server: `redis://[user:password@]host[:port][/db]`, `redis+unix:///path`, or
+    ///   over TLS `rediss://[user:password@]host[:port][/db]` (feature `tls`, trusting
+    ///   [`Config::tls_ca`] or the system's authorities; without the feature such a URL is
+    ///   refused, saying so);
     /// - a primary with replicas under Redis Sentinel:
     ///   `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]`
     ///   (the sentinels, port 26379 by default, and the name they know the primary by; the
@@ -77,10 +83,11 @@ pub struct Config {
     ///   the next call asks again. A producer's or inspector's single call refused with
     ///   `READONLY` did not run, and is sent once more on the new connection; the worker's
     ///   notification subscription moves to the new primary as soon as the sentinels name
-    ///   it;
+    ///   it (plain connections only: a `rediss+sentinel://` URL is refused, saying so);
     /// - a Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port...]`, its
     ///   seed nodes (see [`Config::cluster`]); the credentials, given once, are every node's
-    ///   (a `,` or `@` in them percent-encoded).
+    ///   (a `,` or `@` in them percent-encoded). `rediss+cluster://` ([`CLUSTER_TLS_SCHEME`])
+    ///   reaches every node over TLS, as `rediss://` does one server.
     pub url: String,
     /// The namespace: all keys start with `tw:{namespace`.
     pub namespace: String,
@@ -168,6 +175,12 @@ pub struct Config {
     /// timeout, in whole milliseconds). At least 1 ms, and below [`Config::io_timeout`] (a
     /// reply that outwaits the I/O timeout is lost). Unused when `confirm_replicas` is 0.
     pub confirm_timeout: Duration,
+    /// The certificate authorities a TLS connection (`rediss://`, `rediss+cluster://`)
+    /// trusts, as PEM text (one certificate or more): for servers whose certificates a
+    /// private authority signed. `None` (the default) trusts the system's authorities.
+    /// Needs feature `tls`; unused by plain connections. A PEM that does not parse is
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -193,6 +206,7 @@ impl std::fmt::Debug for Config {
             idempotency_window,
             confirm_replicas,
             confirm_timeout,
+            tls_ca,
         } = self;
         f.debug_struct("Config")
             .field("url", &crate::error::url_without_password(url))
@@ -214,6 +228,10 @@ impl std::fmt::Debug for Config {
             .field("idempotency_window", idempotency_window)
             .field("confirm_replicas", confirm_replicas)
             .field("confirm_timeout", confirm_timeout)
+            .field(
+                "tls_ca",
+                &tls_ca.as_ref().map(|pem| format!("{} bytes", pem.len())),
+            )
             .finish()
     }
 }
@@ -241,22 +259,30 @@ impl Config {
             idempotency_window: Duration::from_secs(3600),
             confirm_replicas: 0,
             confirm_timeout: Duration::from_secs(1),
+            tls_ca: None,
         }
     }
 
     /// Defaults for a Redis Cluster given by seed nodes (`host:port`, or
     /// `redis://[user:password@]host:port/` URLs): the URL becomes
-    /// `redis+cluster://[user:password@]host:port,...`, with the credentials of the first seed
-    /// that has any (a Cluster's nodes share them). The client learns the other nodes and the
+    /// `redis+cluster://[user:password@]host:port,...` (`rediss+cluster://` when the first
+    /// seed is a `rediss://` URL), with the credentials of the first seed that has any (a
+    /// Cluster's nodes share them). The client learns the other nodes and the
     /// slot map from the seeds, routes every script and command by its shard's slot and
     /// follows `MOVED`/`ASK` redirections.
     pub fn cluster<S: AsRef<str>>(nodes: &[S], namespace: impl Into<String>) -> Config {
         let mut auth = None;
+        let tls = nodes
+            .first()
+            .is_some_and(|n| n.as_ref().starts_with("rediss://"));
         let hosts: Vec<&str> = nodes
             .iter()
             .map(|n| {
                 let n = n.as_ref();
-                let n = n.strip_prefix("redis://").unwrap_or(n);
+                let n = n
+                    .strip_prefix("redis://")
+                    .or_else(|| n.strip_prefix("rediss://"))
+                    .unwrap_or(n);
                 let n = n.strip_suffix('/').unwrap_or(n);
                 match n.rsplit_once('@') {
                     Some((credentials, host)) => {
@@ -268,10 +294,12 @@ impl Config {
             })
             .collect();
         let auth = auth.map_or(String::new(), |a| format!("{a}@"));
-        Config::new(
-            format!("{CLUSTER_SCHEME}{auth}{}", hosts.join(",")),
-            namespace,
-        )
+        let scheme = if tls {
+            CLUSTER_TLS_SCHEME
+        } else {
+            CLUSTER_SCHEME
+        };
+        Config::new(format!("{scheme}{auth}{}", hosts.join(",")), namespace)
     }
 
     /// The longest duration any setting takes: 100 years (365-day years). A longer one is

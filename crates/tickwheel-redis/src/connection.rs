@@ -8,20 +8,22 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::ConnectionLike;
 use redis::{Client, Cmd, Connection, RedisError, RedisResult, Value};
 
-use crate::config::{Config, CLUSTER_SCHEME, SENTINEL_SCHEME};
+use crate::config::{Config, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME};
 use crate::error::Error;
 
 mod pipeline;
 mod sentinel;
+mod tls;
 pub(crate) use pipeline::{query_one, query_pipe, send_pipe, Answer, Shortfall};
 pub(crate) use sentinel::Sentinel;
+pub(crate) use tls::handshake_failed;
 
 /// Where a client connects: one server; a primary that Redis Sentinel watches (each
 /// connection asks a sentinel where it is now); or a Redis Cluster (its seed nodes kept as
 /// plain clients for the notification subscription).
 #[derive(Clone)]
 pub(crate) enum Endpoint {
-    Single(Client),
+    Single(Box<Client>),
     Sentinel(Box<Sentinel>),
     Cluster(Box<ClusterClient>, Vec<Client>),
 }
@@ -44,8 +46,18 @@ impl Endpoint {
     /// Where `cfg.url` says to connect (checked: an `Error::InvalidUrl` says why not).
     pub(crate) fn of(cfg: &Config) -> Result<Endpoint, Error> {
         let invalid = |reason: String| Error::invalid_url(&cfg.url, reason);
-        if let Some(rest) = cfg.url.strip_prefix(CLUSTER_SCHEME) {
-            let form = "expected redis+cluster://[user:password@]host:port[,host:port...][/]";
+        let cluster = (cfg
+            .url
+            .strip_prefix(CLUSTER_SCHEME)
+            .map(|rest| (rest, false)))
+        .or_else(|| {
+            cfg.url
+                .strip_prefix(CLUSTER_TLS_SCHEME)
+                .map(|rest| (rest, true))
+        });
+        if let Some((rest, tls)) = cluster {
+            let form = "expected redis+cluster:// or rediss+cluster://, then \
+                        [user:password@]host:port[,host:port...][/]";
             let authority = rest.strip_suffix('/').unwrap_or(rest);
             if authority.contains('/') {
                 return Err(invalid(form.into()));
@@ -61,19 +73,27 @@ impl Endpoint {
             }
             let mut nodes = Vec::new();
             for host in hosts.split(',') {
-                let url = format!("redis://{auth}{host}/");
-                nodes.push(Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?);
+                let node = if tls {
+                    let url = format!("rediss://{auth}{host}/");
+                    tls::client(&url, cfg.tls_ca.as_deref(), invalid)?
+                } else {
+                    let url = format!("redis://{auth}{host}/");
+                    Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?
+                };
+                nodes.push(node);
             }
             // No retries: `redis` sends a command again after an I/O error (on a new
             // connection), so a write that ran would run twice, and a `WAIT` on a fresh
             // connection confirms nothing. Redirections are followed by `send_pipe`.
-            let cluster =
+            let mut builder =
                 ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
                     .connection_timeout(cfg.io_timeout)
                     .response_timeout(cfg.io_timeout)
-                    .retries(0)
-                    .build()
-                    .map_err(|e| invalid(e.to_string()))?;
+                    .retries(0);
+            if tls {
+                builder = tls::cluster(builder, cfg.tls_ca.as_deref(), invalid)?;
+            }
+            let cluster = builder.build().map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
         }
         if cfg.url.starts_with(SENTINEL_SCHEME) {
@@ -81,20 +101,30 @@ impl Endpoint {
                 .map(|s| Endpoint::Sentinel(Box::new(s)))
                 .map_err(invalid);
         }
+        if cfg.url.starts_with("rediss+sentinel://") {
+            return Err(invalid(
+                "Sentinel over TLS is not supported: use rediss:// to the primary, \
+                 or redis+sentinel:// over plain connections"
+                    .into(),
+            ));
+        }
+        if cfg.url.starts_with("rediss://") {
+            return tls::client(&cfg.url, cfg.tls_ca.as_deref(), invalid)
+                .map(|c| Endpoint::Single(Box::new(c)));
+        }
         if !(cfg.url.starts_with("redis://")
-            || cfg.url.starts_with("rediss://")
             || cfg.url.starts_with("redis+unix://")
             || cfg.url.starts_with("unix://"))
         {
             return Err(invalid(
-                "expected redis://host[:port][/db], \
+                "expected redis://host[:port][/db] (rediss:// over TLS), \
                  redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db] or \
-                 redis+cluster://host:port[,host:port...]"
+                 redis+cluster://host:port[,host:port...] (rediss+cluster:// over TLS)"
                     .into(),
             ));
         }
         Client::open(cfg.url.as_str())
-            .map(Endpoint::Single)
+            .map(|c| Endpoint::Single(Box::new(c)))
             .map_err(|e| invalid(e.to_string()))
     }
 

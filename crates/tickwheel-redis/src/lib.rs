@@ -273,6 +273,13 @@
 //! writes, and losing them, until a sentinel makes it a replica). A `READONLY` reply drops
 //! the connection on any URL. What the old primary took and had not replicated is lost with
 //! a failover: docs/operations.md says what that costs.
+//!
+//! **TLS** (feature `tls`). `rediss://` reaches one server over TLS and `rediss+cluster://`
+//! ([`CLUSTER_TLS_SCHEME`]) every node of a Cluster, trusting the system's certificate
+//! authorities or those of [`Config::tls_ca`]; every connection (the worker's subscription
+//! and clock probes included) is then a TLS one. A certificate no trusted authority signed
+//! fails the connect at once, saying so, rather than being retried as an unreachable server.
+//! Sentinel over TLS is refused.
 
 mod async_producer;
 mod config;
@@ -296,7 +303,9 @@ mod worker;
 pub mod bench;
 
 pub use async_producer::{AsyncCall, AsyncProducer};
-pub use config::{Config, ManualTime, TimeSource, CLUSTER_SCHEME, SENTINEL_SCHEME};
+pub use config::{
+    Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME,
+};
 pub use error::{url_without_password, Applied, Error};
 pub use failure::{
     AttemptError, ErrorLog, FailReason, FailedCounts, Retention, RetryPolicy, ERRORS_KEPT,

@@ -119,8 +119,13 @@ pub(crate) fn open(cfg: &Config) -> Result<(Endpoint, Con, Namespace), Error> {
 }
 
 /// Whether a Redis error may go away by itself: Redis unreachable, restarting, loading its
-/// data, or a Cluster between configurations.
+/// data, or a Cluster between configurations; not a TLS handshake that failed, which
+/// `redis` reports as an I/O error too.
 pub(crate) fn retryable(e: &redis::RedisError) -> bool {
+    !crate::connection::handshake_failed(e) && retryable_kind(e)
+}
+
+fn retryable_kind(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_refusal()
         || e.is_connection_dropped()

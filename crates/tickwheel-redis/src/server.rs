@@ -31,6 +31,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// A sentinel: its configuration file's text (written once: the sentinel rewrites it).
     sentinel: Option<String>,
+    /// A TLS port beside the plain one, and the directory of its certificates.
+    tls: Option<(u16, PathBuf)>,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -154,7 +156,7 @@ impl RedisServer {
     }
 
     fn start_with(cluster: bool) -> Result<RedisServer, Error> {
-        RedisServer::start_as(cluster, Vec::new(), None)
+        RedisServer::start_as(cluster, Vec::new(), None, None)
     }
 
     /// Starts a server with more arguments, or (`sentinel`: a configuration without its
@@ -163,6 +165,7 @@ impl RedisServer {
         cluster: bool,
         extra: Vec<String>,
         sentinel: Option<String>,
+        tls: Option<&Path>,
     ) -> Result<RedisServer, Error> {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -182,7 +185,13 @@ impl RedisServer {
             cluster,
             extra,
             sentinel,
+            tls: None,
         };
+        let tls_port = || -> Result<Option<(u16, PathBuf)>, Error> {
+            tls.map(|certs| Ok((free_port()?, certs.to_path_buf())))
+                .transpose()
+        };
+        s.tls = tls_port()?;
         // The port was free when chosen, but another process may take it (or, in a Cluster,
         // its bus port, 10 000 above) before the server binds it: then it exits at once,
         // and another port is tried.
@@ -192,6 +201,7 @@ impl RedisServer {
                 Err(Error::Server(m)) if m.contains("exited at start") && tries < 4 => {
                     tries += 1;
                     s.port = free_port()?;
+                    s.tls = tls_port()?;
                 }
                 r => return r.map(|()| s),
             }
@@ -239,6 +249,15 @@ impl RedisServer {
                 ])
                 .args(["--daemonize", "no", "--logfile", "redis.log"])
                 .args(&self.extra);
+            if let Some((port, certs)) = &self.tls {
+                cmd.args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+                    .arg("--tls-cert-file")
+                    .arg(certs.join("server.crt"))
+                    .arg("--tls-key-file")
+                    .arg(certs.join("server.key"))
+                    .arg("--tls-ca-cert-file")
+                    .arg(certs.join("ca.crt"));
+            }
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -291,6 +310,21 @@ impl RedisServer {
             "redis-server exited at start: port {} is another server's (process {pid:?})",
             self.port
         )))
+    }
+
+    /// Starts a server that also takes TLS connections, on [`tls_url`](RedisServer::tls_url),
+    /// with the certificate `server.crt`, its key `server.key` and the authority `ca.crt` in
+    /// `certs` (its plain port stays open, for the tests' own checks). The `redis-server`
+    /// must have been built with TLS, as Debian's is.
+    pub fn start_tls(certs: &Path) -> Result<RedisServer, Error> {
+        RedisServer::start_as(false, Vec::new(), None, Some(certs))
+    }
+
+    /// The server's TLS URL (`rediss://`), if it was started with
+    /// [`start_tls`](RedisServer::start_tls).
+    pub fn tls_url(&self) -> Option<String> {
+        let (port, _) = self.tls.as_ref()?;
+        Some(format!("rediss://127.0.0.1:{port}/"))
     }
 
     /// The server's URL.
@@ -448,6 +482,28 @@ impl RedisCluster {
         let nodes = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(true))
             .collect::<Result<Vec<_>, _>>()?;
+        RedisCluster::form(nodes, replicas)
+    }
+
+    /// Starts `primaries` primaries (at least 3), no replicas, each also taking TLS
+    /// connections as [`RedisServer::start_tls`] does, with the cluster bus over TLS too: a
+    /// node answers a TLS client with its nodes' TLS ports ([`tls_seeds`](Self::tls_seeds)),
+    /// a plain one with their plain ports.
+    pub fn start_tls(primaries: usize, certs: &Path) -> Result<RedisCluster, Error> {
+        if primaries < 3 {
+            return Err(Error::Server(
+                "a Redis Cluster needs at least 3 nodes".into(),
+            ));
+        }
+        let tls_bus = ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from);
+        let nodes = (0..primaries)
+            .map(|_| RedisServer::start_as(true, tls_bus.to_vec(), None, Some(certs)))
+            .collect::<Result<Vec<_>, _>>()?;
+        RedisCluster::form(nodes, 0)
+    }
+
+    /// Forms a cluster of `nodes`, `replicas` replicas a primary, and waits until it is ok.
+    fn form(nodes: Vec<RedisServer>, replicas: usize) -> Result<RedisCluster, Error> {
         let cli = std::env::var("TICKWHEEL_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into());
         let out = Command::new(&cli)
             .arg("--cluster")
@@ -635,6 +691,15 @@ impl RedisCluster {
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect()
     }
+
+    /// The nodes' TLS `host:port`s, for a `rediss+cluster://` URL: empty unless started with
+    /// [`start_tls`](RedisCluster::start_tls).
+    pub fn tls_seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|s| s.tls.as_ref().map(|(port, _)| format!("127.0.0.1:{port}")))
+            .collect()
+    }
 }
 
 impl Drop for RedisServer {
@@ -666,6 +731,7 @@ mod tests {
             cluster: false,
             extra: Vec::new(),
             sentinel: None,
+            tls: None,
         };
         match second.spawn() {
             Err(Error::Server(m)) => assert!(m.contains("exited at start"), "{m}"),

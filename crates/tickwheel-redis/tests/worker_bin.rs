@@ -147,6 +147,30 @@ fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
     }
 }
 
+/// `--url rediss://... --tls-ca FILE`: the binary delivers over TLS, trusting the test
+/// authority (see `tests/tls/README.md`).
+#[test]
+fn the_worker_binary_delivers_over_tls() {
+    use tickwheel_redis::{Config, Producer, RunAt};
+    let certs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let s = tickwheel_redis::server::RedisServer::start_tls(&certs).unwrap();
+    let url = s.tls_url().unwrap();
+    let mut cfg = Config::new(url.as_str(), "bin-tls");
+    cfg.tls_ca = Some(std::fs::read(certs.join("ca.crt")).unwrap());
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("over-tls", RunAt::After(Duration::ZERO), b"x")
+        .unwrap();
+    let log = s.dir().join("tls.log");
+    let ca = certs.join("ca.crt");
+    let mut child = worker(&url, "bin-tls", &log, &["--tls-ca", ca.to_str().unwrap()]);
+    let delivered = common::eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("over-tls"))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(delivered, "delivered over TLS");
+}
+
 fn worker_bin(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tickwheel-redis-worker"))
         .args(args)
@@ -193,7 +217,7 @@ fn help_prints_the_usage_and_exits_0() {
 /// required flag, an unknown argument, a flag without its value (never a silent default).
 #[test]
 fn a_bad_command_line_points_at_help() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["--log", "/dev/null"],
             "--namespace is required (see --help)",
@@ -211,6 +235,17 @@ fn a_bad_command_line_points_at_help() {
         (
             &["--namespace", "x", "--log", "/dev/null", "--retry-max", "x"],
             "--retry-max \"x\": expected a number of attempts",
+        ),
+        (
+            &[
+                "--namespace",
+                "x",
+                "--log",
+                "/dev/null",
+                "--tls-ca",
+                "/no/such",
+            ],
+            "--tls-ca \"/no/such\": No such file",
         ),
     ];
     for (args, want) in cases {

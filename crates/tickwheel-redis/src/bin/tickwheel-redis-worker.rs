@@ -79,8 +79,10 @@ Required:
 
 Options:
   --url URL                 Redis (redis://, rediss://, redis+sentinel://host:port,.../name,
-                            redis+cluster://host:port,...)
+                            redis+cluster://host:port,..., rediss+cluster://host:port,...)
                             [default: redis://127.0.0.1:6379/]
+  --tls-ca FILE             trust the certificate authorities in FILE (PEM) for rediss://
+                            [default: the system's]
   --lease-ms MS             shard lease [default: 5000]
   --visibility-ms MS        visibility timeout of a claim [default: 30000]
   --window-ms MS            window read into the wheel [default: 10000]
@@ -169,6 +171,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             "--url" => url = Some(value()?),
             "--namespace" => ns = Some(value()?),
             "--log" => log = Some(value()?),
+            "--tls-ca" => {
+                let path = value()?;
+                let pem = std::fs::read(&path).map_err(|e| format!("{flag} {path:?}: {e}"))?;
+                cfg.tls_ca = Some(pem);
+            }
             "--lease-ms" => cfg.lease = ms(value()?)?,
             "--visibility-ms" => cfg.visibility_timeout = ms(value()?)?,
             "--window-ms" => cfg.window = ms(value()?)?,

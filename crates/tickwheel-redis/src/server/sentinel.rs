@@ -73,7 +73,7 @@ impl RedisSentinel {
             .map(String::from)
             .to_vec()
         };
-        let primary = RedisServer::start_as(false, sync(), None)?;
+        let primary = RedisServer::start_as(false, sync(), None, None)?;
         let (port, replicate_from) = front(primary.port());
         let fronts = [port, replicate_from]
             .into_iter()
@@ -88,7 +88,7 @@ impl RedisSentinel {
                 replicate_from.to_string(),
             ];
             args.extend(sync());
-            nodes.push(RedisServer::start_as(false, args, None)?);
+            nodes.push(RedisServer::start_as(false, args, None, None)?);
         }
         let quorum = sentinels / 2 + 1;
         // Not shorter: a primary just promoted under a test's load has missed a sentinel's
@@ -113,6 +113,7 @@ impl RedisSentinel {
                 false,
                 Vec::new(),
                 Some(conf.clone()),
+                None,
             )?);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
