@@ -1,6 +1,7 @@
 //! A Redis URL as the CLI shows it: in error messages, the dashboard's log and the bench's
 //! recorded command line.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tickwheel_redis::{url_without_password, Config};
@@ -9,14 +10,26 @@ use crate::tasks::escape::escape;
 
 /// The configuration of the CLI's connections to `url`: trying for `connect_timeout` in all,
 /// so no single attempt or reply waits longer either (the library's 5 s `io_timeout` would
-/// otherwise hold a silent server for 5 s an attempt).
-pub fn config(url: &str, namespace: &str, connect_timeout: Duration) -> Config {
+/// otherwise hold a silent server for 5 s an attempt); trusting the certificate authorities
+/// in the file `tls_ca` (`--tls-ca`), if given, for `rediss://`. `Err` says why that file
+/// cannot be read.
+pub fn config(
+    url: &str,
+    namespace: &str,
+    connect_timeout: Duration,
+    tls_ca: Option<&Path>,
+) -> Result<Config, String> {
     let mut cfg = Config::new(url, namespace);
     cfg.connect_timeout = connect_timeout;
     if !connect_timeout.is_zero() {
         cfg.io_timeout = cfg.io_timeout.min(connect_timeout);
     }
-    cfg
+    if let Some(path) = tls_ca {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("--tls-ca {}: {e}", escape(&path.display().to_string())))?;
+        cfg.tls_ca = Some(pem);
+    }
+    Ok(cfg)
 }
 
 /// `url` without its password ([`url_without_password`]) and with control characters

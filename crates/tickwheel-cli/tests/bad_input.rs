@@ -669,6 +669,7 @@ fn dashboard_is_loopback_by_default_and_refuses_bad_start_inputs() {
             &["--allow-writes", "--token-file", "/"],
             "cannot read the token file",
         ),
+        (&["--tls-ca", "/no/such/ca.crt"], "--tls-ca /no/such/ca.crt"),
     ] {
         let r = run(&[&base[..], extra].concat());
         expect(&r, 2, says, &format!("{extra:?}"));

@@ -954,3 +954,39 @@ fn show_and_stats_say_what_schedule_once_remembers() {
     let r = tasks(&url, "once", &["show", "plain-missing"]);
     assert!(!r.err.contains("remembered"), "{}", r.err);
 }
+
+/// `--redis rediss://... --tls-ca FILE`: `tickwheel tasks` reads a namespace over TLS,
+/// trusting the test authority of tickwheel-redis's `tests/tls/`. Without `--tls-ca` the
+/// server's certificate is not trusted: a message and status 1 at once, not a retry until
+/// the connect timeout; an unreadable `--tls-ca` file is a message too.
+#[test]
+fn tasks_reads_a_namespace_over_tls() {
+    let certs =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tickwheel-redis/tests/tls");
+    let s =
+        RedisServer::start_tls(&certs).unwrap_or_else(|e| panic!("cannot run the TLS test: {e}"));
+    let url = s.tls_url().unwrap();
+    let ca = certs.join("ca.crt");
+    let mut cfg = Config::new(url.as_str(), "tls");
+    cfg.tls_ca = Some(std::fs::read(&ca).unwrap());
+    let mut p = Producer::connect(&cfg).unwrap();
+    p.schedule("a", RunAt::AtMillis(now_ms() + 3_600_000), b"x")
+        .unwrap();
+
+    let stats = json(&url, "tls", &["--tls-ca", ca.to_str().unwrap(), "stats"]);
+    assert_eq!(stats["totals"]["pending"], 1, "{stats}");
+
+    let started = Instant::now();
+    let r = tasks(&url, "tls", &["--connect-timeout", "10s", "stats"]);
+    assert_eq!(r.code, 1, "{}{}", r.out, r.err);
+    assert!(r.err.contains("certificate"), "{}", r.err);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let r = tasks(&url, "tls", &["--tls-ca", "/no/such/ca.crt", "stats"]);
+    assert_eq!(r.code, 1, "{}{}", r.out, r.err);
+    assert!(r.err.contains("--tls-ca /no/such/ca.crt"), "{}", r.err);
+}

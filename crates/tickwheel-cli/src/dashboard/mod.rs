@@ -58,7 +58,8 @@ const TOKEN_ENV: &str = "TICKWHEEL_DASHBOARD_TOKEN";
 pub struct DashboardArgs {
     /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
     /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
-    /// `redis+cluster://host:port[,host:port...]`).
+    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://` and
+    /// `rediss+cluster://`).
     #[arg(long, value_name = "URL")]
     redis: String,
     /// The namespace (as given to the producers and workers).
@@ -80,6 +81,10 @@ pub struct DashboardArgs {
     /// most 1h), as `tickwheel tasks` takes it.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::tasks::parse_connect_timeout)]
     connect_timeout: Duration,
+    /// For a rediss:// URL: trust the certificate authorities in FILE (PEM) instead of the
+    /// system's.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
 }
 
 /// What every request shares.
@@ -118,7 +123,19 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         );
         ExitCode::FAILURE
     };
-    let cfg = crate::redis_url::config(&args.redis, &args.namespace, args.connect_timeout);
+    let cfg = crate::redis_url::config(
+        &args.redis,
+        &args.namespace,
+        args.connect_timeout,
+        args.tls_ca.as_deref(),
+    );
+    let cfg = match cfg {
+        Ok(cfg) => cfg,
+        Err(message) => {
+            eprintln!("tickwheel dashboard: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let inspector = match Inspector::connect(&cfg) {
         Ok(i) => i,
         Err(e) => return fail("cannot read", &explain(&e)),

@@ -30,7 +30,8 @@ use tickwheel_redis::{
 pub struct TasksArgs {
     /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
     /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
-    /// `redis+cluster://host:port[,host:port...]`).
+    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://` and
+    /// `rediss+cluster://`).
     #[arg(long, value_name = "URL")]
     redis: String,
     /// The namespace (as given to the producers and workers).
@@ -39,6 +40,10 @@ pub struct TasksArgs {
     /// How long to keep trying while Redis cannot be reached (e.g. 2s, 1m; at most 1h).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
     connect_timeout: Duration,
+    /// For a rediss:// URL: trust the certificate authorities in FILE (PEM) instead of the
+    /// system's.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -397,7 +402,12 @@ pub fn run(mut args: TasksArgs) -> ExitCode {
 }
 
 fn execute(args: &TasksArgs) -> Result<(), String> {
-    let cfg = crate::redis_url::config(&args.redis, &args.namespace, args.connect_timeout);
+    let cfg = crate::redis_url::config(
+        &args.redis,
+        &args.namespace,
+        args.connect_timeout,
+        args.tls_ca.as_deref(),
+    )?;
     let failed = |e: Error| describe(&e, args);
     let mut ins = Inspector::connect(&cfg).map_err(failed)?;
     let json = args.json;
