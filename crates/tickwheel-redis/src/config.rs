@@ -179,7 +179,7 @@ pub struct Config {
     /// trusts, as PEM text (one certificate or more): for servers whose certificates a
     /// private authority signed. `None` (the default) trusts the system's authorities.
     /// Needs feature `tls`; unused by plain connections. A PEM that does not parse is
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    /// [`Error::InvalidConfig`].
     pub tls_ca: Option<Vec<u8>>,
 }
 
