@@ -148,7 +148,9 @@ fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
 }
 
 /// `--url rediss://... --tls-ca FILE`: the binary delivers over TLS, trusting the test
-/// authority (see `tests/tls/README.md`).
+/// authority (see `tests/tls/README.md`). With feature `tls` (a workspace build has it;
+/// without it tests/tls.rs fails, saying so).
+#[cfg(feature = "tls")]
 #[test]
 fn the_worker_binary_delivers_over_tls() {
     use tickwheel_redis::{Config, Producer, RunAt};
