@@ -279,7 +279,8 @@
 //! authorities or those of [`Config::tls_ca`]; every connection (the worker's subscription
 //! and clock probes included) is then a TLS one. A certificate no trusted authority signed
 //! fails the connect at once, saying so, rather than being retried as an unreachable server.
-//! Sentinel over TLS is refused.
+//! Sentinel over TLS is refused. The first TLS client made installs ring as the process's
+//! rustls cryptography provider, unless the program installed one before.
 
 mod async_producer;
 mod config;
