@@ -46,15 +46,9 @@ impl Endpoint {
     /// Where `cfg.url` says to connect (checked: an `Error::InvalidUrl` says why not).
     pub(crate) fn of(cfg: &Config) -> Result<Endpoint, Error> {
         let invalid = |reason: String| Error::invalid_url(&cfg.url, reason);
-        let cluster = (cfg
-            .url
-            .strip_prefix(CLUSTER_SCHEME)
-            .map(|rest| (rest, false)))
-        .or_else(|| {
-            cfg.url
-                .strip_prefix(CLUSTER_TLS_SCHEME)
-                .map(|rest| (rest, true))
-        });
+        let cluster = [(CLUSTER_SCHEME, false), (CLUSTER_TLS_SCHEME, true)]
+            .into_iter()
+            .find_map(|(scheme, tls)| cfg.url.strip_prefix(scheme).map(|rest| (rest, tls)));
         if let Some((rest, tls)) = cluster {
             let form = "expected redis+cluster:// or rediss+cluster://, then \
                         [user:password@]host:port[,host:port...][/]";
