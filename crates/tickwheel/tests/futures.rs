@@ -698,11 +698,13 @@ fn sleeps_from_different_shards_wake_in_deadline_order() {
     drop(sleeps);
 }
 
-/// Not a test: the measurement behind `Builder::busy_wait`'s default. 10^4 tasks sleep
-/// 0.5-1.5 s in a loop in a 2-worker tokio runtime, on a service with each `busy_wait` of
-/// `TW_BUSY_WAIT_US` (microseconds, comma-separated; default `100,50,25,0`) and on tokio's own
-/// timer; it prints the process's CPU (cores, over the middle `TW_SECS` seconds, default 8)
-/// and how late the wake-ups came after their tick's start (tokio: after the deadline).
+/// Not a test: the measurement behind `Builder::busy_wait`'s default and DESIGN-NOTES' answer
+/// on the CPU of sleeps in a tokio runtime. 10^4 tasks sleep 0.5-1.5 s in a loop in a 2-worker
+/// tokio runtime, on a service with each `busy_wait` of `TW_BUSY_WAIT_US` (microseconds,
+/// comma-separated; default `100,50,25,0`) and the `wake_interval` of `TW_WAKE_INTERVAL_US`
+/// (default 0), and on tokio's own timer; it prints the process's CPU (cores, over the middle
+/// `TW_SECS` seconds, default 8) and how late the wake-ups came after the deadline asked for
+/// and, for the service, after the start of the deadline's tick.
 ///
 /// ```text
 /// cargo test --release -p tickwheel --test futures -- --ignored --nocapture sleepers_cpu
@@ -739,6 +741,9 @@ fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
     let service = Arc::new(
         tickwheel::TimerService::builder()
             .busy_wait(Duration::from_micros(busy_wait_us.unwrap_or(0)))
+            .wake_interval(Duration::from_micros(
+                std::env::var("TW_WAKE_INTERVAL_US").map_or(0, |s| s.parse().unwrap()),
+            ))
             .build()
             .unwrap(),
     );
@@ -750,7 +755,8 @@ fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
     let from = Instant::now() + Duration::from_secs(2);
     let to = from + Duration::from_secs(secs);
     let end = to + Duration::from_secs(2);
-    let late: Arc<Mutex<Vec<u64>>> = Arc::default();
+    // (after the deadline, after the start of its tick), in µs
+    let late: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let cores = rt.block_on(async {
         let handles: Vec<_> = (0..tasks)
             .map(|i| {
@@ -777,7 +783,8 @@ fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
                         };
                         let now = Instant::now();
                         if (from..to).contains(&now) {
-                            mine.push(now.saturating_duration_since(due).as_micros() as u64);
+                            let us = |t| now.saturating_duration_since(t).as_micros() as u64;
+                            mine.push((us(deadline), us(due)));
                         }
                     }
                     late.lock().unwrap().extend(mine);
@@ -793,16 +800,23 @@ fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
         }
         cpu / secs as f64
     });
-    let mut late = std::mem::take(&mut *late.lock().unwrap());
-    late.sort_unstable();
-    let q = |p: f64| late[((late.len() - 1) as f64 * p) as usize];
+    let late = std::mem::take(&mut *late.lock().unwrap());
+    let quantiles = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize];
+        format!("p50 {} p99 {} max {}", q(0.5), q(0.99), v[v.len() - 1])
+    };
     let who = busy_wait_us.map_or("tokio timer".into(), |us| format!("busy_wait {us:>3} µs"));
+    let after_tick = match busy_wait_us {
+        Some(_) => format!(
+            ", after the tick {}",
+            quantiles(late.iter().map(|l| l.1).collect())
+        ),
+        None => String::new(),
+    };
     println!(
-        "{who}: {cores:.3} cores, {} wake-ups, late µs p50 {} p90 {} p99 {} max {}",
+        "{who}: {cores:.3} cores, {} wake-ups, late µs after the deadline {}{after_tick}",
         late.len(),
-        q(0.5),
-        q(0.9),
-        q(0.99),
-        late[late.len() - 1]
+        quantiles(late.iter().map(|l| l.0).collect()),
     );
 }
