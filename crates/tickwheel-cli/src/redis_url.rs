@@ -1,33 +1,56 @@
 //! A Redis URL as the CLI shows it: in error messages, the dashboard's log and the bench's
 //! recorded command line.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tickwheel_redis::{url_without_password, Config};
+use tickwheel_redis::{url_without_password, ClientCert, Config};
 
 use crate::tasks::escape::escape;
 
+/// The TLS options of the commands that reach Redis (`tickwheel tasks`, the dashboard).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// For a rediss:// URL: trust the certificate authorities in FILE (PEM) instead of the
+    /// system's.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// For a rediss:// URL: present the client certificate in FILE (PEM, then any
+    /// intermediates) to a server that requires one (mutual TLS); with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
 /// The configuration of the CLI's connections to `url`: trying for `connect_timeout` in all,
 /// so no single attempt or reply waits longer either (the library's 5 s `io_timeout` would
-/// otherwise hold a silent server for 5 s an attempt); trusting the certificate authorities
-/// in the file `tls_ca` (`--tls-ca`), if given, for `rediss://`. `Err` says why that file
-/// cannot be read.
+/// otherwise hold a silent server for 5 s an attempt); with the files of `tls` for
+/// `rediss://`. `Err` says which file cannot be read, and why.
 pub fn config(
     url: &str,
     namespace: &str,
     connect_timeout: Duration,
-    tls_ca: Option<&Path>,
+    tls: &TlsArgs,
 ) -> Result<Config, String> {
     let mut cfg = Config::new(url, namespace);
     cfg.connect_timeout = connect_timeout;
     if !connect_timeout.is_zero() {
         cfg.io_timeout = cfg.io_timeout.min(connect_timeout);
     }
-    if let Some(path) = tls_ca {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("--tls-ca {}: {e}", escape(&path.display().to_string())))?;
-        cfg.tls_ca = Some(pem);
+    let read = |flag: &str, path: &Path| {
+        std::fs::read(path)
+            .map_err(|e| format!("{flag} {}: {e}", escape(&path.display().to_string())))
+    };
+    if let Some(path) = &tls.tls_ca {
+        cfg.tls_ca = Some(read("--tls-ca", path)?);
+    }
+    if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        cfg.tls_client_cert = Some(ClientCert {
+            chain: read("--tls-cert", cert)?,
+            key: read("--tls-key", key)?,
+        });
     }
     Ok(cfg)
 }

@@ -670,6 +670,11 @@ fn dashboard_is_loopback_by_default_and_refuses_bad_start_inputs() {
             "cannot read the token file",
         ),
         (&["--tls-ca", "/no/such/ca.crt"], "--tls-ca /no/such/ca.crt"),
+        (&["--tls-key", "/no/such/key"], "--tls-cert"),
+        (
+            &["--tls-cert", "/no/such/crt", "--tls-key", "/no/such/key"],
+            "--tls-cert /no/such/crt",
+        ),
     ] {
         let r = run(&[&base[..], extra].concat());
         expect(&r, 2, says, &format!("{extra:?}"));

@@ -958,7 +958,9 @@ fn show_and_stats_say_what_schedule_once_remembers() {
 /// `--redis rediss://... --tls-ca FILE`: `tickwheel tasks` reads a namespace over TLS,
 /// trusting the test authority of tickwheel-redis's `tests/tls/`. Without `--tls-ca` the
 /// server's certificate is not trusted: a message and status 1 at once, not a retry until
-/// the connect timeout; an unreadable `--tls-ca` file is a message too.
+/// the connect timeout; an unreadable `--tls-ca` file is a message too. Once the server
+/// requires client certificates, `--tls-cert FILE --tls-key FILE` present one; without them,
+/// a message and status 1 at once; one without the other is a usage error (status 2).
 #[test]
 fn tasks_reads_a_namespace_over_tls() {
     let certs =
@@ -989,4 +991,40 @@ fn tasks_reads_a_namespace_over_tls() {
     let r = tasks(&url, "tls", &["--tls-ca", "/no/such/ca.crt", "stats"]);
     assert_eq!(r.code, 1, "{}{}", r.out, r.err);
     assert!(r.err.contains("--tls-ca /no/such/ca.crt"), "{}", r.err);
+
+    let mut plain = redis::Client::open(s.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "tls-auth-clients", "yes"])
+        .query(&mut plain)
+        .unwrap();
+    let file = |name: &str| certs.join(name).to_str().unwrap().to_owned();
+    let (ca, cert, key) = (file("ca.crt"), file("server.crt"), file("server.key"));
+    let mtls = [
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "stats",
+    ];
+    let stats = json(&url, "tls", &mtls);
+    assert_eq!(stats["totals"]["pending"], 1, "{stats}");
+
+    let started = Instant::now();
+    let r = tasks(&url, "tls", &["--tls-ca", &ca, "stats"]);
+    assert_eq!(r.code, 1, "{}{}", r.out, r.err);
+    assert!(r.err.contains("Certificate"), "{}", r.err);
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let r = tasks(
+        &url,
+        "tls",
+        &["--tls-ca", &ca, "--tls-cert", &cert, "stats"],
+    );
+    assert_eq!(r.code, 2, "{}{}", r.out, r.err);
+    assert!(r.err.contains("--tls-key"), "{}", r.err);
 }

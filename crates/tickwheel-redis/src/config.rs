@@ -181,6 +181,34 @@ pub struct Config {
     /// Needs feature `tls`; unused by plain connections. A PEM that does not parse is
     /// [`Error::InvalidConfig`].
     pub tls_ca: Option<Vec<u8>>,
+    /// The certificate a TLS connection presents to the server, with its key (mutual TLS):
+    /// for a server that requires one, as `redis-server` with TLS does unless told
+    /// `tls-auth-clients no`. `None` (the default) presents none. Needs feature `tls`; unused
+    /// by plain connections. A certificate or key that does not parse, or a key that is not
+    /// the certificate's, is [`Error::InvalidConfig`].
+    pub tls_client_cert: Option<ClientCert>,
+}
+
+/// A TLS client certificate and its private key ([`Config::tls_client_cert`]), both PEM text
+/// as the files that hold them. Its `Debug` shows their sizes, never the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The client's certificate, then any intermediate certificates the server needs to link
+    /// it to an authority it trusts.
+    pub chain: Vec<u8>,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ClientCert {{ chain: {} bytes, key: {} bytes (not shown) }}",
+            self.chain.len(),
+            self.key.len()
+        )
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -207,6 +235,7 @@ impl std::fmt::Debug for Config {
             confirm_replicas,
             confirm_timeout,
             tls_ca,
+            tls_client_cert,
         } = self;
         f.debug_struct("Config")
             .field("url", &crate::error::url_without_password(url))
@@ -232,6 +261,7 @@ impl std::fmt::Debug for Config {
                 "tls_ca",
                 &tls_ca.as_ref().map(|pem| format!("{} bytes", pem.len())),
             )
+            .field("tls_client_cert", tls_client_cert)
             .finish()
     }
 }
@@ -260,6 +290,7 @@ impl Config {
             confirm_replicas: 0,
             confirm_timeout: Duration::from_secs(1),
             tls_ca: None,
+            tls_client_cert: None,
         }
     }
 

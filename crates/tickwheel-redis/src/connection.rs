@@ -69,7 +69,7 @@ impl Endpoint {
             for host in hosts.split(',') {
                 let node = if tls {
                     let url = format!("rediss://{auth}{host}/");
-                    tls::client(&url, cfg.tls_ca.as_deref(), invalid)?
+                    tls::client(&url, cfg, invalid)?
                 } else {
                     let url = format!("redis://{auth}{host}/");
                     Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?
@@ -85,7 +85,7 @@ impl Endpoint {
                     .response_timeout(cfg.io_timeout)
                     .retries(0);
             if tls {
-                builder = tls::cluster(builder, cfg.tls_ca.as_deref(), invalid)?;
+                builder = tls::cluster(builder, cfg, invalid)?;
             }
             let cluster = builder.build().map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
@@ -103,8 +103,7 @@ impl Endpoint {
             ));
         }
         if cfg.url.starts_with("rediss://") {
-            return tls::client(&cfg.url, cfg.tls_ca.as_deref(), invalid)
-                .map(|c| Endpoint::Single(Box::new(c)));
+            return tls::client(&cfg.url, cfg, invalid).map(|c| Endpoint::Single(Box::new(c)));
         }
         if !(cfg.url.starts_with("redis://")
             || cfg.url.starts_with("redis+unix://")

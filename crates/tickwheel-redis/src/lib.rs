@@ -276,7 +276,8 @@
 //!
 //! **TLS** (feature `tls`). `rediss://` reaches one server over TLS and `rediss+cluster://`
 //! ([`CLUSTER_TLS_SCHEME`]) every node of a Cluster, trusting the system's certificate
-//! authorities or those of [`Config::tls_ca`]; every connection (the worker's subscription
+//! authorities or those of [`Config::tls_ca`], and presenting [`Config::tls_client_cert`] to
+//! a server that requires a client certificate; every connection (the worker's subscription
 //! and clock probes included) is then a TLS one. A certificate no trusted authority signed
 //! fails the connect at once, saying so, rather than being retried as an unreachable server.
 //! Sentinel over TLS is refused. The first TLS client made installs ring as the process's
@@ -305,7 +306,7 @@ pub mod bench;
 
 pub use async_producer::{AsyncCall, AsyncProducer};
 pub use config::{
-    Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME,
+    ClientCert, Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME,
 };
 pub use error::{url_without_password, Applied, Error};
 pub use failure::{

@@ -20,8 +20,8 @@ mod over_tls {
 
     use tickwheel_redis::server::{RedisCluster, RedisServer};
     use tickwheel_redis::{
-        Config, Delivery, Error, Inspector, ManualTime, Outcome, Producer, RunAt, TimeSource,
-        Worker, CLUSTER_TLS_SCHEME,
+        ClientCert, Config, Delivery, Error, Inspector, ManualTime, Outcome, Producer, RunAt,
+        TimeSource, Worker, CLUSTER_TLS_SCHEME,
     };
 
     const T0: u64 = 1_000_000;
@@ -39,6 +39,30 @@ mod over_tls {
         std::fs::read(certs().join("ca.crt")).unwrap()
     }
 
+    /// The test client certificate: the server's own, which the authority signed for client
+    /// authentication too (see `tests/tls/README.md`).
+    fn client_cert() -> ClientCert {
+        ClientCert {
+            chain: std::fs::read(certs().join("server.crt")).unwrap(),
+            key: std::fs::read(certs().join("server.key")).unwrap(),
+        }
+    }
+
+    /// Makes every server of `plain_urls` require a client certificate on its TLS port from
+    /// the next connection on (`redis-server`'s default, which the test servers turn off).
+    fn require_client_certs(plain_urls: &[String]) {
+        for url in plain_urls {
+            let mut con = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let () = redis::cmd("CONFIG")
+                .arg(&["SET", "tls-auth-clients", "yes"])
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+
     fn tick(w: &mut Worker, got: &mut BTreeMap<String, u32>) {
         w.tick(&mut |d: &Delivery| {
             *got.entry(d.id.clone()).or_default() += 1;
@@ -54,7 +78,7 @@ mod over_tls {
     #[test]
     fn tasks_are_stored_and_delivered_over_tls() {
         let s = tls_server();
-        delivered_over(&s.tls_url().unwrap());
+        delivered_over(&s.tls_url().unwrap(), &[s.url()]);
     }
 
     /// The same on a Redis Cluster whose nodes take TLS (`rediss+cluster://`, the cluster bus
@@ -63,27 +87,48 @@ mod over_tls {
     fn tasks_are_stored_and_delivered_over_tls_on_a_cluster() {
         let c = RedisCluster::start_tls(3, &certs())
             .unwrap_or_else(|e| panic!("cannot run the TLS tests (a redis-server with TLS): {e}"));
-        delivered_over(&format!("{CLUSTER_TLS_SCHEME}{}", c.tls_seeds().join(",")));
+        let plain: Vec<String> = c.nodes().iter().map(RedisServer::url).collect();
+        delivered_over(
+            &format!("{CLUSTER_TLS_SCHEME}{}", c.tls_seeds().join(",")),
+            &plain,
+        );
     }
 
     /// Checks that `url` is refused at once, saying why, without the test authority (the
-    /// system's authorities do not include it). Then stores 24 tasks there trusting it, delivers
-    /// them, then one more through the worker's subscription; checks each was delivered once.
-    fn delivered_over(url: &str) {
-        let started = Instant::now();
-        let e = Producer::connect(&Config::new(url, "tls")).unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "an untrusted certificate was retried for {:?}: {e}",
-            started.elapsed()
-        );
-        assert!(e.to_string().contains("certificate"), "{e}");
-
-        let time = ManualTime::new(T0);
+    /// system's authorities do not include it), then that tasks are stored and delivered there
+    /// trusting it ([`stored_and_delivered`]). Then makes the servers (`plain_urls`) require a
+    /// client certificate and checks that a connection without one is refused at once, saying
+    /// why, and that with one tasks are stored and delivered again.
+    fn delivered_over(url: &str, plain_urls: &[String]) {
+        let refused_at_once = |cfg: &Config, why: &str| {
+            let started = Instant::now();
+            let e = Producer::connect(cfg).unwrap_err();
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{why}: retried for {:?}: {e}",
+                started.elapsed()
+            );
+            let message = e.to_string().to_lowercase();
+            assert!(message.contains("certificate"), "{why}: {e}");
+        };
+        refused_at_once(&Config::new(url, "tls"), "an untrusted server certificate");
         let mut cfg = Config::new(url, "tls");
+        cfg.tls_ca = Some(ca());
+        stored_and_delivered(cfg.clone());
+
+        require_client_certs(plain_urls);
+        refused_at_once(&cfg, "no client certificate");
+        cfg.namespace = "mtls".into();
+        cfg.tls_client_cert = Some(client_cert());
+        stored_and_delivered(cfg);
+    }
+
+    /// Stores 24 tasks with `cfg`, delivers them, then one more through the worker's
+    /// subscription; checks each was delivered once.
+    fn stored_and_delivered(mut cfg: Config) {
+        let time = ManualTime::new(T0);
         cfg.shards = 6;
         cfg.time = TimeSource::Manual(time.clone());
-        cfg.tls_ca = Some(ca());
         let mut p = Producer::connect(&cfg).unwrap();
         for i in 0..24 {
             p.schedule(&format!("t{i}"), RunAt::AtMillis(T0 + 1_000), b"x")
@@ -109,25 +154,50 @@ mod over_tls {
         assert_eq!(got.get("late"), Some(&1), "not announced to the worker");
         let mut inspector = Inspector::connect(&cfg).unwrap();
         assert_eq!(inspector.stats().unwrap().pending(), 0);
-        assert!(
-            format!("{cfg:?}").contains("tls_ca: Some(\"1155 bytes\")"),
-            "{cfg:?}"
-        );
+        let shown = format!("{cfg:?}");
+        assert!(shown.contains("tls_ca: Some(\"1155 bytes\")"), "{shown}");
+        if let Some(cert) = &cfg.tls_client_cert {
+            let key = String::from_utf8(cert.key.clone()).unwrap();
+            let secret = key.lines().nth(1).unwrap();
+            assert!(!shown.contains(secret), "the key shown: {shown}");
+            assert!(shown.contains("key: 1704 bytes (not shown)"), "{shown}");
+        }
     }
 
-    /// A `tls_ca` that holds no certificate is a configuration error at once; a
-    /// `rediss+cluster://` URL is built from `rediss://` seeds.
+    /// A `tls_ca` that holds no certificate, a client certificate or key that does not parse,
+    /// and a key that is not the certificate's are configuration errors at once, each saying
+    /// which setting; a `rediss+cluster://` URL is built from `rediss://` seeds.
     #[test]
-    fn a_tls_ca_not_parsed_is_refused_and_tls_seeds_make_a_tls_cluster_url() {
+    fn tls_settings_not_parsed_are_refused_and_tls_seeds_make_a_tls_cluster_url() {
         let s = tls_server();
+        let refused = |cfg: &Config, setting: &str, why: &str| {
+            let e = Producer::connect(cfg).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidConfig(m) if m.contains(setting) && m.contains(why)),
+                "{setting} ({why}): {e}"
+            );
+        };
         for ca in [b"not a certificate".to_vec(), Vec::new()] {
             let mut cfg = Config::new(s.tls_url().unwrap(), "tls");
             cfg.tls_ca = Some(ca);
-            let e = Producer::connect(&cfg).unwrap_err();
-            assert!(
-                matches!(&e, Error::InvalidConfig(m) if m.contains("tls_ca")),
-                "{e}"
-            );
+            refused(&cfg, "tls_ca", "no certificate authority");
+        }
+        let unrelated = std::fs::read(certs().join("unrelated.key")).unwrap();
+        let good = client_cert();
+        for (chain, key, why) in [
+            (
+                b"not a certificate".to_vec(),
+                good.key.clone(),
+                "no certificate",
+            ),
+            (good.chain.clone(), b"not a key".to_vec(), "its key"),
+            (good.key.clone(), good.chain.clone(), "no certificate"),
+            (good.chain.clone(), unrelated, "not the certificate's"),
+        ] {
+            let mut cfg = Config::new(s.tls_url().unwrap(), "tls");
+            cfg.tls_ca = Some(ca());
+            cfg.tls_client_cert = Some(ClientCert { chain, key });
+            refused(&cfg, "tls_client_cert", why);
         }
 
         let cfg = Config::cluster(&["rediss://:pw@10.0.0.1:7000/", "10.0.0.2:7000"], "c");

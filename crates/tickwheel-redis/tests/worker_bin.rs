@@ -147,9 +147,10 @@ fn sigterm_puts_back_what_was_claimed_and_not_delivered() {
     }
 }
 
-/// `--url rediss://... --tls-ca FILE`: the binary delivers over TLS, trusting the test
-/// authority (see `tests/tls/README.md`). With feature `tls` (a workspace build has it;
-/// without it tests/tls.rs fails, saying so).
+/// `--url rediss://... --tls-ca FILE --tls-cert FILE --tls-key FILE`: the binary delivers
+/// over TLS, trusting the test authority and presenting the test client certificate to a
+/// server that requires one (see `tests/tls/README.md`). With feature `tls` (a workspace
+/// build has it; without it tests/tls.rs fails, saying so).
 #[cfg(feature = "tls")]
 #[test]
 fn the_worker_binary_delivers_over_tls() {
@@ -162,9 +163,19 @@ fn the_worker_binary_delivers_over_tls() {
     let mut p = Producer::connect(&cfg).unwrap();
     p.schedule("over-tls", RunAt::After(Duration::ZERO), b"x")
         .unwrap();
+    let mut plain = redis::Client::open(s.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "tls-auth-clients", "yes"])
+        .query(&mut plain)
+        .unwrap();
     let log = s.dir().join("tls.log");
-    let ca = certs.join("ca.crt");
-    let mut child = worker(&url, "bin-tls", &log, &["--tls-ca", ca.to_str().unwrap()]);
+    let file = |name: &str| certs.join(name).to_str().unwrap().to_owned();
+    let (ca, cert, key) = (file("ca.crt"), file("server.crt"), file("server.key"));
+    let tls = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+    let mut child = worker(&url, "bin-tls", &log, &tls);
     let delivered = common::eventually(Duration::from_secs(20), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("over-tls"))
     });
@@ -208,6 +219,9 @@ fn help_prints_the_usage_and_exits_0() {
             "--retry-ms",
             "--poison",
             "--heal-file",
+            "--tls-ca",
+            "--tls-cert",
+            "--tls-key",
         ] {
             assert!(usage.contains(f), "{f} missing from the usage");
         }
@@ -219,7 +233,7 @@ fn help_prints_the_usage_and_exits_0() {
 /// required flag, an unknown argument, a flag without its value (never a silent default).
 #[test]
 fn a_bad_command_line_points_at_help() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--log", "/dev/null"],
             "--namespace is required (see --help)",
@@ -248,6 +262,17 @@ fn a_bad_command_line_points_at_help() {
                 "/no/such",
             ],
             "--tls-ca \"/no/such\": No such file",
+        ),
+        (
+            &[
+                "--namespace",
+                "x",
+                "--log",
+                "/dev/null",
+                "--tls-cert",
+                "/dev/null",
+            ],
+            "--tls-cert and --tls-key go together",
         ),
     ];
     for (args, want) in cases {

@@ -81,10 +81,8 @@ pub struct DashboardArgs {
     /// most 1h), as `tickwheel tasks` takes it.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::tasks::parse_connect_timeout)]
     connect_timeout: Duration,
-    /// For a rediss:// URL: trust the certificate authorities in FILE (PEM) instead of the
-    /// system's.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::redis_url::TlsArgs,
 }
 
 /// What every request shares.
@@ -127,7 +125,7 @@ pub fn run(args: DashboardArgs) -> ExitCode {
         &args.redis,
         &args.namespace,
         args.connect_timeout,
-        args.tls_ca.as_deref(),
+        &args.tls,
     );
     let cfg = match cfg {
         Ok(cfg) => cfg,

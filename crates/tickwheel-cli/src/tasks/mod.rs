@@ -40,10 +40,8 @@ pub struct TasksArgs {
     /// How long to keep trying while Redis cannot be reached (e.g. 2s, 1m; at most 1h).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_connect_timeout)]
     connect_timeout: Duration,
-    /// For a rediss:// URL: trust the certificate authorities in FILE (PEM) instead of the
-    /// system's.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    tls: crate::redis_url::TlsArgs,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -406,7 +404,7 @@ fn execute(args: &TasksArgs) -> Result<(), String> {
         &args.redis,
         &args.namespace,
         args.connect_timeout,
-        args.tls_ca.as_deref(),
+        &args.tls,
     )?;
     let failed = |e: Error| describe(&e, args);
     let mut ins = Inspector::connect(&cfg).map_err(failed)?;

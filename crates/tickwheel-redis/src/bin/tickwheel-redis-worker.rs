@@ -83,6 +83,9 @@ Options:
                             [default: redis://127.0.0.1:6379/]
   --tls-ca FILE             trust the certificate authorities in FILE (PEM) for rediss://
                             [default: the system's]
+  --tls-cert FILE           present the client certificate in FILE (PEM) to a server that
+                            requires one (mutual TLS); with --tls-key
+  --tls-key FILE            the private key of --tls-cert (PEM)
   --lease-ms MS             shard lease [default: 5000]
   --visibility-ms MS        visibility timeout of a claim [default: 30000]
   --window-ms MS            window read into the wheel [default: 10000]
@@ -158,6 +161,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut metrics = None;
     let (mut retry_max, mut retry_ms) = (None, None);
     let (mut poison, mut heal_file) = (false, None);
+    let (mut tls_cert, mut tls_key) = (None, None);
     while let Some(a) = args.next() {
         let flag = a.as_str();
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -175,6 +179,15 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                 let path = value()?;
                 let pem = std::fs::read(&path).map_err(|e| format!("{flag} {path:?}: {e}"))?;
                 cfg.tls_ca = Some(pem);
+            }
+            "--tls-cert" | "--tls-key" => {
+                let path = value()?;
+                let pem = std::fs::read(&path).map_err(|e| format!("{flag} {path:?}: {e}"))?;
+                *if flag == "--tls-cert" {
+                    &mut tls_cert
+                } else {
+                    &mut tls_key
+                } = Some(pem);
             }
             "--lease-ms" => cfg.lease = ms(value()?)?,
             "--visibility-ms" => cfg.visibility_timeout = ms(value()?)?,
@@ -212,6 +225,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             retry_ms.unwrap_or(Duration::from_secs(1)),
         );
     }
+    cfg.tls_client_cert = match (tls_cert, tls_key) {
+        (Some(chain), Some(key)) => Some(tickwheel_redis::ClientCert { chain, key }),
+        (None, None) => None,
+        _ => return Err("--tls-cert and --tls-key go together (see --help)".into()),
+    };
     if heal_file.is_some() && !poison {
         return Err("--heal-file needs --poison (see --help)".into());
     }

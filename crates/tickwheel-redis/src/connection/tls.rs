@@ -5,28 +5,27 @@ use redis::cluster::ClusterClientBuilder;
 use redis::{Client, RedisError};
 
 use crate::error::Error;
+use crate::Config;
 
 /// Why a TLS URL is refused without feature `tls`.
 #[cfg(not(feature = "tls"))]
 const NOT_BUILT: &str =
     "TLS is not built in: build tickwheel-redis with feature `tls` for rediss:// URLs";
 
-/// A client for the `rediss://` URL `url`, trusting `ca` (PEM) if given, the system's
-/// certificate authorities if not. A URL the client refuses is `invalid(reason)`; a `ca`
-/// that does not parse, [`Error::InvalidConfig`].
+/// A client for the `rediss://` URL `url`, trusting `cfg.tls_ca` (PEM) if given, the
+/// system's certificate authorities if not, and presenting `cfg.tls_client_cert` if given. A
+/// URL the client refuses is `invalid(reason)`; a certificate, key or authority that does not
+/// parse, [`Error::InvalidConfig`].
 #[cfg(feature = "tls")]
 pub(super) fn client(
     url: &str,
-    ca: Option<&[u8]>,
+    cfg: &Config,
     invalid: impl Fn(String) -> Error,
 ) -> Result<Client, Error> {
     use_ring();
-    match ca {
+    match certificates(cfg)? {
         None => Client::open(url),
-        Some(ca) => {
-            check_ca(ca)?;
-            Client::build_with_tls(url, certificates(ca))
-        }
+        Some(certs) => Client::build_with_tls(url, certs),
     }
     .map_err(|e| invalid(e.to_string()))
 }
@@ -34,26 +33,24 @@ pub(super) fn client(
 #[cfg(not(feature = "tls"))]
 pub(super) fn client(
     _url: &str,
-    _ca: Option<&[u8]>,
+    _cfg: &Config,
     invalid: impl Fn(String) -> Error,
 ) -> Result<Client, Error> {
     Err(invalid(NOT_BUILT.into()))
 }
 
-/// `builder` made to reach every node of a Cluster over TLS, trusting `ca` if given.
+/// `builder` made to reach every node of a Cluster over TLS, with the authorities and the
+/// client certificate of `cfg` as [`client`] takes them.
 #[cfg(feature = "tls")]
 pub(super) fn cluster(
     builder: ClusterClientBuilder,
-    ca: Option<&[u8]>,
+    cfg: &Config,
     _invalid: impl Fn(String) -> Error,
 ) -> Result<ClusterClientBuilder, Error> {
     use_ring();
     let builder = builder.tls(redis::TlsMode::Secure);
-    Ok(match ca {
-        Some(ca) => {
-            check_ca(ca)?;
-            builder.certs(certificates(ca))
-        }
+    Ok(match certificates(cfg)? {
+        Some(certs) => builder.certs(certs),
         None => builder,
     })
 }
@@ -61,37 +58,84 @@ pub(super) fn cluster(
 #[cfg(not(feature = "tls"))]
 pub(super) fn cluster(
     _builder: ClusterClientBuilder,
-    _ca: Option<&[u8]>,
+    _cfg: &Config,
     invalid: impl Fn(String) -> Error,
 ) -> Result<ClusterClientBuilder, Error> {
     Err(invalid(NOT_BUILT.into()))
 }
 
+/// What `redis` needs of `cfg`'s TLS settings, each checked first; `None` when neither an
+/// authority nor a client certificate is given (the system's authorities, no certificate).
 #[cfg(feature = "tls")]
-fn certificates(ca: &[u8]) -> redis::TlsCertificates {
-    redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(ca.to_vec()),
+fn certificates(cfg: &Config) -> Result<Option<redis::TlsCertificates>, Error> {
+    if let Some(ca) = &cfg.tls_ca {
+        check_ca(ca)?;
     }
+    if let Some(cert) = &cfg.tls_client_cert {
+        check_client_cert(cert)?;
+    }
+    if cfg.tls_ca.is_none() && cfg.tls_client_cert.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(redis::TlsCertificates {
+        client_tls: cfg
+            .tls_client_cert
+            .as_ref()
+            .map(|cert| redis::ClientTlsConfig {
+                client_cert: cert.chain.clone(),
+                client_key: cert.key.clone(),
+            }),
+        root_cert: cfg.tls_ca.clone(),
+    }))
+}
+
+/// The certificates of the PEM text `pem`; `what` names it in the error.
+#[cfg(feature = "tls")]
+fn parse_certs(
+    pem: &[u8],
+    what: &str,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::InvalidConfig(format!("{what}: {e}")))
 }
 
 /// Checks that `ca` holds at least one certificate that parses, so that a wrong file is a
 /// configuration error at once, not a failed handshake later.
 #[cfg(feature = "tls")]
 fn check_ca(ca: &[u8]) -> Result<(), Error> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let certs = CertificateDer::pem_slice_iter(ca)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::InvalidConfig(format!("tls_ca: {e}")))?;
     let mut roots = rustls::RootCertStore::empty();
-    let (added, _) = roots.add_parsable_certificates(certs);
+    let (added, _) = roots.add_parsable_certificates(parse_certs(ca, "tls_ca")?);
     if added == 0 {
         return Err(Error::InvalidConfig(
             "tls_ca: no certificate authority in it (expected PEM certificates)".into(),
         ));
     }
     Ok(())
+}
+
+/// Checks that `cert` holds a certificate and a private key that parse and belong together,
+/// so that a wrong file is a configuration error at once, not a handshake the server ends.
+#[cfg(feature = "tls")]
+fn check_client_cert(cert: &crate::ClientCert) -> Result<(), Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    let bad = |m: String| Error::InvalidConfig(format!("tls_client_cert: {m}"));
+    let chain = parse_certs(&cert.chain, "tls_client_cert")?;
+    if chain.is_empty() {
+        return Err(bad("no certificate in its chain (expected PEM)".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&cert.key)
+        .map_err(|e| bad(format!("its key: {e} (expected a PEM private key)")))?;
+    let key = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| bad(format!("its key: {e}")))?;
+    match rustls::sign::CertifiedKey::new(chain, key).keys_match() {
+        // `Unknown`: the key cannot tell its public half, so the handshake will show it.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(e) => Err(bad(format!("the key is not the certificate's ({e})"))),
+    }
 }
 
 /// Makes ring rustls's cryptography for this process, unless the program chose one already
