@@ -992,14 +992,7 @@ fn tasks_reads_a_namespace_over_tls() {
     assert_eq!(r.code, 1, "{}{}", r.out, r.err);
     assert!(r.err.contains("--tls-ca /no/such/ca.crt"), "{}", r.err);
 
-    let mut plain = redis::Client::open(s.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg(&["SET", "tls-auth-clients", "yes"])
-        .query(&mut plain)
-        .unwrap();
+    s.config_set("tls-auth-clients", "yes").unwrap();
     let file = |name: &str| certs.join(name).to_str().unwrap().to_owned();
     let (ca, cert, key) = (file("ca.crt"), file("server.crt"), file("server.key"));
     let mtls = [

@@ -314,8 +314,9 @@ impl RedisServer {
 
     /// Starts a server that also takes TLS connections, on [`tls_url`](RedisServer::tls_url),
     /// with the certificate `server.crt`, its key `server.key` and the authority `ca.crt` in
-    /// `certs` (its plain port stays open, for the tests' own checks). The `redis-server`
-    /// must have been built with TLS, as Debian's is.
+    /// `certs` (its plain port stays open, for the tests' own checks), not requiring client
+    /// certificates until told to ([`config_set`](RedisServer::config_set)). The
+    /// `redis-server` must have been built with TLS, as Debian's is.
     pub fn start_tls(certs: &Path) -> Result<RedisServer, Error> {
         RedisServer::start_as(false, Vec::new(), None, Some(certs))
     }
@@ -335,6 +336,20 @@ impl RedisServer {
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `CONFIG SET parameter value`, over the plain port (`tls-auth-clients yes` makes a
+    /// server started with [`start_tls`](RedisServer::start_tls) require client certificates
+    /// from its next TLS connection on, as `redis-server` does by default).
+    pub fn config_set(&self, parameter: &str, value: &str) -> Result<(), Error> {
+        let client = redis::Client::open(self.url().as_str())?;
+        let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(parameter)
+            .arg(value)
+            .query::<()>(&mut con)?;
+        Ok(())
     }
 
     /// The server's directory (its append-only file and log).
@@ -581,16 +596,9 @@ impl RedisCluster {
 
     /// `CONFIG SET parameter value` on every node.
     pub fn config_set(&self, parameter: &str, value: &str) -> Result<(), Error> {
-        for node in &self.nodes {
-            let client = redis::Client::open(node.url().as_str())?;
-            let mut con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg(parameter)
-                .arg(value)
-                .query::<()>(&mut con)?;
-        }
-        Ok(())
+        self.nodes
+            .iter()
+            .try_for_each(|node| node.config_set(parameter, value))
     }
 
     /// The primary (an index into [`nodes`](RedisCluster::nodes)) that replica `node`

@@ -48,21 +48,6 @@ mod over_tls {
         }
     }
 
-    /// Makes every server of `plain_urls` require a client certificate on its TLS port from
-    /// the next connection on (`redis-server`'s default, which the test servers turn off).
-    fn require_client_certs(plain_urls: &[String]) {
-        for url in plain_urls {
-            let mut con = redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let () = redis::cmd("CONFIG")
-                .arg(&["SET", "tls-auth-clients", "yes"])
-                .query(&mut con)
-                .unwrap();
-        }
-    }
-
     fn tick(w: &mut Worker, got: &mut BTreeMap<String, u32>) {
         w.tick(&mut |d: &Delivery| {
             *got.entry(d.id.clone()).or_default() += 1;
@@ -78,7 +63,9 @@ mod over_tls {
     #[test]
     fn tasks_are_stored_and_delivered_over_tls() {
         let s = tls_server();
-        delivered_over(&s.tls_url().unwrap(), &[s.url()]);
+        delivered_over(&s.tls_url().unwrap(), &|| {
+            s.config_set("tls-auth-clients", "yes").unwrap();
+        });
     }
 
     /// The same on a Redis Cluster whose nodes take TLS (`rediss+cluster://`, the cluster bus
@@ -87,19 +74,18 @@ mod over_tls {
     fn tasks_are_stored_and_delivered_over_tls_on_a_cluster() {
         let c = RedisCluster::start_tls(3, &certs())
             .unwrap_or_else(|e| panic!("cannot run the TLS tests (a redis-server with TLS): {e}"));
-        let plain: Vec<String> = c.nodes().iter().map(RedisServer::url).collect();
         delivered_over(
             &format!("{CLUSTER_TLS_SCHEME}{}", c.tls_seeds().join(",")),
-            &plain,
+            &|| c.config_set("tls-auth-clients", "yes").unwrap(),
         );
     }
 
     /// Checks that `url` is refused at once, saying why, without the test authority (the
     /// system's authorities do not include it), then that tasks are stored and delivered there
-    /// trusting it ([`stored_and_delivered`]). Then makes the servers (`plain_urls`) require a
-    /// client certificate and checks that a connection without one is refused at once, saying
-    /// why, and that with one tasks are stored and delivered again.
-    fn delivered_over(url: &str, plain_urls: &[String]) {
+    /// trusting it ([`stored_and_delivered`]). Then makes the servers require a client
+    /// certificate (`require_client_certs`) and checks that a connection without one is
+    /// refused at once, saying why, and that with one tasks are stored and delivered again.
+    fn delivered_over(url: &str, require_client_certs: &dyn Fn()) {
         let refused_at_once = |cfg: &Config, why: &str| {
             let started = Instant::now();
             let e = Producer::connect(cfg).unwrap_err();
@@ -116,7 +102,7 @@ mod over_tls {
         cfg.tls_ca = Some(ca());
         stored_and_delivered(cfg.clone());
 
-        require_client_certs(plain_urls);
+        require_client_certs();
         refused_at_once(&cfg, "no client certificate");
         cfg.namespace = "mtls".into();
         cfg.tls_client_cert = Some(client_cert());

@@ -163,14 +163,7 @@ fn the_worker_binary_delivers_over_tls() {
     let mut p = Producer::connect(&cfg).unwrap();
     p.schedule("over-tls", RunAt::After(Duration::ZERO), b"x")
         .unwrap();
-    let mut plain = redis::Client::open(s.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg(&["SET", "tls-auth-clients", "yes"])
-        .query(&mut plain)
-        .unwrap();
+    s.config_set("tls-auth-clients", "yes").unwrap();
     let log = s.dir().join("tls.log");
     let file = |name: &str| certs.join(name).to_str().unwrap().to_owned();
     let (ca, cert, key) = (file("ca.crt"), file("server.crt"), file("server.key"));
