@@ -22,6 +22,10 @@ pub const CLUSTER_TLS_SCHEME: &str = "rediss+cluster://";
 /// (`user:password@` before the sentinels) are the primary's. See [`Config::url`].
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
+/// The scheme of a Sentinel URL over TLS: the sentinels and the primary they name are all
+/// reached over TLS (feature `tls`), as `rediss://` reaches one server.
+pub const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel://";
+
 /// A manual clock in milliseconds since the Unix epoch, shared by clones.
 #[derive(Clone, Debug, Default)]
 pub struct ManualTime(Arc<AtomicU64>);
@@ -83,7 +87,9 @@ pub struct Config {
     ///   the next call asks again. A producer's or inspector's single call refused with
     ///   `READONLY` did not run, and is sent once more on the new connection; the worker's
     ///   notification subscription moves to the new primary as soon as the sentinels name
-    ///   it (plain connections only: a `rediss+sentinel://` URL is refused, saying so);
+    ///   it. `rediss+sentinel://` ([`SENTINEL_TLS_SCHEME`]) reaches the sentinels and the
+    ///   primary over TLS, as `rediss://` does one server (a TLS deployment's sentinels
+    ///   name its nodes' TLS ports);
     /// - a Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port...]`, its
     ///   seed nodes (see [`Config::cluster`]); the credentials, given once, are every node's
     ///   (a `,` or `@` in them percent-encoded). `rediss+cluster://` ([`CLUSTER_TLS_SCHEME`])

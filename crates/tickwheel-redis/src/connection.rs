@@ -8,7 +8,9 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::ConnectionLike;
 use redis::{Client, Cmd, Connection, RedisError, RedisResult, Value};
 
-use crate::config::{Config, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME};
+use crate::config::{
+    Config, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME,
+};
 use crate::error::Error;
 
 mod pipeline;
@@ -17,6 +19,7 @@ mod tls;
 pub(crate) use pipeline::{query_one, query_pipe, send_pipe, Answer, Shortfall};
 pub(crate) use sentinel::Sentinel;
 pub(crate) use tls::handshake_failed;
+use tls::TlsFiles;
 
 /// Where a client connects: one server; a primary that Redis Sentinel watches (each
 /// connection asks a sentinel where it is now); or a Redis Cluster (its seed nodes kept as
@@ -69,7 +72,7 @@ impl Endpoint {
             for host in hosts.split(',') {
                 let node = if tls {
                     let url = format!("rediss://{auth}{host}/");
-                    tls::client(&url, cfg, invalid)?
+                    tls::client(&url, &TlsFiles::of(cfg), invalid)?
                 } else {
                     let url = format!("redis://{auth}{host}/");
                     Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?
@@ -85,25 +88,17 @@ impl Endpoint {
                     .response_timeout(cfg.io_timeout)
                     .retries(0);
             if tls {
-                builder = tls::cluster(builder, cfg, invalid)?;
+                builder = tls::cluster(builder, &TlsFiles::of(cfg), invalid)?;
             }
             let cluster = builder.build().map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
         }
-        if cfg.url.starts_with(SENTINEL_SCHEME) {
-            return Sentinel::parse(&cfg.url)
-                .map(|s| Endpoint::Sentinel(Box::new(s)))
-                .map_err(invalid);
-        }
-        if cfg.url.starts_with("rediss+sentinel://") {
-            return Err(invalid(
-                "Sentinel over TLS is not supported: use rediss:// to the primary, \
-                 or redis+sentinel:// over plain connections"
-                    .into(),
-            ));
+        if cfg.url.starts_with(SENTINEL_SCHEME) || cfg.url.starts_with(SENTINEL_TLS_SCHEME) {
+            return Sentinel::parse(cfg).map(|s| Endpoint::Sentinel(Box::new(s)));
         }
         if cfg.url.starts_with("rediss://") {
-            return tls::client(&cfg.url, cfg, invalid).map(|c| Endpoint::Single(Box::new(c)));
+            return tls::client(&cfg.url, &TlsFiles::of(cfg), invalid)
+                .map(|c| Endpoint::Single(Box::new(c)));
         }
         if !(cfg.url.starts_with("redis://")
             || cfg.url.starts_with("redis+unix://")
@@ -111,8 +106,9 @@ impl Endpoint {
         {
             return Err(invalid(
                 "expected redis://host[:port][/db] (rediss:// over TLS), \
-                 redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db] or \
-                 redis+cluster://host:port[,host:port...] (rediss+cluster:// over TLS)"
+                 redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db] \
+                 (rediss+sentinel:// over TLS) or redis+cluster://host:port[,host:port...] \
+                 (rediss+cluster:// over TLS)"
                     .into(),
             ));
         }

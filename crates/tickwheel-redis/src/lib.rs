@@ -280,7 +280,8 @@
 //! a server that requires a client certificate; every connection (the worker's subscription
 //! and clock probes included) is then a TLS one. A certificate no trusted authority signed
 //! fails the connect at once, saying so, rather than being retried as an unreachable server.
-//! Sentinel over TLS is refused. The first TLS client made installs ring as the process's
+//! `rediss+sentinel://` ([`SENTINEL_TLS_SCHEME`]) reaches the sentinels and the primary they
+//! name over TLS. The first TLS client made installs ring as the process's
 //! rustls cryptography provider, unless the program installed one before.
 
 mod async_producer;
@@ -306,7 +307,8 @@ pub mod bench;
 
 pub use async_producer::{AsyncCall, AsyncProducer};
 pub use config::{
-    ClientCert, Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_SCHEME,
+    ClientCert, Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME,
+    SENTINEL_SCHEME, SENTINEL_TLS_SCHEME,
 };
 pub use error::{url_without_password, Applied, Error};
 pub use failure::{

@@ -35,6 +35,18 @@ pub struct RedisServer {
     tls: Option<(u16, PathBuf)>,
 }
 
+/// The arguments that make a server or sentinel take TLS clients on `port`, with the
+/// certificates in `certs` (see [`RedisServer::start_tls`]), not requiring theirs.
+fn tls_args<'a>(cmd: &'a mut Command, port: u16, certs: &Path) -> &'a mut Command {
+    cmd.args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .arg("--tls-cert-file")
+        .arg(certs.join("server.crt"))
+        .arg("--tls-key-file")
+        .arg(certs.join("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(certs.join("ca.crt"))
+}
+
 fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::Server(format!("cannot find a free port: {e}")))?;
@@ -222,6 +234,11 @@ impl RedisServer {
             )
             .map_err(|e| Error::Server(format!("cannot write {}: {e}", path.display())))?;
             cmd.arg(&path).arg("--sentinel");
+            if let Some((port, certs)) = &self.tls {
+                // The sentinel takes TLS clients, and reaches the nodes and the other
+                // sentinels over TLS.
+                tls_args(&mut cmd, *port, certs).args(["--tls-replication", "yes"]);
+            }
         } else if self.cluster {
             // nodes.conf lands in --dir.
             // A node unreachable for 3 s is failed over (Redis's default, 15 s, would
@@ -250,13 +267,7 @@ impl RedisServer {
                 .args(["--daemonize", "no", "--logfile", "redis.log"])
                 .args(&self.extra);
             if let Some((port, certs)) = &self.tls {
-                cmd.args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
-                    .arg("--tls-cert-file")
-                    .arg(certs.join("server.crt"))
-                    .arg("--tls-key-file")
-                    .arg(certs.join("server.key"))
-                    .arg("--tls-ca-cert-file")
-                    .arg(certs.join("ca.crt"));
+                tls_args(&mut cmd, *port, certs);
             }
         }
         let child = cmd
@@ -324,8 +335,12 @@ impl RedisServer {
     /// The server's TLS URL (`rediss://`), if it was started with
     /// [`start_tls`](RedisServer::start_tls).
     pub fn tls_url(&self) -> Option<String> {
-        let (port, _) = self.tls.as_ref()?;
-        Some(format!("rediss://127.0.0.1:{port}/"))
+        Some(format!("rediss://127.0.0.1:{}/", self.tls_port()?))
+    }
+
+    /// The server's TLS port, if it takes TLS connections.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|(port, _)| *port)
     }
 
     /// The server's URL.

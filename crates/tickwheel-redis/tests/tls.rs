@@ -18,7 +18,7 @@ mod over_tls {
     use std::path::{Path, PathBuf};
     use std::time::{Duration, Instant};
 
-    use tickwheel_redis::server::{RedisCluster, RedisServer};
+    use tickwheel_redis::server::{RedisCluster, RedisSentinel, RedisServer};
     use tickwheel_redis::{
         ClientCert, Config, Delivery, Error, Inspector, ManualTime, Outcome, Producer, RunAt,
         TimeSource, Worker, CLUSTER_TLS_SCHEME,
@@ -78,6 +78,38 @@ mod over_tls {
             &format!("{CLUSTER_TLS_SCHEME}{}", c.tls_seeds().join(",")),
             &|| c.config_set("tls-auth-clients", "yes").unwrap(),
         );
+    }
+
+    /// The same under Redis Sentinel (`rediss+sentinel://`): the sentinels are asked over TLS,
+    /// and name the nodes' TLS ports (`tls-replication yes`), which are reached over TLS too;
+    /// after a `SENTINEL FAILOVER` a new connection finds the new primary the same way.
+    #[test]
+    fn tasks_are_stored_and_delivered_over_tls_under_sentinel() {
+        let s = RedisSentinel::start_tls(1, 1, &certs())
+            .unwrap_or_else(|e| panic!("cannot run the TLS tests (a redis-server with TLS): {e}"));
+        let url = s.tls_url().unwrap();
+        delivered_over(&url, &|| {
+            for node in s.nodes() {
+                node.config_set("tls-auth-clients", "yes").unwrap();
+            }
+        });
+        let (old, new, _) = s.failover(Duration::from_secs(30)).unwrap();
+        assert_ne!(old, new);
+        let mut cfg = Config::new(url, "after-failover");
+        cfg.tls_ca = Some(ca());
+        cfg.tls_client_cert = Some(client_cert());
+        let mut p = Producer::connect(&cfg).unwrap();
+        p.schedule("on-the-new-primary", RunAt::AtMillis(T0), b"")
+            .unwrap();
+        let mut on_new: redis::Connection = redis::Client::open(s.nodes()[new].url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("tw:{after-failover*")
+            .query(&mut on_new)
+            .unwrap();
+        assert!(!keys.is_empty(), "nothing stored on the new primary");
     }
 
     /// Checks that `url` is refused at once, saying why, without the test authority (the

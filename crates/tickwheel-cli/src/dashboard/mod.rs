@@ -58,8 +58,8 @@ const TOKEN_ENV: &str = "TICKWHEEL_DASHBOARD_TOKEN";
 pub struct DashboardArgs {
     /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
     /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
-    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://` and
-    /// `rediss+cluster://`).
+    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://`,
+    /// `rediss+sentinel://` and `rediss+cluster://`).
     #[arg(long, value_name = "URL")]
     redis: String,
     /// The namespace (as given to the producers and workers).

@@ -30,8 +30,8 @@ use tickwheel_redis::{
 pub struct TasksArgs {
     /// The Redis URL (`redis://[user:password@]host[:port][/db]`,
     /// `redis+sentinel://host[:port][,host[:port]...]/<primary name>[/db]`, or
-    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://` and
-    /// `rediss+cluster://`).
+    /// `redis+cluster://host:port[,host:port...]`; over TLS `rediss://`,
+    /// `rediss+sentinel://` and `rediss+cluster://`).
     #[arg(long, value_name = "URL")]
     redis: String,
     /// The namespace (as given to the producers and workers).

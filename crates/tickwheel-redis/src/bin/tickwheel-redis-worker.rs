@@ -79,7 +79,8 @@ Required:
 
 Options:
   --url URL                 Redis (redis://, rediss://, redis+sentinel://host:port,.../name,
-                            redis+cluster://host:port,..., rediss+cluster://host:port,...)
+                            rediss+sentinel://..., redis+cluster://host:port,...,
+                            rediss+cluster://host:port,...)
                             [default: redis://127.0.0.1:6379/]
   --tls-ca FILE             trust the certificate authorities in FILE (PEM) for rediss://
                             [default: the system's]

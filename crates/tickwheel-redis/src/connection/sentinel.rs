@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
-use crate::config::SENTINEL_SCHEME;
+use super::tls::{self, handshake_failed, TlsFiles};
+use crate::config::{Config, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME};
+use crate::error::Error;
 
 /// The port of a sentinel whose address names none (Redis Sentinel's default).
 const SENTINEL_PORT: u16 = 26379;
@@ -36,6 +38,9 @@ pub(crate) struct Sentinel {
     /// `user:password@` as the URL spells it (still percent-encoded), or empty.
     auth: String,
     db: u32,
+    /// For `rediss+sentinel://`: the TLS settings every connection, to a sentinel or the
+    /// primary, is made with.
+    tls: Option<TlsFiles>,
     /// The primary the last connection reached (`host:port`), and when the sentinels last
     /// confirmed it.
     reached: Mutex<Option<(String, Instant)>>,
@@ -53,30 +58,59 @@ impl Clone for Sentinel {
             name: self.name.clone(),
             auth: self.auth.clone(),
             db: self.db,
+            tls: self.tls.clone(),
             reached: Mutex::new(None),
             answered: AtomicUsize::new(self.answered.load(Ordering::Relaxed)),
         }
     }
 }
 
-/// Whether a node refused the URL's credentials: a wrong password or user, none given where
-/// one is wanted, or a user not allowed a command.
-fn refuses_credentials(e: &RedisError) -> bool {
+/// Whether a node refused the connection for good: the URL's credentials (a wrong password
+/// or user, none given where one is wanted, or a user not allowed a command), or the TLS
+/// handshake (a certificate not trusted, one the node wanted and did not get). Another
+/// sentinel or a later attempt gets the same answer: the nodes of a set share their
+/// credentials and certificates.
+fn refused(e: &RedisError) -> bool {
     e.kind() == ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+        || handshake_failed(e)
+}
+
+/// A client for `url`, over TLS with `tls` if given; `invalid(reason)` when `url` is refused
+/// (TLS settings that do not parse are [`Error::InvalidConfig`]).
+fn open(
+    url: &str,
+    tls: Option<&TlsFiles>,
+    invalid: impl Fn(String) -> Error,
+) -> Result<Client, Error> {
+    match tls {
+        None => Client::open(url).map_err(|e| invalid(e.to_string())),
+        Some(tls) => tls::client(url, tls, invalid),
+    }
 }
 
 impl Sentinel {
-    /// Parses `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<name>[/db]`
-    /// (a sentinel's port defaults to 26379); `Err` says what is wrong.
-    pub(crate) fn parse(url: &str) -> Result<Sentinel, String> {
-        let form = "expected redis+sentinel://[user:password@]host[:port][,host[:port]...]/<primary name>[/db]";
-        let rest = url
-            .strip_prefix(SENTINEL_SCHEME)
-            .ok_or_else(|| form.to_string())?;
+    /// Parses `cfg.url`,
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/<name>[/db]` (a
+    /// sentinel's port defaults to 26379), or the same with `rediss+sentinel://` for TLS with
+    /// `cfg`'s TLS settings; an [`Error::InvalidUrl`] says what is wrong.
+    pub(crate) fn parse(cfg: &Config) -> Result<Sentinel, Error> {
+        let invalid = |reason: String| Error::invalid_url(&cfg.url, reason);
+        let form = "expected redis+sentinel:// (rediss+sentinel:// over TLS), then \
+                    [user:password@]host[:port][,host[:port]...]/<primary name>[/db]";
+        let (rest, tls) = match cfg.url.strip_prefix(SENTINEL_SCHEME) {
+            Some(rest) => (rest, None),
+            None => (
+                cfg.url
+                    .strip_prefix(SENTINEL_TLS_SCHEME)
+                    .ok_or_else(|| invalid(form.into()))?,
+                Some(TlsFiles::of(cfg)),
+            ),
+        };
+        let scheme = if tls.is_some() { "rediss" } else { "redis" };
         let (authority, path) = rest
             .split_once('/')
-            .ok_or_else(|| format!("no primary name: {form}"))?;
+            .ok_or_else(|| invalid(format!("no primary name: {form}")))?;
         let (auth, hosts) = match authority.rsplit_once('@') {
             Some((auth, hosts)) => (format!("{auth}@"), hosts),
             None => (String::new(), authority),
@@ -84,24 +118,24 @@ impl Sentinel {
         let path = path.strip_suffix('/').unwrap_or(path);
         let (name, db) = match path.split_once('/') {
             Some((name, db)) => {
-                let db = db
-                    .parse::<u32>()
-                    .map_err(|_| format!("the database must be a number, not {db:?}: {form}"))?;
+                let db = db.parse::<u32>().map_err(|_| {
+                    invalid(format!("the database must be a number, not {db:?}: {form}"))
+                })?;
                 (name, db)
             }
             None => (path, 0),
         };
         if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("no primary name: {form}"));
+            return Err(invalid(format!("no primary name: {form}")));
         }
         if hosts.is_empty() {
-            return Err(format!("no sentinel: {form}"));
+            return Err(invalid(format!("no sentinel: {form}")));
         }
         let mut sentinels = Vec::new();
         let mut sentinels_with_auth = Vec::new();
         for host in hosts.split(',') {
             if host.is_empty() || host.contains('@') {
-                return Err(format!("bad sentinel address {host:?}: {form}"));
+                return Err(invalid(format!("bad sentinel address {host:?}: {form}")));
             }
             // `host`, `host:port`, `[::1]` or `[::1]:port`.
             let has_port = host
@@ -113,8 +147,10 @@ impl Sentinel {
                 format!("{host}:{SENTINEL_PORT}")
             };
             let open = |auth: &str| {
-                Client::open(format!("redis://{auth}{address}/").as_str())
-                    .map_err(|e| format!("sentinel {host:?}: {e}"))
+                let url = format!("{scheme}://{auth}{address}/");
+                open(&url, tls.as_ref(), |e| {
+                    invalid(format!("sentinel {host:?}: {e}"))
+                })
             };
             sentinels.push(open("")?);
             if !auth.is_empty() {
@@ -128,6 +164,7 @@ impl Sentinel {
             name: name.to_string(),
             auth,
             db,
+            tls,
             reached: Mutex::new(None),
             answered: AtomicUsize::new(0),
         })
@@ -195,8 +232,9 @@ impl Sentinel {
                     unknown = true;
                     continue;
                 }
-                // As a primary's refusal below: the sentinels of a set share their password.
-                Err(e) if refuses_credentials(&e) => return Err(e),
+                // As a primary's refusal below: the sentinels of a set share their password
+                // and certificates.
+                Err(e) if refused(&e) => return Err(e),
                 Err(e) => {
                     failed.push(format!("sentinel {}: {e}", s.get_connection_info().addr()));
                     continue;
@@ -211,9 +249,9 @@ impl Sentinel {
                     return Ok((con, addr));
                 }
                 // The primary's own answer, which no other sentinel or later attempt changes
-                // (the nodes of a set share their credentials): as it is, so that it is not
-                // taken for an unreachable primary and retried.
-                Err(e) if refuses_credentials(&e) => return Err(e),
+                // (the nodes of a set share their credentials and certificates): as it is, so
+                // that it is not taken for an unreachable primary and retried.
+                Err(e) if refused(&e) => return Err(e),
                 Err(e) => failed.push(format!("primary {addr}: {e}")),
             }
             tried.push(addr);
@@ -234,8 +272,22 @@ impl Sentinel {
 
     /// A connection to `addr`, checked with `ROLE` to be a primary.
     fn primary_at(&self, addr: &str, timeout: Duration) -> RedisResult<Connection> {
-        let url = format!("redis://{}{addr}/{}", self.auth, self.db);
-        let mut con = Client::open(url.as_str())?.get_connection_with_timeout(timeout)?;
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let url = format!("{scheme}://{}{addr}/{}", self.auth, self.db);
+        // The TLS settings were checked when the sentinels' clients were made, and the URL is
+        // the one the sentinels' own clients took but for the host: an error here is the
+        // host's, as `Client::open` would give it.
+        let client = open(&url, self.tls.as_ref(), |reason| {
+            Error::invalid_url(&url, reason)
+        })
+        .map_err(|e| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "bad primary", e.to_string()))
+        })?;
+        let mut con = client.get_connection_with_timeout(timeout)?;
         con.set_read_timeout(Some(timeout))?;
         con.set_write_timeout(Some(timeout))?;
         let role: Vec<Value> = redis::cmd("ROLE").query(&mut con)?;
@@ -295,7 +347,11 @@ mod tests {
 
     #[test]
     fn urls() {
-        let s = Sentinel::parse("redis+sentinel://a:1,b,[::1]:3,[::2]/main/2").unwrap();
+        let s = Sentinel::parse(&Config::new(
+            "redis+sentinel://a:1,b,[::1]:3,[::2]/main/2",
+            "ns",
+        ))
+        .unwrap();
         let addrs: Vec<String> = s
             .sentinels
             .iter()
@@ -303,7 +359,7 @@ mod tests {
             .collect();
         assert_eq!(addrs, ["a:1", "b:26379", "::1:3", "::2:26379"]);
         assert_eq!((s.name.as_str(), s.db, s.auth.as_str()), ("main", 2, ""));
-        let s = Sentinel::parse("redis+sentinel://u:p%40w@h:5/m/").unwrap();
+        let s = Sentinel::parse(&Config::new("redis+sentinel://u:p%40w@h:5/m/", "ns")).unwrap();
         assert_eq!(
             (s.name.as_str(), s.db, s.auth.as_str()),
             ("m", 0, "u:p%40w@")
@@ -322,7 +378,7 @@ mod tests {
             info(&s.sentinels_with_auth[0]),
             ("h:5".into(), Some("p@w".into()))
         );
-        let s = Sentinel::parse("redis+sentinel://a:1,b/main").unwrap();
+        let s = Sentinel::parse(&Config::new("redis+sentinel://a:1,b/main", "ns")).unwrap();
         assert!(s.sentinels_with_auth.is_empty());
         for bad in [
             "redis+sentinel://h:1",
@@ -334,7 +390,31 @@ mod tests {
             "redis+sentinel://h:x/m",
             "redis://h/m",
         ] {
-            assert!(Sentinel::parse(bad).is_err(), "{bad}");
+            assert!(Sentinel::parse(&Config::new(bad, "ns")).is_err(), "{bad}");
         }
+    }
+
+    /// `rediss+sentinel://`: the sentinels' clients are TLS ones, the primary is reached by
+    /// `rediss://`, and a TLS setting that does not parse is a configuration error.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls() {
+        let cfg = Config::new("rediss+sentinel://u:p@a:1,b/main/3", "ns");
+        let s = Sentinel::parse(&cfg).unwrap();
+        assert!(s.tls.is_some());
+        for c in s.sentinels.iter().chain(&s.sentinels_with_auth) {
+            let addr = c.get_connection_info().addr();
+            assert!(
+                matches!(addr, redis::ConnectionAddr::TcpTls { .. }),
+                "{addr:?}"
+            );
+        }
+        assert_eq!((s.name.as_str(), s.db), ("main", 3));
+        let mut cfg = cfg;
+        cfg.tls_ca = Some(b"not a certificate".to_vec());
+        assert!(matches!(
+            Sentinel::parse(&cfg),
+            Err(Error::InvalidConfig(m)) if m.starts_with("tls_ca")
+        ));
     }
 }

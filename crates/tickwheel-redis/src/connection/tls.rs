@@ -1,29 +1,48 @@
-//! TLS clients (feature `tls`): `rediss://` for one server, and the seeds and settings of a
-//! Cluster reached over TLS. Without the feature every TLS URL is refused, saying why.
+//! TLS clients (feature `tls`): `rediss://` for one server (or a sentinel, or the primary it
+//! names), and the seeds and settings of a Cluster reached over TLS. Without the feature every
+//! TLS URL is refused, saying why.
 
 use redis::cluster::ClusterClientBuilder;
 use redis::{Client, RedisError};
 
 use crate::error::Error;
-use crate::Config;
+use crate::{ClientCert, Config};
 
 /// Why a TLS URL is refused without feature `tls`.
 #[cfg(not(feature = "tls"))]
 const NOT_BUILT: &str =
     "TLS is not built in: build tickwheel-redis with feature `tls` for rediss:// URLs";
 
-/// A client for the `rediss://` URL `url`, trusting `cfg.tls_ca` (PEM) if given, the
-/// system's certificate authorities if not, and presenting `cfg.tls_client_cert` if given. A
-/// URL the client refuses is `invalid(reason)`; a certificate, key or authority that does not
-/// parse, [`Error::InvalidConfig`].
+/// A [`Config`]'s TLS settings, kept by a client that makes TLS clients later (the
+/// sentinels' primary, found at each connection).
+#[derive(Clone, Default)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    client_cert: Option<ClientCert>,
+}
+
+impl TlsFiles {
+    pub(crate) fn of(cfg: &Config) -> TlsFiles {
+        TlsFiles {
+            ca: cfg.tls_ca.clone(),
+            client_cert: cfg.tls_client_cert.clone(),
+        }
+    }
+}
+
+/// A client for the `rediss://` URL `url`, trusting `tls.ca` (PEM) if given, the system's
+/// certificate authorities if not, and presenting `tls.client_cert` if given. A URL the
+/// client refuses is `invalid(reason)`; a certificate, key or authority that does not parse,
+/// [`Error::InvalidConfig`].
 #[cfg(feature = "tls")]
 pub(super) fn client(
     url: &str,
-    cfg: &Config,
+    tls: &TlsFiles,
     invalid: impl Fn(String) -> Error,
 ) -> Result<Client, Error> {
     use_ring();
-    match certificates(cfg)? {
+    match certificates(tls)? {
         None => Client::open(url),
         Some(certs) => Client::build_with_tls(url, certs),
     }
@@ -33,23 +52,23 @@ pub(super) fn client(
 #[cfg(not(feature = "tls"))]
 pub(super) fn client(
     _url: &str,
-    _cfg: &Config,
+    _tls: &TlsFiles,
     invalid: impl Fn(String) -> Error,
 ) -> Result<Client, Error> {
     Err(invalid(NOT_BUILT.into()))
 }
 
 /// `builder` made to reach every node of a Cluster over TLS, with the authorities and the
-/// client certificate of `cfg` as [`client`] takes them.
+/// client certificate of `tls` as [`client`] takes them.
 #[cfg(feature = "tls")]
 pub(super) fn cluster(
     builder: ClusterClientBuilder,
-    cfg: &Config,
+    tls: &TlsFiles,
     _invalid: impl Fn(String) -> Error,
 ) -> Result<ClusterClientBuilder, Error> {
     use_ring();
     let builder = builder.tls(redis::TlsMode::Secure);
-    Ok(match certificates(cfg)? {
+    Ok(match certificates(tls)? {
         Some(certs) => builder.certs(certs),
         None => builder,
     })
@@ -58,34 +77,31 @@ pub(super) fn cluster(
 #[cfg(not(feature = "tls"))]
 pub(super) fn cluster(
     _builder: ClusterClientBuilder,
-    _cfg: &Config,
+    _tls: &TlsFiles,
     invalid: impl Fn(String) -> Error,
 ) -> Result<ClusterClientBuilder, Error> {
     Err(invalid(NOT_BUILT.into()))
 }
 
-/// What `redis` needs of `cfg`'s TLS settings, each checked first; `None` when neither an
+/// What `redis` needs of the TLS settings `tls`, each checked first; `None` when neither an
 /// authority nor a client certificate is given (the system's authorities, no certificate).
 #[cfg(feature = "tls")]
-fn certificates(cfg: &Config) -> Result<Option<redis::TlsCertificates>, Error> {
-    if let Some(ca) = &cfg.tls_ca {
+fn certificates(tls: &TlsFiles) -> Result<Option<redis::TlsCertificates>, Error> {
+    if let Some(ca) = &tls.ca {
         check_ca(ca)?;
     }
-    if let Some(cert) = &cfg.tls_client_cert {
+    if let Some(cert) = &tls.client_cert {
         check_client_cert(cert)?;
     }
-    if cfg.tls_ca.is_none() && cfg.tls_client_cert.is_none() {
+    if tls.ca.is_none() && tls.client_cert.is_none() {
         return Ok(None);
     }
     Ok(Some(redis::TlsCertificates {
-        client_tls: cfg
-            .tls_client_cert
-            .as_ref()
-            .map(|cert| redis::ClientTlsConfig {
-                client_cert: cert.chain.clone(),
-                client_key: cert.key.clone(),
-            }),
-        root_cert: cfg.tls_ca.clone(),
+        client_tls: tls.client_cert.as_ref().map(|cert| redis::ClientTlsConfig {
+            client_cert: cert.chain.clone(),
+            client_key: cert.key.clone(),
+        }),
+        root_cert: tls.ca.clone(),
     }))
 }
 
@@ -119,7 +135,7 @@ fn check_ca(ca: &[u8]) -> Result<(), Error> {
 /// Checks that `cert` holds a certificate and a private key that parse and belong together,
 /// so that a wrong file is a configuration error at once, not a handshake the server ends.
 #[cfg(feature = "tls")]
-fn check_client_cert(cert: &crate::ClientCert) -> Result<(), Error> {
+fn check_client_cert(cert: &ClientCert) -> Result<(), Error> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::PrivateKeyDer;
     let bad = |m: String| Error::InvalidConfig(format!("tls_client_cert: {m}"));

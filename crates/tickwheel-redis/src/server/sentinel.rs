@@ -53,6 +53,27 @@ impl RedisSentinel {
         sentinels: usize,
         front: impl FnOnce(u16) -> (u16, u16),
     ) -> Result<RedisSentinel, Error> {
+        RedisSentinel::start_as(replicas, sentinels, front, None)
+    }
+
+    /// [`start`](RedisSentinel::start), every node and sentinel also taking TLS connections as
+    /// [`RedisServer::start_tls`] does with the certificates in `certs`, and everything among
+    /// them over TLS (`tls-replication yes`): the sentinels name the nodes' TLS ports, so
+    /// clients reach them by [`tls_url`](RedisSentinel::tls_url).
+    pub fn start_tls(
+        replicas: usize,
+        sentinels: usize,
+        certs: &std::path::Path,
+    ) -> Result<RedisSentinel, Error> {
+        RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(certs))
+    }
+
+    fn start_as(
+        replicas: usize,
+        sentinels: usize,
+        front: impl FnOnce(u16) -> (u16, u16),
+        tls: Option<&std::path::Path>,
+    ) -> Result<RedisSentinel, Error> {
         if replicas == 0 || sentinels == 0 {
             return Err(Error::Server(
                 "a Sentinel set-up needs a replica and a sentinel".into(),
@@ -64,20 +85,26 @@ impl RedisSentinel {
         // full sync waits 5 s (`repl-diskless-sync-delay`) before it starts: meanwhile no
         // write can be confirmed by a replica.
         let sync = || -> Vec<String> {
-            [
+            let mut args = [
                 "--repl-backlog-size",
                 "64mb",
                 "--repl-diskless-sync-delay",
                 "0",
             ]
             .map(String::from)
-            .to_vec()
+            .to_vec();
+            if tls.is_some() {
+                args.extend(["--tls-replication", "yes"].map(String::from));
+            }
+            args
         };
-        let primary = RedisServer::start_as(false, sync(), None, None)?;
-        let (port, replicate_from) = front(primary.port());
+        let primary = RedisServer::start_as(false, sync(), None, tls)?;
+        // Over TLS, the nodes and sentinels reach the primary on its TLS port.
+        let reached_on = primary.tls_port().unwrap_or(primary.port());
+        let (port, replicate_from) = front(reached_on);
         let fronts = [port, replicate_from]
             .into_iter()
-            .filter(|&p| p != primary.port())
+            .filter(|&p| p != reached_on)
             .map(|p| (p, 0))
             .collect();
         let mut nodes = vec![primary];
@@ -88,7 +115,7 @@ impl RedisSentinel {
                 replicate_from.to_string(),
             ];
             args.extend(sync());
-            nodes.push(RedisServer::start_as(false, args, None, None)?);
+            nodes.push(RedisServer::start_as(false, args, None, tls)?);
         }
         let quorum = sentinels / 2 + 1;
         // Not shorter: a primary just promoted under a test's load has missed a sentinel's
@@ -113,7 +140,7 @@ impl RedisSentinel {
                 false,
                 Vec::new(),
                 Some(conf.clone()),
-                None,
+                tls,
             )?);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -154,6 +181,22 @@ impl RedisSentinel {
         )
     }
 
+    /// The URL clients connect by over TLS (`rediss+sentinel://`), when started with
+    /// [`start_tls`](RedisSentinel::start_tls).
+    pub fn tls_url(&self) -> Option<String> {
+        let hosts = self
+            .sentinels
+            .iter()
+            .map(|s| s.tls_port().map(|port| format!("127.0.0.1:{port}")))
+            .collect::<Option<Vec<String>>>()?;
+        Some(format!(
+            "{}{}/{}",
+            crate::config::SENTINEL_TLS_SCHEME,
+            hosts.join(","),
+            RedisSentinel::NAME
+        ))
+    }
+
     /// The data nodes: the first started as the primary, the others as its replicas.
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
@@ -184,11 +227,11 @@ impl RedisSentinel {
             .ok_or_else(|| Error::Server(format!("sentinel {i} names an unknown port {port}")))
     }
 
-    /// The node at `port`, its own or a front's.
+    /// The node at `port`, its own (plain or TLS) or a front's.
     fn node_at(&self, port: u16) -> Option<usize> {
         self.nodes
             .iter()
-            .position(|n| n.port() == port)
+            .position(|n| n.port() == port || n.tls_port() == Some(port))
             .or_else(|| {
                 self.fronts
                     .iter()
