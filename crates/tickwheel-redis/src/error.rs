@@ -63,10 +63,10 @@ pub enum Error {
         /// How long the worker waited.
         waited: Duration,
     },
-    /// A thread of a [`Worker`](crate::Worker) or an [`AsyncProducer`](crate::AsyncProducer)
-    /// could not be started.
+    /// A thread of a [`Worker`](crate::Worker), an [`AsyncProducer`](crate::AsyncProducer) or
+    /// an [`AsyncInspector`](crate::AsyncInspector) could not be started.
     Thread {
-        /// Which thread.
+        /// Which thread (`worker's clock`, `producer`, ...).
         thread: &'static str,
         /// Why.
         source: std::io::Error,
@@ -209,7 +209,7 @@ impl fmt::Display for Error {
                 "no notification subscription within {waited:?}: is pub/sub allowed for this user?"
             ),
             Error::Thread { thread, source } => {
-                write!(f, "cannot start the worker's {thread} thread: {source}")
+                write!(f, "cannot start the {thread} thread: {source}")
             }
             Error::Server(m) => write!(f, "{m}"),
             Error::NotConfirmed { confirmed, wanted } => write!(

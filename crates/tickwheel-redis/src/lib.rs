@@ -146,7 +146,8 @@
 //! Every call blocks until Redis answers (a round trip; a connect timeout when Redis is
 //! away). An [`AsyncProducer`] runs a [`Producer`] on a thread of its own and hands async
 //! code a future per call ([`AsyncCall`]), woken on any executor; calls run in the order
-//! they were made. A [`Worker`] is a thread of its own anyway: start it with
+//! they were made. An [`AsyncInspector`] does the same for an [`Inspector`] (an operator's
+//! API in an async web server). A [`Worker`] is a thread of its own anyway: start it with
 //! `std::thread::spawn` (or `spawn_blocking`), and let its handler hand work to the
 //! executor through a channel if it must.
 //!
@@ -284,7 +285,7 @@
 //! name over TLS. The first TLS client made installs ring as the process's
 //! rustls cryptography provider, unless the program installed one before.
 
-mod async_producer;
+mod async_client;
 mod config;
 mod connection;
 mod error;
@@ -305,7 +306,7 @@ mod worker;
 #[cfg(feature = "testing")]
 pub mod bench;
 
-pub use async_producer::{AsyncCall, AsyncProducer};
+pub use async_client::{AsyncCall, AsyncInspector, AsyncProducer};
 pub use config::{
     ClientCert, Config, ManualTime, TimeSource, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME,
     SENTINEL_SCHEME, SENTINEL_TLS_SCHEME,

@@ -403,3 +403,46 @@ fn the_inspector_reads_a_redis_cluster() {
     assert_eq!(up.counts.iter().sum::<u64>(), 600);
     assert_eq!(up.counts[9] + up.counts[10], 600);
 }
+
+/// The `AsyncInspector`: its calls run on its own thread (from any clone) and read what a
+/// plain `Inspector` reads; `connect` answers the `Inspector`'s errors. (The order of calls
+/// and the rest of the machinery, shared with the `AsyncProducer`, are tested in
+/// tests/producer.rs.)
+#[test]
+fn an_async_inspector_reads_on_its_thread_in_order() {
+    use tickwheel_redis::AsyncInspector;
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    let s = common::server();
+    let cfg = Config::new(s.url(), "async-ops");
+    let mut p = Producer::connect(&cfg).unwrap();
+    for i in 0..5 {
+        p.schedule(
+            &format!("t-{i}"),
+            RunAt::After(Duration::from_secs(600)),
+            b"x",
+        )
+        .unwrap();
+    }
+    let connecting = AsyncInspector::connect(&cfg);
+    let ins = common::block_on(connecting).unwrap();
+    send_and_sync(&ins);
+    let ran_on = common::block_on(ins.call(|_| std::thread::current().name().map(str::to_owned)));
+    assert_eq!(ran_on.as_deref(), Some("tickwheel-redis-inspector"));
+    // From a clone and from the first, around a write; the later calls awaited last first.
+    let other = ins.clone();
+    let pending = |i: &mut Inspector| i.stats().map(|st| st.pending());
+    assert_eq!(common::block_on(other.call(pending)).unwrap(), 5);
+    p.cancel("t-0").unwrap();
+    let after = ins.call(pending);
+    let shown = other.call(|i| i.show("t-1"));
+    assert!(common::block_on(shown).unwrap().is_some());
+    assert_eq!(common::block_on(after).unwrap(), 4);
+    let mut plain = Inspector::connect(&cfg).unwrap();
+    assert_eq!(plain.stats().unwrap().pending(), 4);
+
+    let refused = common::block_on(AsyncInspector::connect(&Config::new("http://h/", "ops")));
+    assert!(
+        matches!(refused, Err(Error::InvalidUrl { .. })),
+        "{refused:?}"
+    );
+}

@@ -2,11 +2,13 @@
 
 mod common;
 
+use common::{block_on, counting};
+
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tickwheel_redis::{
@@ -436,40 +438,6 @@ fn redis_down_is_an_error_never_a_silent_loss_and_aof_keeps_what_was_stored() {
         Producer::connect(&Config::new("redis://127.0.0.1:1/", "x")),
         Err(Error::Redis(_))
     ));
-}
-
-/// Counts its wake-ups; unparks the thread that made it.
-struct Counting {
-    woken: AtomicUsize,
-    thread: std::thread::Thread,
-}
-
-impl Wake for Counting {
-    fn wake(self: Arc<Self>) {
-        self.woken.fetch_add(1, Ordering::SeqCst);
-        self.thread.unpark();
-    }
-}
-
-fn counting() -> (Arc<Counting>, Waker) {
-    let counting = Arc::new(Counting {
-        woken: AtomicUsize::new(0),
-        thread: std::thread::current(),
-    });
-    (Arc::clone(&counting), Waker::from(counting))
-}
-
-/// The least executor: polls `f` on this thread, parked between wake-ups.
-fn block_on<F: Future>(f: F) -> F::Output {
-    let (_, waker) = counting();
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(answer) = f.as_mut().poll(&mut cx) {
-            return answer;
-        }
-        std::thread::park();
-    }
 }
 
 /// The `AsyncProducer`: each call runs on the producer's thread, in the order the calls were

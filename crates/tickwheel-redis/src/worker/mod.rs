@@ -159,7 +159,7 @@ fn spawn_helpers(
         .name("tickwheel-redis-sub".into())
         .spawn(move || subscribe_loop(c, channel, tx, s, timeout))
         .map_err(|source| Error::Thread {
-            thread: "subscriber",
+            thread: "worker's subscriber",
             source,
         })?;
     if let TimeSource::Server = &cfg.time {
@@ -168,7 +168,7 @@ fn spawn_helpers(
             .name("tickwheel-redis-clock".into())
             .spawn(move || clock_loop(c, clock, s, timeout))
             .map_err(|source| Error::Thread {
-                thread: "clock",
+                thread: "worker's clock",
                 source,
             })?;
     }
@@ -340,7 +340,7 @@ impl Worker {
                 .name("tickwheel-redis-io".into())
                 .spawn_scoped(scope, || self.io_loop())
                 .map_err(|source| Error::Thread {
-                    thread: "I/O",
+                    thread: "worker's I/O",
                     source,
                 })?;
             // Should the delivery loop itself panic, the I/O thread stops too (and releases

@@ -4,6 +4,11 @@
 
 pub mod proxy;
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
 use tickwheel_redis::server::RedisServer;
 use tickwheel_redis::{Config, ManualTime, TimeSource};
 
@@ -91,4 +96,38 @@ pub fn eventually(within: std::time::Duration, mut f: impl FnMut() -> bool) -> b
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     f()
+}
+
+/// Counts its wake-ups; unparks the thread that made it.
+pub struct Counting {
+    pub woken: AtomicUsize,
+    thread: std::thread::Thread,
+}
+
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.woken.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+pub fn counting() -> (Arc<Counting>, Waker) {
+    let counting = Arc::new(Counting {
+        woken: AtomicUsize::new(0),
+        thread: std::thread::current(),
+    });
+    (Arc::clone(&counting), Waker::from(counting))
+}
+
+/// The least executor: polls `f` on this thread, parked between wake-ups.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let (_, waker) = counting();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(answer) = f.as_mut().poll(&mut cx) {
+            return answer;
+        }
+        std::thread::park();
+    }
 }

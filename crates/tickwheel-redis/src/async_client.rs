@@ -1,12 +1,13 @@
-//! [`AsyncProducer`]: a [`Producer`] that async code awaits, on a thread of its own.
+//! [`AsyncProducer`] and [`AsyncInspector`]: a [`Producer`] or an [`Inspector`] that async
+//! code awaits, on a thread of its own.
 //!
 //! Every call of the crate is a blocking round trip to Redis (see DESIGN-NOTES, "Why is the
 //! durable store's API blocking?"). Made from an async task, such a call would hold one of
 //! the executor's threads for the whole round trip, and for a connect timeout when Redis is
-//! away. An `AsyncProducer` runs its `Producer` on a thread it starts, and hands each call
-//! to it through a channel: the task that awaits the call's [`AsyncCall`] is woken when the
-//! answer is in. No executor is assumed: the futures are woken through their `Waker`, as
-//! `tickwheel`'s timer futures are.
+//! away. An `AsyncProducer` (or `AsyncInspector`) runs its client on a thread it starts, and
+//! hands each call to it through a channel: the task that awaits the call's [`AsyncCall`] is
+//! woken when the answer is in. No executor is assumed: the futures are woken through their
+//! `Waker`, as `tickwheel`'s timer futures are.
 
 use std::any::Any;
 use std::future::Future;
@@ -16,10 +17,96 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 
-use crate::{Config, Error, Producer};
+use crate::{Config, Error, Inspector, Producer};
 
-/// A call on its way to the producer's thread.
-type Job = Box<dyn FnOnce(&mut Producer) + Send>;
+/// A call on its way to a client's thread.
+type Job<C> = Box<dyn FnOnce(&mut C) + Send>;
+
+/// A started thread, and the future of its client's connect.
+type Started<C> = (OnThread<C>, AsyncCall<Result<(), Error>>);
+
+/// A client `C` on a thread of its own, running the calls sent to it in order: what
+/// [`AsyncProducer`] and [`AsyncInspector`] share.
+struct OnThread<C> {
+    jobs: mpsc::Sender<Job<C>>,
+}
+
+impl<C> Clone for OnThread<C> {
+    fn clone(&self) -> Self {
+        OnThread {
+            jobs: self.jobs.clone(),
+        }
+    }
+}
+
+impl<C: 'static> OnThread<C> {
+    /// Starts thread `tickwheel-redis-<name>`, which gets its client from `open` and answers
+    /// that through the returned call; then runs the calls sent, in order, until every sender
+    /// is dropped.
+    fn start(
+        name: &'static str,
+        open: impl FnOnce() -> Result<C, Error> + Send + 'static,
+    ) -> Result<Started<C>, Error> {
+        let (jobs, inbox) = mpsc::channel::<Job<C>>();
+        let answer = Arc::new(Slot::default());
+        let opened = Arc::clone(&answer);
+        thread::Builder::new()
+            .name(format!("tickwheel-redis-{name}"))
+            .spawn(move || {
+                let mut client = match panic::catch_unwind(AssertUnwindSafe(open)) {
+                    Ok(Ok(client)) => {
+                        opened.fill(Ok(Ok(())));
+                        client
+                    }
+                    Ok(Err(e)) => return opened.fill(Ok(Err(e))),
+                    Err(panicked) => return opened.fill(Err(panicked)),
+                };
+                for job in inbox {
+                    job(&mut client);
+                }
+            })
+            .map_err(|source| Error::Thread {
+                thread: name,
+                source,
+            })?;
+        Ok((OnThread { jobs }, AsyncCall::new(answer)))
+    }
+
+    /// [`start`](Self::start) with a client that `connect` makes on the new thread; the
+    /// future answers once it has.
+    fn connect(
+        name: &'static str,
+        connect: impl FnOnce() -> Result<C, Error> + Send + 'static,
+    ) -> impl Future<Output = Result<OnThread<C>, Error>> + 'static {
+        let started = OnThread::start(name, connect);
+        async move {
+            let (client, connected) = started?;
+            connected.await?;
+            Ok(client)
+        }
+    }
+
+    /// Sends `call` to the thread, which runs it after the calls sent before it.
+    fn call<R, F>(&self, call: F) -> AsyncCall<R>
+    where
+        F: FnOnce(&mut C) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let answer = Arc::new(Slot::default());
+        let filled = Arc::clone(&answer);
+        let job: Job<C> = Box::new(move |client| {
+            filled.fill(panic::catch_unwind(AssertUnwindSafe(|| call(client))));
+        });
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+            // The thread ends only once every sender is gone, and `self` is one; it runs each
+            // call inside `catch_unwind`. Should it have ended all the same, the call fails
+            // rather than hang: its closure is dropped unrun, and its future panics.
+            drop(job);
+            answer.fill(Err(Box::new("the client's thread has ended")));
+        }
+        AsyncCall::new(answer)
+    }
+}
 
 /// A [`Producer`] for async code: each call runs on the producer's own thread, and its
 /// [`AsyncCall`] is a future of the answer, woken through its `Waker` on any executor.
@@ -61,7 +148,7 @@ type Job = Box<dyn FnOnce(&mut Producer) + Send>;
 ///   `Producer` (closing its connection) and end. Nothing waits for it.
 #[derive(Clone)]
 pub struct AsyncProducer {
-    jobs: mpsc::Sender<Job>,
+    thread: OnThread<Producer>,
 }
 
 impl std::fmt::Debug for AsyncProducer {
@@ -80,11 +167,11 @@ impl AsyncProducer {
     /// be started.
     pub fn connect(cfg: &Config) -> impl Future<Output = Result<AsyncProducer, Error>> + 'static {
         let cfg = cfg.clone();
-        let started = AsyncProducer::start(move || Producer::connect(&cfg));
+        let connected = OnThread::connect("producer", move || Producer::connect(&cfg));
         async move {
-            let (producer, connected) = started?;
-            connected.await?;
-            Ok(producer)
+            Ok(AsyncProducer {
+                thread: connected.await?,
+            })
         }
     }
 
@@ -93,37 +180,8 @@ impl AsyncProducer {
     ///
     /// Errors: [`Error::Thread`] when the thread cannot be started.
     pub fn new(producer: Producer) -> Result<AsyncProducer, Error> {
-        AsyncProducer::start(move || Ok(producer)).map(|(producer, _)| producer)
-    }
-
-    /// Starts the thread, which gets its producer from `open` and answers that through the
-    /// returned call; then runs the calls sent, in order, until every sender is dropped.
-    fn start(
-        open: impl FnOnce() -> Result<Producer, Error> + Send + 'static,
-    ) -> Result<(AsyncProducer, AsyncCall<Result<(), Error>>), Error> {
-        let (jobs, inbox) = mpsc::channel::<Job>();
-        let answer = Arc::new(Slot::default());
-        let opened = Arc::clone(&answer);
-        thread::Builder::new()
-            .name("tickwheel-redis-producer".into())
-            .spawn(move || {
-                let mut producer = match panic::catch_unwind(AssertUnwindSafe(open)) {
-                    Ok(Ok(producer)) => {
-                        opened.fill(Ok(Ok(())));
-                        producer
-                    }
-                    Ok(Err(e)) => return opened.fill(Ok(Err(e))),
-                    Err(panicked) => return opened.fill(Err(panicked)),
-                };
-                for job in inbox {
-                    job(&mut producer);
-                }
-            })
-            .map_err(|source| Error::Thread {
-                thread: "producer",
-                source,
-            })?;
-        Ok((AsyncProducer { jobs }, AsyncCall::new(answer)))
+        let (thread, _) = OnThread::start("producer", move || Ok(producer))?;
+        Ok(AsyncProducer { thread })
     }
 
     /// Sends `call` to the producer's thread, which runs it after the calls made before it;
@@ -143,19 +201,7 @@ impl AsyncProducer {
         F: FnOnce(&mut Producer) -> R + Send + 'static,
         R: Send + 'static,
     {
-        let answer = Arc::new(Slot::default());
-        let filled = Arc::clone(&answer);
-        let job: Job = Box::new(move |producer| {
-            filled.fill(panic::catch_unwind(AssertUnwindSafe(|| call(producer))));
-        });
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            // The thread ends only once every sender is gone, and `self` is one; it runs each
-            // call inside `catch_unwind`. Should it have ended all the same, the call fails
-            // rather than hang: its closure is dropped unrun, and its future panics.
-            drop(job);
-            answer.fill(Err(Box::new("the producer's thread has ended")));
-        }
-        AsyncCall::new(answer)
+        self.thread.call(call)
     }
 
     /// [`Producer::schedule`] on the producer's thread: stores (or replaces) the task `id`,
@@ -171,8 +217,74 @@ impl AsyncProducer {
     }
 }
 
-/// The answer to one call of an [`AsyncProducer`]: a future of what the call returned, ready
-/// once the producer's thread has run it. The call runs whether or not this is awaited.
+/// An [`Inspector`] for async code: each call runs on the inspector's own thread, and its
+/// [`AsyncCall`] is a future of the answer, woken through its `Waker` on any executor. Calls
+/// are made and run as an [`AsyncProducer`]'s are: sent at once, run whether or not awaited,
+/// one at a time in the order made, a panic resumed where the future is polled, the thread
+/// ended after the calls queued once the last clone is dropped. For an operator's API served
+/// by an async web framework:
+///
+/// ```no_run
+/// use tickwheel_redis::{AsyncInspector, Config};
+///
+/// # async fn example() -> Result<(), tickwheel_redis::Error> {
+/// let inspector =
+///     AsyncInspector::connect(&Config::new("redis://127.0.0.1:6379/", "orders")).await?;
+/// let stats = inspector.call(|i| i.stats()).await?;
+/// println!("{} pending", stats.pending());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AsyncInspector {
+    thread: OnThread<Inspector>,
+}
+
+impl std::fmt::Debug for AsyncInspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncInspector").finish_non_exhaustive()
+    }
+}
+
+impl AsyncInspector {
+    /// Starts the inspector's thread, which connects ([`Inspector::connect`]); the future
+    /// answers once it has, as [`AsyncProducer::connect`] does.
+    ///
+    /// Errors: those of [`Inspector::connect`], and [`Error::Thread`] when the thread cannot
+    /// be started.
+    pub fn connect(cfg: &Config) -> impl Future<Output = Result<AsyncInspector, Error>> + 'static {
+        let cfg = cfg.clone();
+        let connected = OnThread::connect("inspector", move || Inspector::connect(&cfg));
+        async move {
+            Ok(AsyncInspector {
+                thread: connected.await?,
+            })
+        }
+    }
+
+    /// Starts a thread for an `inspector` connected already.
+    ///
+    /// Errors: [`Error::Thread`] when the thread cannot be started.
+    pub fn new(inspector: Inspector) -> Result<AsyncInspector, Error> {
+        let (thread, _) = OnThread::start("inspector", move || Ok(inspector))?;
+        Ok(AsyncInspector { thread })
+    }
+
+    /// Sends `call` to the inspector's thread, which runs it after the calls made before it;
+    /// the returned future answers what it returned. Every method of [`Inspector`] is reached
+    /// so, its arguments moved into the closure.
+    pub fn call<R, F>(&self, call: F) -> AsyncCall<R>
+    where
+        F: FnOnce(&mut Inspector) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.thread.call(call)
+    }
+}
+
+/// The answer to one call of an [`AsyncProducer`] or an [`AsyncInspector`]: a future of what
+/// the call returned, ready once the client's thread has run it. The call runs whether or not
+/// this is awaited.
 #[must_use = "the call runs anyway; await its future for the answer"]
 pub struct AsyncCall<R> {
     /// `None` once the answer has been returned.
@@ -222,8 +334,8 @@ impl<R> Future for AsyncCall<R> {
     }
 }
 
-/// Where the producer's thread leaves a call's answer (or the panic of its closure), and
-/// where the task awaiting it leaves its waker.
+/// Where the client's thread leaves a call's answer (or the panic of its closure), and where
+/// the task awaiting it leaves its waker.
 struct Slot<R> {
     state: Mutex<SlotState<R>>,
 }
