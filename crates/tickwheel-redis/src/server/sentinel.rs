@@ -68,6 +68,8 @@ impl RedisSentinel {
         RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(certs))
     }
 
+    /// What [`start_behind`](RedisSentinel::start_behind) and
+    /// [`start_tls`](RedisSentinel::start_tls) do: the latter with its certificates as `tls`.
     fn start_as(
         replicas: usize,
         sentinels: usize,
