@@ -27,7 +27,7 @@ pub struct RedisServer {
     dir: PathBuf,
     binary: String,
     cluster: bool,
-    /// More arguments (a replica's `--replicaof`).
+    /// More arguments (a replica's `--replicaof`), given last.
     extra: Vec<String>,
     /// A sentinel: its configuration file's text (written once: the sentinel rewrites it).
     sentinel: Option<String>,
@@ -235,10 +235,12 @@ impl RedisServer {
             .map_err(|e| Error::Server(format!("cannot write {}: {e}", path.display())))?;
             cmd.arg(&path).arg("--sentinel");
             if let Some((port, certs)) = &self.tls {
-                // The sentinel takes TLS clients, and reaches the nodes and the other
-                // sentinels over TLS.
-                tls_args(&mut cmd, *port, certs).args(["--tls-replication", "yes"]);
+                // The sentinel takes TLS clients (and reaches the nodes and the other
+                // sentinels over TLS with `--tls-replication yes` among its extra arguments).
+                tls_args(&mut cmd, *port, certs);
             }
+            // Last, as for a server.
+            cmd.args(&self.extra);
         } else if self.cluster {
             // nodes.conf lands in --dir.
             // A node unreachable for 3 s is failed over (Redis's default, 15 s, would
@@ -264,11 +266,12 @@ impl RedisServer {
                     "--save",
                     "",
                 ])
-                .args(["--daemonize", "no", "--logfile", "redis.log"])
-                .args(&self.extra);
+                .args(["--daemonize", "no", "--logfile", "redis.log"]);
             if let Some((port, certs)) = &self.tls {
                 tls_args(&mut cmd, *port, certs);
             }
+            // Last: the later of two settings stands (`--tls-auth-clients yes`, say).
+            cmd.args(&self.extra);
         }
         let child = cmd
             .stdin(Stdio::null())

@@ -112,6 +112,23 @@ mod over_tls {
         assert!(!keys.is_empty(), "nothing stored on the new primary");
     }
 
+    /// Sentinels (and nodes) that require client certificates from the start, as
+    /// `redis-server` does by default with TLS: without one the sentinel refuses at once,
+    /// saying why; with one, tasks are stored and delivered.
+    #[test]
+    fn sentinels_that_require_client_certificates_are_given_one() {
+        let s = RedisSentinel::start_tls_requiring_client_certs(1, 1, &certs())
+            .unwrap_or_else(|e| panic!("cannot run the TLS tests (a redis-server with TLS): {e}"));
+        let mut cfg = Config::new(s.tls_url().unwrap(), "mtls-sentinel");
+        cfg.tls_ca = Some(ca());
+        let started = Instant::now();
+        let e = Producer::connect(&cfg).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "retried: {e}");
+        assert!(e.to_string().contains("CertificateRequired"), "{e}");
+        cfg.tls_client_cert = Some(client_cert());
+        stored_and_delivered(cfg);
+    }
+
     /// Checks that `url` is refused at once, saying why, without the test authority (the
     /// system's authorities do not include it), then that tasks are stored and delivered there
     /// trusting it ([`stored_and_delivered`]). Then makes the servers require a client

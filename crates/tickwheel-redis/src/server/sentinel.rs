@@ -6,6 +6,12 @@ use std::time::{Duration, Instant};
 use super::RedisServer;
 use crate::Error;
 
+/// A TLS set-up's certificates, and whether its nodes and sentinels require client ones.
+struct Tls<'a> {
+    certs: &'a std::path::Path,
+    clients: bool,
+}
+
 /// How [`RedisSentinel::promote`] takes the primary away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Promotion {
@@ -65,17 +71,48 @@ impl RedisSentinel {
         sentinels: usize,
         certs: &std::path::Path,
     ) -> Result<RedisSentinel, Error> {
-        RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(certs))
+        let tls = Tls {
+            certs,
+            clients: false,
+        };
+        RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(tls))
     }
 
-    /// What [`start_behind`](RedisSentinel::start_behind) and
-    /// [`start_tls`](RedisSentinel::start_tls) do: the latter with its certificates as `tls`.
+    /// [`start_tls`](RedisSentinel::start_tls), every node and sentinel requiring a client
+    /// certificate from its TLS clients (`tls-auth-clients yes`, `redis-server`'s default);
+    /// sentinels have no `CONFIG SET` to be told so later.
+    pub fn start_tls_requiring_client_certs(
+        replicas: usize,
+        sentinels: usize,
+        certs: &std::path::Path,
+    ) -> Result<RedisSentinel, Error> {
+        let tls = Tls {
+            certs,
+            clients: true,
+        };
+        RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(tls))
+    }
+
+    /// What [`start_behind`](RedisSentinel::start_behind) and the TLS starts do: the latter
+    /// with their certificates and client requirement as `tls`.
     fn start_as(
         replicas: usize,
         sentinels: usize,
         front: impl FnOnce(u16) -> (u16, u16),
-        tls: Option<&std::path::Path>,
+        tls: Option<Tls<'_>>,
     ) -> Result<RedisSentinel, Error> {
+        // Over TLS, everything among them is TLS too; `tls-auth-clients` when asked.
+        let tls_extra: Vec<String> = match &tls {
+            None => Vec::new(),
+            Some(t) => {
+                let mut args = vec!["--tls-replication".into(), "yes".into()];
+                if t.clients {
+                    args.extend(["--tls-auth-clients".into(), "yes".into()]);
+                }
+                args
+            }
+        };
+        let tls_certs = tls.as_ref().map(|t| t.certs);
         if replicas == 0 || sentinels == 0 {
             return Err(Error::Server(
                 "a Sentinel set-up needs a replica and a sentinel".into(),
@@ -95,12 +132,10 @@ impl RedisSentinel {
             ]
             .map(String::from)
             .to_vec();
-            if tls.is_some() {
-                args.extend(["--tls-replication", "yes"].map(String::from));
-            }
+            args.extend(tls_extra.iter().cloned());
             args
         };
-        let primary = RedisServer::start_as(false, sync(), None, tls)?;
+        let primary = RedisServer::start_as(false, sync(), None, tls_certs)?;
         // Over TLS, the nodes and sentinels reach the primary on its TLS port.
         let reached_on = primary.tls_port().unwrap_or(primary.port());
         let (port, replicate_from) = front(reached_on);
@@ -117,7 +152,7 @@ impl RedisSentinel {
                 replicate_from.to_string(),
             ];
             args.extend(sync());
-            nodes.push(RedisServer::start_as(false, args, None, tls)?);
+            nodes.push(RedisServer::start_as(false, args, None, tls_certs)?);
         }
         let quorum = sentinels / 2 + 1;
         // Not shorter: a primary just promoted under a test's load has missed a sentinel's
@@ -140,9 +175,9 @@ impl RedisSentinel {
         for _ in 0..sentinels {
             s.sentinels.push(RedisServer::start_as(
                 false,
-                Vec::new(),
+                tls_extra.clone(),
                 Some(conf.clone()),
-                tls,
+                tls_certs,
             )?);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
