@@ -71,11 +71,7 @@ impl RedisSentinel {
         sentinels: usize,
         certs: &std::path::Path,
     ) -> Result<RedisSentinel, Error> {
-        let tls = Tls {
-            certs,
-            clients: false,
-        };
-        RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(tls))
+        RedisSentinel::start_over_tls(replicas, sentinels, certs, false)
     }
 
     /// [`start_tls`](RedisSentinel::start_tls), every node and sentinel requiring a client
@@ -86,10 +82,16 @@ impl RedisSentinel {
         sentinels: usize,
         certs: &std::path::Path,
     ) -> Result<RedisSentinel, Error> {
-        let tls = Tls {
-            certs,
-            clients: true,
-        };
+        RedisSentinel::start_over_tls(replicas, sentinels, certs, true)
+    }
+
+    fn start_over_tls(
+        replicas: usize,
+        sentinels: usize,
+        certs: &std::path::Path,
+        clients: bool,
+    ) -> Result<RedisSentinel, Error> {
+        let tls = Tls { certs, clients };
         RedisSentinel::start_as(replicas, sentinels, |port| (port, port), Some(tls))
     }
 
