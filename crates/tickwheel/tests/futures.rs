@@ -768,7 +768,7 @@ fn sleepers_run(busy_wait_us: Option<u64>, tasks: u64, secs: u64) {
                         seed ^= seed << 13;
                         seed ^= seed >> 7;
                         seed ^= seed << 17;
-                        let d = Duration::from_millis(500 + seed % 1000);
+                        let d = Duration::from_micros(500_000 + seed % 1_000_000);
                         let deadline = Instant::now() + d;
                         if deadline > end {
                             break;
