@@ -68,17 +68,12 @@ impl Endpoint {
             if hosts.is_empty() || hosts.split(',').any(str::is_empty) {
                 return Err(invalid(form.into()));
             }
-            let mut nodes = Vec::new();
-            for host in hosts.split(',') {
-                let node = if tls {
-                    let url = format!("rediss://{auth}{host}/");
-                    tls::client(&url, &TlsFiles::of(cfg), invalid)?
-                } else {
-                    let url = format!("redis://{auth}{host}/");
-                    Client::open(url.as_str()).map_err(|e| invalid(e.to_string()))?
-                };
-                nodes.push(node);
-            }
+            let tls = tls.then(|| TlsFiles::of(cfg));
+            let scheme = if tls.is_some() { "rediss" } else { "redis" };
+            let nodes = hosts
+                .split(',')
+                .map(|host| tls::open(&format!("{scheme}://{auth}{host}/"), tls.as_ref(), invalid))
+                .collect::<Result<Vec<Client>, Error>>()?;
             // No retries: `redis` sends a command again after an I/O error (on a new
             // connection), so a write that ran would run twice, and a `WAIT` on a fresh
             // connection confirms nothing. Redirections are followed by `send_pipe`.
@@ -87,8 +82,8 @@ impl Endpoint {
                     .connection_timeout(cfg.io_timeout)
                     .response_timeout(cfg.io_timeout)
                     .retries(0);
-            if tls {
-                builder = tls::cluster(builder, &TlsFiles::of(cfg), invalid)?;
+            if let Some(tls) = &tls {
+                builder = tls::cluster(builder, tls, invalid)?;
             }
             let cluster = builder.build().map_err(|e| invalid(e.to_string()))?;
             return Ok(Endpoint::Cluster(Box::new(cluster), nodes));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
-use super::tls::{self, handshake_failed, TlsFiles};
+use super::tls::{handshake_failed, open, TlsFiles};
 use crate::config::{Config, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME};
 use crate::error::Error;
 
@@ -74,19 +74,6 @@ fn refused(e: &RedisError) -> bool {
     e.kind() == ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
         || handshake_failed(e)
-}
-
-/// A client for `url`, over TLS with `tls` if given; `invalid(reason)` when `url` is refused
-/// (TLS settings that do not parse are [`Error::InvalidConfig`]).
-fn open(
-    url: &str,
-    tls: Option<&TlsFiles>,
-    invalid: impl Fn(String) -> Error,
-) -> Result<Client, Error> {
-    match tls {
-        None => Client::open(url).map_err(|e| invalid(e.to_string())),
-        Some(tls) => tls::client(url, tls, invalid),
-    }
 }
 
 impl Sentinel {

@@ -58,6 +58,19 @@ pub(super) fn client(
     Err(invalid(NOT_BUILT.into()))
 }
 
+/// A client for `url`: over TLS with `tls` ([`client`]) if given, a plain one if not;
+/// `invalid(reason)` when `url` is refused.
+pub(super) fn open(
+    url: &str,
+    tls: Option<&TlsFiles>,
+    invalid: impl Fn(String) -> Error,
+) -> Result<Client, Error> {
+    match tls {
+        None => Client::open(url).map_err(|e| invalid(e.to_string())),
+        Some(tls) => client(url, tls, invalid),
+    }
+}
+
 /// `builder` made to reach every node of a Cluster over TLS, with the authorities and the
 /// client certificate of `tls` as [`client`] takes them.
 #[cfg(feature = "tls")]
