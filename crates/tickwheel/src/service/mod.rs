@@ -52,21 +52,21 @@
 //! the timer thread holds only to swap buffers), a 40-byte append to memory that is reused
 //! from batch to batch, a cell for the handle taken from a pool under that same lock, and one
 //! uncontended `Arc` increment for the handle. No queue lock, no queue entry, no syscall
-//! unless the new timer becomes the earliest one the timer thread is sleeping towards (or
-//! every few thousand timers, to have the inbox taken in). The closure is stored in the entry
+//! unless the new timer becomes the earliest one the timer thread is sleeping towards. The closure is stored in the entry
 //! itself when it captures at most two words (an `Arc` and an id, a channel sender); only a
 //! larger one is boxed. No global lock or counter (unless a cap is configured). Threads on
 //! different shards do not contend.
 //!
-//! The timer thread moves staged timers into the queue: at its next wake-up (due timers
-//! first, handed to the workers before the rest is queued), or when the inbox has filled up.
+//! The timer thread moves staged timers into the queue at its next wake-up (due timers
+//! first, handed to the workers before the rest is queued).
 //! A detached timer due within 2048 ticks goes to the shard's calendar instead, a vector per
 //! tick that holds it in place (no key, no record to move down: `shard/calendar.rs`); drains merge
 //! the two by (tick, sequence number), so the order is the same.
-//! The queue work is thus off the calling thread — unless the timer thread falls behind: a
-//! thread that finds some sixteen thousand timers of its shard not yet queued queues them
-//! itself, so the timer thread never faces a backlog that would make it late, and producers
-//! scale with their number.
+//! The queue work is thus off the calling thread — unless it stages a burst: the thread that
+//! stages the 1024th timer since the timer thread last took its shard's inbox queues them
+//! itself. A burst is filed by the threads that make it, so producers scale with their number,
+//! and the timer thread, never busy with a burst, wakes on time (see DESIGN-NOTES, "What does
+//! a `schedule` cost?").
 //!
 //! `cancel` of a timer among the last few dozen its thread staged (a timeout cancelled soon
 //! after it was scheduled) takes it out of the inbox, under the inbox lock: it is never

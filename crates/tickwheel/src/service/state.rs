@@ -25,7 +25,7 @@ use std::time::Instant;
 use super::callback::{Build, Callback, Expire};
 use super::core::{AtCap, Core};
 use super::handle::TimerHandle;
-use super::shard::{Closed, Drained, Job, Shard, Target, BACKLOG, FLUSH_AT, FLUSH_CHUNK};
+use super::shard::{Closed, Drained, Job, Shard, Target, HELP_AT};
 use super::worker::{self, Dispatch, PanicHandler, WorkerStats};
 use super::ScheduleError;
 use crate::sync::{lock, Arc, AtomicBool, Counter, Mutex, Ordering};
@@ -231,20 +231,11 @@ impl ServiceState {
         }
     }
 
-    /// After a stage that left `staged` timers in `shard`'s inbox: every [`FLUSH_AT`] the
-    /// timer thread is asked to take them in; a backlog of [`BACKLOG`] this thread queues
-    /// itself.
+    /// After a stage that left `staged` timers in `shard`'s inbox: at every [`HELP_AT`]th,
+    /// this thread queues them itself (see `shard/inbox.rs`).
     #[inline]
     fn staged(&self, shard: &Shard, staged: usize) {
-        if staged % FLUSH_CHUNK != 0 {
-            return;
-        }
-        if staged == FLUSH_AT {
-            // The timer thread takes it in (it also does at every wake-up).
-            self.core.unpark_driver();
-        }
-        if shard.unqueued() >= BACKLOG {
-            // The timer thread is behind: this thread queues its shard's timers.
+        if staged % HELP_AT == 0 {
             shard.help_flush();
         }
     }
@@ -622,6 +613,26 @@ mod tests {
     /// at least `handoff_at` callbacks (512 for two workers) and the rest at its end, not one
     /// push a drained chunk of 128: 1000 callbacks go in two pushes, each split in two shares
     /// (one push a chunk would have made 16 batches of 64, each push a wake-up).
+    /// A producer that stages the `HELP_AT`th timer since the inbox was last taken queues
+    /// them itself (here no timer thread runs): a burst is filed by the thread that makes it,
+    /// and the timer thread stays free to wake on time. Below that they wait in the inbox.
+    #[cfg(not(loom))]
+    #[test]
+    fn the_producer_queues_every_help_at_timers_it_stages() {
+        let state = one_timer_due_at_tick_1(Callback::new(|| {}), 0);
+        let shard = &state.shards[0];
+        for round in 1..=2 {
+            for _ in 1..HELP_AT {
+                state.schedule_detached(5, Callback::new(|| {}));
+            }
+            assert_eq!(shard.unqueued(), HELP_AT - 1, "round {round}");
+            state.schedule_detached(5, Callback::new(|| {}));
+            assert_eq!(shard.unqueued(), 0, "round {round}");
+            assert_eq!(shard.counts().pending, 1 + round * HELP_AT);
+        }
+        shard.check_invariants();
+    }
+
     #[cfg(not(loom))]
     #[test]
     fn a_drain_hands_its_callbacks_on_in_few_pushes() {

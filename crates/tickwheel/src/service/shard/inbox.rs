@@ -5,13 +5,15 @@
 //! needs no queue key for that. The timer thread moves the timers into the queue under the queue's
 //! lock: at a drain, those already due first ([`Shard::flush`]), the rest after the due ones were
 //! handed on ([`Shard::flush_staged`], in chunks, yielding to a new tick; the inbox is taken once a
-//! drain, not chased while a producer keeps staging). A producer whose inbox reaches [`FLUSH_AT`]
-//! timers wakes the timer thread for that; one that finds [`BACKLOG`] timers not queued yet (the
-//! timer thread is behind) queues its shard's staged timers itself ([`Shard::help_flush`]), so the
-//! timer thread never faces a backlog that would make it late, and producers scale with their
-//! number. So the producer takes no queue lock and never writes a queue entry: its writes go to the
-//! inbox's buffer, which the timer thread hands back empty with its capacity (two buffers take
-//! turns), so after the first burst they touch memory that is already mapped and usually cached.
+//! drain, not chased while a producer keeps staging). The producer that stages the [`HELP_AT`]th
+//! timer since the inbox was last taken queues them itself ([`Shard::help_flush`]). So the timer
+//! thread takes in what arrives between two of its drains, and a burst is filed by the threads
+//! that make it: the timer thread stays light enough to wake on time (a timer thread busy filing
+//! a burst loses its wake-ups to the producers; see DESIGN-NOTES, "What does a `schedule`
+//! cost?"), and producers scale with their number. Below that rate the producer takes no queue
+//! lock and never writes a queue entry: its writes go to the inbox's buffer, which the timer
+//! thread hands back empty with its capacity (two buffers take turns), so after the first burst
+//! they touch memory that is already mapped and usually cached.
 //! Timers out of the inbox but not queued yet wait in `taken`, in staging order.
 //!
 //!
@@ -42,18 +44,14 @@ use std::ptr;
 
 use super::{
     backoff, lower_earliest, spin_hint, AtomicU64, AtomicUsize, Build, CachePadded, Callback,
-    CellRef, Cells, Ordering, Shard, ShardState, SpinGuard, SpinLock, DRAIN_SPINS, NEVER,
-    NO_CELL_REF,
+    CellRef, Cells, MutexGuard, Ordering, Shard, ShardState, SpinGuard, SpinLock, DRAIN_SPINS,
+    NEVER, NO_CELL_REF,
 };
 
-/// Staged timers at which a producer asks the timer thread to take its inbox in: enough to
-/// make the wake-up cheap per timer, few enough to stay in the cache.
-pub(crate) const FLUSH_AT: usize = 4096;
-
-/// Staged timers at which a producer queues its shard's staged timers itself: the timer
-/// thread is falling behind, and it must never face a backlog so long that queuing it
-/// delays the timers that fall due meanwhile.
-pub(crate) const BACKLOG: usize = 4 * FLUSH_AT;
+/// Staged timers at which the producer that stages the last of them queues them itself
+/// ([`Shard::help_flush`]): the timer thread takes in what arrives between two of its drains,
+/// and a producer staging faster than that files its own (see the module docs).
+pub(crate) const HELP_AT: usize = FLUSH_CHUNK;
 
 /// Staged timers the end of a drain queues per lock hold (tens of microseconds), checking
 /// between two whether a new tick has begun.
@@ -127,9 +125,8 @@ pub(super) struct InboxShared {
 
 impl Shard {
     /// Stages a detached `callback` at `tick` in the inbox (see the module docs); gives it
-    /// back if the shard is closed. Returns how many timers the inbox now holds (at
-    /// [`FLUSH_AT`] the caller asks the timer thread to take them in; every [`FLUSH_CHUNK`]
-    /// it checks for a backlog of [`BACKLOG`], which it then queues itself).
+    /// back if the shard is closed. Returns how many timers the inbox now holds (at every
+    /// [`HELP_AT`]th the caller queues them itself).
     #[inline]
     pub(crate) fn stage<B: Build>(&self, tick: u64, callback: B) -> Result<usize, B> {
         self.stage_inner::<false, B>(tick, callback)
@@ -311,14 +308,24 @@ impl Shard {
     /// Queues every staged timer, oldest first, [`FLUSH_CHUNK`] a lock hold, unless `stop`
     /// says to stop between two chunks (a tick has begun whose timers come first): the end
     /// of a drain. The inbox is taken once, at the first chunk: what a producer stages
-    /// meanwhile waits for the next drain (or its [`FLUSH_AT`] wake-up). Taking it again after
+    /// meanwhile waits for the next drain (or the producer queues it at [`HELP_AT`]). Taking it again after
     /// every chunk would chase a busy producer, handing it back a buffer the timer thread has
     /// just read every few hundred timers, so that most of its stages write to a cache line
     /// the other core holds. What stays is still covered by `earliest`.
     pub(crate) fn flush_staged(&self, stop: impl Fn() -> bool) {
+        self.queue_staged(|| self.lock_drain(), stop);
+    }
+
+    /// Queues every staged timer, [`FLUSH_CHUNK`] a hold of the lock `lock` takes, taking the
+    /// inbox at the first chunk only, unless `stop` says to stop between two chunks.
+    fn queue_staged<'a>(
+        &'a self,
+        lock: impl Fn() -> MutexGuard<'a, ShardState>,
+        stop: impl Fn() -> bool,
+    ) {
         let mut take = true;
         while take && self.staged() > 0 || self.taken_len.load(Ordering::Relaxed) > 0 {
-            self.queue_chunk(&mut self.lock_drain(), take);
+            self.queue_chunk(&mut lock(), take);
             take = false;
             if stop() {
                 break;
@@ -326,15 +333,13 @@ impl Shard {
         }
     }
 
-    /// A producer's share of the work when the timer thread falls behind ([`BACKLOG`] timers
-    /// not queued yet): it queues every staged timer of its shard itself, [`FLUSH_CHUNK`] a lock
-    /// hold, letting a waiting drain in between two. Producers then scale as they do with
-    /// handles, and the timer thread never faces more than a bounded backlog.
+    /// A producer's share of the work ([`HELP_AT`] timers staged): it queues its shard's
+    /// staged timers itself, [`FLUSH_CHUNK`] a lock hold, letting a waiting drain in between
+    /// two. Like the end of a drain it takes the inbox once: another producer staging
+    /// meanwhile queues its own.
     #[cold]
     pub(crate) fn help_flush(&self) {
-        while self.unqueued() > 0 {
-            self.queue_chunk(&mut self.lock_producer(), true);
-        }
+        self.queue_staged(|| self.lock_producer(), || false);
     }
 
     /// Takes the inbox in behind `taken` (if `take`) and queues up to [`FLUSH_CHUNK`] timers

@@ -67,8 +67,8 @@ mod tests;
 pub(crate) use cells::Target;
 use cells::{CellRef, Cells, NO_CELL, NO_CELL_REF};
 pub(crate) use drain::{Closed, Drained};
+pub(crate) use inbox::HELP_AT;
 use inbox::{Inbox, InboxShared, Staged};
-pub(crate) use inbox::{BACKLOG, FLUSH_AT, FLUSH_CHUNK};
 
 /// Lowers a shard's published earliest tick (inbox or queue) to `tick` if it is later, and
 /// says whether it did: the caller then drops its lock and calls
