@@ -274,6 +274,17 @@ fn caveats(s: &Settings) -> Vec<String> {
     }
     if w4
         && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::FloorIndexed))
+    {
+        notes.push(
+            "floor-indexed is floor-closures whose thread keeps the producer's staged vectors \
+             and files each task's place in them (8 bytes) instead of copying its record out: \
+             not a timer either"
+                .to_owned(),
+        );
+    }
+    if w4
+        && s.entrants
             .iter()
             .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
     {

@@ -42,6 +42,7 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
         ServiceEntrant::BucketFloor => queue_color(QueueEntrant::Hhwt),
         ServiceEntrant::FloorWorkers => queue_color(QueueEntrant::PriorityQueue),
         ServiceEntrant::FloorClosures => queue_color(QueueEntrant::SlimWheel),
+        ServiceEntrant::FloorIndexed => queue_color(QueueEntrant::IdWheel),
     }
 }
 

@@ -46,7 +46,7 @@ const FUTURES: [&str; 5] = [
     "async-io",
     "no-timer",
 ];
-const SERVICES: [&str; 9] = [
+const SERVICES: [&str; 10] = [
     "tickwheel-service",
     "tickwheel-service-handle",
     "tickwheel-service-here",
@@ -56,6 +56,7 @@ const SERVICES: [&str; 9] = [
     "bucket-floor",
     "floor-workers",
     "floor-closures",
+    "floor-indexed",
 ];
 
 fn read_json(path: &Path) -> Value {

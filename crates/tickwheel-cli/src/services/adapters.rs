@@ -38,8 +38,8 @@ pub(super) fn leaked(cell: &OnceLock<&'static Log>, log: &Arc<Log>) -> &'static 
 /// tickwheel's `TimerService` (see [`service`]): each task is a callback scheduled with
 /// `schedule_detached_at(deadline, f)`: W4 never cancels, so it takes no handle (and
 /// `schedule_detached(delay, f)` would read the clock a second time). The detached path
-/// stages the timer in its shard's inbox; the timer thread (or the producer itself, when a
-/// backlog builds up) queues it later.
+/// stages the timer in its shard's inbox; the timer thread queues it later (or, in a burst, the
+/// producer itself, every 1024 timers).
 ///
 /// Lean like the peers (no reference count per task): the callback captures the task id and
 /// a `&'static Log` (see [`leaked`]). With `worker_threads(0)` (`tickwheel-service-here`)

@@ -70,11 +70,15 @@ pub enum ServiceEntrant {
     /// A floor with callbacks: the bucket floor whose tasks each carry a callback record as a
     /// service of arbitrary closures stores it (see [`floors::FloorClosures`]).
     FloorClosures,
+    /// A floor with callbacks kept where they were staged: the callback records stay in the
+    /// producer's vectors and the buckets hold their places (see
+    /// [`floors::FloorClosures::indexed`]).
+    FloorIndexed,
 }
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 9] = [
+    pub const ALL: [ServiceEntrant; 10] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TimerServiceHere,
@@ -84,6 +88,7 @@ impl ServiceEntrant {
         ServiceEntrant::BucketFloor,
         ServiceEntrant::FloorWorkers,
         ServiceEntrant::FloorClosures,
+        ServiceEntrant::FloorIndexed,
     ];
 
     /// The name used on the command line, in tables and in files.
@@ -98,6 +103,7 @@ impl ServiceEntrant {
             ServiceEntrant::BucketFloor => "bucket-floor",
             ServiceEntrant::FloorWorkers => "floor-workers",
             ServiceEntrant::FloorClosures => "floor-closures",
+            ServiceEntrant::FloorIndexed => "floor-indexed",
         }
     }
 
@@ -307,6 +313,7 @@ pub fn start(
         ServiceEntrant::BucketFloor => Box::new(floors::BucketFloor::new()?),
         ServiceEntrant::FloorWorkers => Box::new(floors::FloorWorkers::new()?),
         ServiceEntrant::FloorClosures => Box::new(floors::FloorClosures::new()?),
+        ServiceEntrant::FloorIndexed => Box::new(floors::FloorClosures::indexed()?),
     })
 }
 
