@@ -369,12 +369,19 @@ impl ServiceState {
         // As on a worker: `settle` from one of these callbacks must not wait for itself.
         let me = self as *const ServiceState as usize;
         let was = WORKER_OF.with(|w| w.replace(me));
+        let mut lateness = worker::Lateness::new(self.dispatch.cost_ns());
         for job in ready.drain(..) {
             if job.callback.is_inline() {
                 notified += 1;
                 let _ = catch_unwind(AssertUnwindSafe(|| job.callback.call()));
             } else {
-                worker::run_job(job, &self.core, stats, self.on_panic.as_ref());
+                worker::run_job(
+                    job,
+                    &self.core,
+                    stats,
+                    &mut lateness,
+                    self.on_panic.as_ref(),
+                );
             }
         }
         WORKER_OF.with(|w| w.set(was));

@@ -57,6 +57,10 @@ pub(crate) const SHARE_NS: u64 = 50_000;
 /// 50 callbacks).
 const FIRST_COST_NS: u64 = 1_000;
 
+/// How much running time of callbacks may pass between two clock reads for their lateness,
+/// by the workers' estimate ([`Lateness`]).
+const LATENESS_READ_NS: u64 = 10_000;
+
 /// The largest share: a list of callbacks that take no time still goes out in batches that
 /// the next worker can take while the first runs.
 const MAX_SHARE: usize = 4_096;
@@ -128,7 +132,7 @@ impl Dispatch {
     }
 
     /// The estimate of one callback's run time (see [`Self::cost_ns`]).
-    fn cost_ns(&self) -> u64 {
+    pub(crate) fn cost_ns(&self) -> u64 {
         self.cost_ns.load(Ordering::Relaxed)
     }
 
@@ -262,16 +266,64 @@ pub(crate) fn run(
         finished = batch.len();
         // Real time, whatever the service's clock: what the callbacks cost this machine.
         let start = Instant::now();
+        let mut lateness = Lateness::new(dispatch.cost_ns());
         for job in batch {
-            run_job(job, core, stats, on_panic);
+            run_job(job, core, stats, &mut lateness, on_panic);
         }
         dispatch.note_cost(finished, start.elapsed());
         stats.fired.add(finished as u64);
     }
 }
 
-pub(crate) fn run_job(job: Job, core: &Core, stats: &WorkerStats, on_panic: Option<&PanicHandler>) {
-    if let Some(late_ns) = core.ticks.nanos_after(job.deadline, core.clock.now()) {
+/// When a thread running a list of callbacks reads the clock for their lateness: before the
+/// first, then once per [`LATENESS_READ_NS`] of callbacks by the estimate of what one costs.
+/// A clock read costs tens of nanoseconds on a virtual machine, as much as a short callback;
+/// a callback's lateness is then the time since its tick at the last read, at most about
+/// [`LATENESS_READ_NS`] early while the estimate holds (one callback's run time when it does
+/// not), and never late.
+pub(crate) struct Lateness {
+    now: Option<Instant>,
+    /// Callbacks left to run before the next read.
+    left: u64,
+    /// Callbacks between two reads.
+    every: u64,
+}
+
+impl Lateness {
+    /// For callbacks estimated to take `cost_ns` each.
+    pub(crate) fn new(cost_ns: u64) -> Lateness {
+        Lateness {
+            now: None,
+            left: 0,
+            every: (LATENESS_READ_NS / cost_ns.max(1)).max(1),
+        }
+    }
+
+    /// The time to take a callback's lateness from, reading `core`'s clock when due.
+    fn now(&mut self, core: &Core) -> Instant {
+        match self.now {
+            Some(now) if self.left > 0 => {
+                self.left -= 1;
+                now
+            }
+            _ => {
+                let now = core.clock.now();
+                self.now = Some(now);
+                self.left = self.every - 1;
+                now
+            }
+        }
+    }
+}
+
+pub(crate) fn run_job(
+    job: Job,
+    core: &Core,
+    stats: &WorkerStats,
+    lateness: &mut Lateness,
+    on_panic: Option<&PanicHandler>,
+) {
+    if let Some(late_ns) = core.ticks.nanos_after(job.deadline, lateness.now(core)) {
         stats.lateness.record(late_ns);
     }
     if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.callback.call())) {
@@ -290,6 +342,51 @@ mod tests {
     use super::*;
     use crate::service::callback::Callback;
     use crate::sync::{model, spawn, Arc};
+
+    /// A clock that moves 1 µs at every read, counting its reads.
+    #[cfg(not(loom))]
+    #[derive(Debug, Default)]
+    struct CountingClock {
+        reads: std::sync::atomic::AtomicU64,
+        origin: std::sync::OnceLock<Instant>,
+    }
+
+    #[cfg(not(loom))]
+    impl crate::time::Clock for CountingClock {
+        fn now(&self) -> Instant {
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *self.origin.get_or_init(Instant::now) + Duration::from_micros(n)
+        }
+    }
+
+    /// A list of callbacks reads the clock before the first and then once per
+    /// `LATENESS_READ_NS` of them by the cost estimate (a table), so a lateness is never
+    /// taken from a later read than its callback's start.
+    #[cfg(not(loom))]
+    #[test]
+    fn lateness_reads_the_clock_once_per_10_us_of_callbacks() {
+        for (cost_ns, callbacks, reads) in [
+            (1_000, 25, 3), // every 10th
+            (100, 250, 3),  // every 100th
+            (20_000, 5, 5), // a slow callback: each
+            (0, 50_000, 5), // free: every 10 000th
+            (10_000, 3, 3), // exactly 10 µs: each
+        ] {
+            let clock = std::sync::Arc::new(CountingClock::default());
+            let ticks =
+                crate::time::Ticks::new(crate::time::Clock::now(&*clock), Duration::from_micros(1));
+            let core = Core::new(clock.clone(), ticks, None);
+            let mut lateness = Lateness::new(cost_ns);
+            let stamps: Vec<Instant> = (0..callbacks).map(|_| lateness.now(&core)).collect();
+            // One read for `Ticks::new` above.
+            let made = clock.reads.load(std::sync::atomic::Ordering::SeqCst) - 1;
+            assert_eq!(
+                made, reads,
+                "{cost_ns} ns a callback, {callbacks} callbacks"
+            );
+            assert!(stamps.windows(2).all(|w| w[0] <= w[1]));
+        }
+    }
 
     fn jobs(n: usize) -> Vec<Job> {
         (0..n)
