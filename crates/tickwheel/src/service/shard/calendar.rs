@@ -29,6 +29,7 @@ use std::ptr;
 
 use crate::queue::free::prefetch;
 use crate::service::callback::Callback;
+use crate::service::shard::Job;
 
 /// How many ticks ahead of the last drained tick the calendar takes timers (a power of two).
 pub(crate) const TICKS: usize = 2048;
@@ -122,6 +123,40 @@ impl Calendar {
             self.first = None;
         }
         Some(callback)
+    }
+
+    /// Moves up to `limit` timers of the first tick due by `now`, in sequence order, to
+    /// `jobs` (as [`peek`](Self::peek) and [`take`](Self::take) would, one by one); returns how
+    /// many. For a drain whose queue has nothing due: no merge to make, so a tick's timers go
+    /// out in one pass over its vector.
+    pub(crate) fn take_due(&mut self, now: u64, limit: usize, jobs: &mut Vec<Job>) -> usize {
+        let Some(tick) = self.first_tick().filter(|&tick| tick <= now) else {
+            return 0;
+        };
+        self.base = tick;
+        let i = index(tick);
+        let bucket = &mut self.buckets[i];
+        let end = bucket.slots.len().min(bucket.head.saturating_add(limit));
+        let taken = end - bucket.head;
+        jobs.extend(
+            bucket.slots[bucket.head..end]
+                .iter_mut()
+                .filter_map(|slot| {
+                    Some(Job {
+                        callback: slot.callback.take()?,
+                        deadline: tick,
+                    })
+                }),
+        );
+        bucket.head = end;
+        if bucket.head == bucket.slots.len() {
+            bucket.slots.clear();
+            bucket.head = 0;
+            self.occupied[i / 64] &= !(1 << (i % 64));
+            self.first = None;
+        }
+        self.len -= taken;
+        taken
     }
 
     /// The tick of the earliest timer held, if any.
@@ -415,6 +450,47 @@ mod tests {
         drop(cal);
         assert_eq!(Arc::strong_count(&token), 1);
         assert_eq!(runs.load(Ordering::SeqCst), 7);
+    }
+
+    /// `take_due` gives what `peek` and `take` give, in the same order, a tick at a time and at
+    /// most `limit` at once, and nothing not yet due.
+    #[test]
+    fn take_due_takes_a_tick_in_order_as_take_does() {
+        use std::sync::{Arc, Mutex};
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let mut cal = Calendar::default();
+        let ticks = [4u64, 2, 4, 9, 2, 4, 2, 3];
+        for (seq, &tick) in ticks.iter().enumerate() {
+            let ran = Arc::clone(&ran);
+            let filed = cal.file(
+                tick,
+                seq as u64,
+                Callback::new(move || ran.lock().unwrap().push((tick, seq))),
+                0,
+            );
+            assert!(filed.is_ok());
+        }
+        let mut jobs = Vec::new();
+        assert_eq!(cal.take_due(1, 10, &mut jobs), 0, "nothing due at 1");
+        // Tick 2 holds three timers: two, then one.
+        assert_eq!(cal.take_due(4, 2, &mut jobs), 2);
+        cal.check_invariants();
+        assert_eq!(cal.take_due(4, 10, &mut jobs), 1);
+        assert_eq!(cal.take_due(4, 10, &mut jobs), 1, "tick 3");
+        assert_eq!(cal.take_due(4, 10, &mut jobs), 3, "tick 4");
+        assert_eq!(cal.take_due(4, 10, &mut jobs), 0, "tick 9 is not due");
+        cal.check_invariants();
+        assert_eq!(cal.len(), 1);
+        let deadlines: Vec<u64> = jobs.iter().map(|job| job.deadline).collect();
+        assert_eq!(deadlines, [2, 2, 2, 3, 4, 4, 4]);
+        jobs.into_iter().for_each(|job| job.callback.call());
+        assert_eq!(
+            *ran.lock().unwrap(),
+            [(2, 1), (2, 4), (2, 6), (3, 7), (4, 0), (4, 2), (4, 5)]
+        );
+        // The emptied vectors take new timers, and the rest comes out as `take` gives it.
+        assert!(cal.file(5, 8, cb(), 0).is_ok());
+        assert_eq!(drain(&mut cal, 10), [(5, 8), (9, 3)]);
     }
 
     #[test]

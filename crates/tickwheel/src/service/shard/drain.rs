@@ -92,6 +92,15 @@ impl Shard {
                     None => st.idle_at = Some(now),
                 }
             }
+            if st.held.is_none() {
+                // Nothing held after the poll above: nothing due in the queue. The calendar's
+                // due timers go out in order, a tick's run at a time, with no merge.
+                let taken = st.cal.take_due(now, DRAIN_CHUNK - n, &mut out.jobs);
+                if taken > 0 {
+                    n += taken;
+                    continue;
+                }
+            }
             let queue_first = st.held.as_ref().map(|(tick, _, entry)| (*tick, entry.seq));
             // `Some(tick)`: the calendar's first timer goes next; `None`: the queue's.
             let calendar = match (queue_first, st.cal.peek(now)) {
