@@ -51,10 +51,10 @@
 //! uncontended lock of the caller's shard's *inbox* (a buffer under a lock of its own, which
 //! the timer thread holds only to swap buffers), a 40-byte append to memory that is reused
 //! from batch to batch, a cell for the handle taken from a pool under that same lock, and one
-//! uncontended `Arc` increment for the handle. No queue lock, no queue entry, no syscall
-//! unless the new timer becomes the earliest one the timer thread is sleeping towards. The closure is stored in the entry
-//! itself when it captures at most two words (an `Arc` and an id, a channel sender); only a
-//! larger one is boxed. No global lock or counter (unless a cap is configured). Threads on
+//! uncontended `Arc` increment for the handle. No queue lock, no queue entry (but in a burst,
+//! below), no syscall unless the new timer becomes the earliest one the timer thread is
+//! sleeping towards. The closure is stored in the entry itself when it captures at most two
+//! words (an `Arc` and an id, a channel sender); only a larger one is boxed. No global lock or counter (unless a cap is configured). Threads on
 //! different shards do not contend.
 //!
 //! The timer thread moves staged timers into the queue at its next wake-up (due timers

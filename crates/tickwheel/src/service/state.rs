@@ -616,10 +616,6 @@ mod tests {
         ))
     }
 
-    /// A drain of one shard with many due callbacks hands them to the workers in pushes of
-    /// at least `handoff_at` callbacks (512 for two workers) and the rest at its end, not one
-    /// push a drained chunk of 128: 1000 callbacks go in two pushes, each split in two shares
-    /// (one push a chunk would have made 16 batches of 64, each push a wake-up).
     /// A producer that stages the `HELP_AT`th timer since the inbox was last taken queues
     /// them itself (here no timer thread runs): a burst is filed by the thread that makes it,
     /// and the timer thread stays free to wake on time. Below that they wait in the inbox.
@@ -640,6 +636,10 @@ mod tests {
         shard.check_invariants();
     }
 
+    /// A drain of one shard with many due callbacks hands them to the workers in pushes of
+    /// at least `handoff_at` callbacks (512 for two workers) and the rest at its end, not one
+    /// push a drained chunk of 128: 1000 callbacks go in two pushes, each split in two shares
+    /// (one push a chunk would have made 16 batches of 64, each push a wake-up).
     #[cfg(not(loom))]
     #[test]
     fn a_drain_hands_its_callbacks_on_in_few_pushes() {

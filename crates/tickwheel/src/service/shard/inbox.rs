@@ -308,10 +308,10 @@ impl Shard {
     /// Queues every staged timer, oldest first, [`FLUSH_CHUNK`] a lock hold, unless `stop`
     /// says to stop between two chunks (a tick has begun whose timers come first): the end
     /// of a drain. The inbox is taken once, at the first chunk: what a producer stages
-    /// meanwhile waits for the next drain (or the producer queues it at [`HELP_AT`]). Taking it again after
-    /// every chunk would chase a busy producer, handing it back a buffer the timer thread has
-    /// just read every few hundred timers, so that most of its stages write to a cache line
-    /// the other core holds. What stays is still covered by `earliest`.
+    /// meanwhile waits for the next drain (or for the producer, at [`HELP_AT`]). Taking it
+    /// again after every chunk would chase a busy producer, handing it back a buffer the timer
+    /// thread has just read every few hundred timers, so that most of its stages write to a
+    /// cache line the other core holds. What stays is still covered by `earliest`.
     pub(crate) fn flush_staged(&self, stop: impl Fn() -> bool) {
         self.queue_staged(|| self.lock_drain(), stop);
     }
