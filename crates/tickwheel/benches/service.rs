@@ -325,9 +325,9 @@ fn detached(service: &Arc<TimerService>, p: u64, ops: u64) -> Duration {
 }
 
 /// W4's burst on virtual time: one thread schedules `N` detached timers with delays in
-/// [1, 1000] ms on a `ManualClock` (the timer thread takes them in meanwhile, as it does in
-/// W4), then moves the clock past them and `settle()`s, which runs every callback on the
-/// calling thread (no workers). So the span covers staging, filing and firing, not waiting.
+/// [1, 1000] ms on a `ManualClock` (queuing them itself every 1024, as it does in W4), then
+/// moves the clock past them and `settle()`s, which runs every callback on the calling thread
+/// (no workers). So the span covers staging, filing and firing, not waiting.
 /// `floor_buckets` is the same work with nothing but vectors: a 24-byte closure record per
 /// timer (a code pointer and two words of state, as the service stores one), staged with its
 /// tick, filed into a vector a tick, called tick by tick.
