@@ -35,6 +35,16 @@ impl<T> FloorShared<T> {
         })
     }
 
+    /// Sleeps until millisecond `now_ms` has passed; `false`, without sleeping, once stopped.
+    fn sleep_past(&self, now_ms: usize) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let wake = self.base + MS * (now_ms as u32 + 1);
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        true
+    }
+
     /// Stages `task` in the 1 ms bucket where `deadline` has passed (rounded up, so a bucket
     /// never runs early).
     fn stage(&self, deadline: Instant, task: T) {
@@ -78,11 +88,9 @@ fn floor_loop<T>(shared: &FloorShared<T>, mut due: impl FnMut(&Log, Vec<T>)) {
             }
         }
         next = next.max(now_ms.min(buckets.len()));
-        if shared.stop.load(Ordering::Acquire) {
+        if !shared.sleep_past(now_ms) {
             return;
         }
-        let wake = shared.base + MS * (now_ms as u32 + 1);
-        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
 }
 
@@ -121,11 +129,9 @@ fn indexed_loop(shared: &FloorShared<Task>) {
             }
         }
         next = next.max(now_ms.min(buckets.len()));
-        if shared.stop.load(Ordering::Acquire) {
+        if !shared.sleep_past(now_ms) {
             return;
         }
-        let wake = shared.base + MS * (now_ms as u32 + 1);
-        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
 }
 

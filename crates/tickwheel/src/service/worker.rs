@@ -277,10 +277,10 @@ pub(crate) fn run(
 
 /// When a thread running a list of callbacks reads the clock for their lateness: before the
 /// first, then once per [`LATENESS_READ_NS`] of callbacks by the estimate of what one costs.
-/// A clock read costs tens of nanoseconds on a virtual machine, as much as a short callback;
-/// a callback's lateness is then the time since its tick at the last read, at most about
-/// [`LATENESS_READ_NS`] early while the estimate holds (one callback's run time when it does
-/// not), and never late.
+/// A clock read costs tens of nanoseconds on a virtual machine, as much as a short callback.
+/// A callback's lateness is then the time from its tick to the last read: short of the real
+/// one by at most about [`LATENESS_READ_NS`] while the estimate holds (by the run time of the
+/// callbacks since the read when it does not), never over it.
 pub(crate) struct Lateness {
     now: Option<Instant>,
     /// Callbacks left to run before the next read.
@@ -360,8 +360,8 @@ mod tests {
     }
 
     /// A list of callbacks reads the clock before the first and then once per
-    /// `LATENESS_READ_NS` of them by the cost estimate (a table), so a lateness is never
-    /// taken from a later read than its callback's start.
+    /// `LATENESS_READ_NS` of them by the cost estimate (a table); the instants handed out
+    /// never go back.
     #[cfg(not(loom))]
     #[test]
     fn lateness_reads_the_clock_once_per_10_us_of_callbacks() {

@@ -117,12 +117,18 @@ impl Calendar {
     pub(crate) fn take(&mut self) -> Option<Callback> {
         let i = index(self.base);
         let callback = self.buckets.get_mut(i)?.pop_front()?;
-        self.len -= 1;
+        self.taken(i, 1);
+        Some(callback)
+    }
+
+    /// Counts `n` timers taken from bucket `i`, clearing its occupancy bit once it is empty.
+    #[inline]
+    fn taken(&mut self, i: usize, n: usize) {
+        self.len -= n;
         if self.buckets[i].is_empty() {
             self.occupied[i / 64] &= !(1 << (i % 64));
             self.first = None;
         }
-        Some(callback)
     }
 
     /// Moves up to `limit` timers of the first tick due by `now`, in sequence order, to
@@ -135,27 +141,8 @@ impl Calendar {
         };
         self.base = tick;
         let i = index(tick);
-        let bucket = &mut self.buckets[i];
-        let end = bucket.slots.len().min(bucket.head.saturating_add(limit));
-        let taken = end - bucket.head;
-        jobs.extend(
-            bucket.slots[bucket.head..end]
-                .iter_mut()
-                .filter_map(|slot| {
-                    Some(Job {
-                        callback: slot.callback.take()?,
-                        deadline: tick,
-                    })
-                }),
-        );
-        bucket.head = end;
-        if bucket.head == bucket.slots.len() {
-            bucket.slots.clear();
-            bucket.head = 0;
-            self.occupied[i / 64] &= !(1 << (i % 64));
-            self.first = None;
-        }
-        self.len -= taken;
+        let taken = self.buckets[i].take_into(limit, tick, jobs);
+        self.taken(i, taken);
         taken
     }
 
@@ -323,12 +310,32 @@ impl Bucket {
     fn pop_front(&mut self) -> Option<Callback> {
         let callback = self.slots.get_mut(self.head)?.callback.take();
         self.head += 1;
+        self.clear_if_taken();
+        callback
+    }
+
+    /// Moves up to `limit` timers held, in order, to `jobs` as due at `tick`; returns how many.
+    fn take_into(&mut self, limit: usize, tick: u64, jobs: &mut Vec<Job>) -> usize {
+        let end = self.slots.len().min(self.head.saturating_add(limit));
+        let taken = end - self.head;
+        jobs.extend(self.slots[self.head..end].iter_mut().filter_map(|slot| {
+            Some(Job {
+                callback: slot.callback.take()?,
+                deadline: tick,
+            })
+        }));
+        self.head = end;
+        self.clear_if_taken();
+        taken
+    }
+
+    /// Clears the vector, its capacity kept, once every slot is taken: nothing to drop.
+    #[inline]
+    fn clear_if_taken(&mut self) {
         if self.head == self.slots.len() {
-            // Every slot is taken: nothing to drop, the capacity stays for the next use.
             self.slots.clear();
             self.head = 0;
         }
-        callback
     }
 
     /// Takes every timer held, in order.
