@@ -285,6 +285,17 @@ fn caveats(s: &Settings) -> Vec<String> {
     }
     if w4
         && s.entrants
+            .contains(&Entrant::Service(ServiceEntrant::FloorDirect))
+    {
+        notes.push(
+            "floor-direct is floor-closures whose producer files each record in its \
+             millisecond's vector itself, under one mutex, so that its thread only runs them: \
+             not a timer either, the floor of a design whose producers file their own tasks"
+                .to_owned(),
+        );
+    }
+    if w4
+        && s.entrants
             .iter()
             .any(|e| matches!(e, Entrant::Service(s) if s.is_tickwheel()))
     {

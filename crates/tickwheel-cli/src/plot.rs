@@ -43,6 +43,8 @@ fn service_color(entrant: ServiceEntrant) -> RGBColor {
         ServiceEntrant::FloorWorkers => queue_color(QueueEntrant::PriorityQueue),
         ServiceEntrant::FloorClosures => queue_color(QueueEntrant::SlimWheel),
         ServiceEntrant::FloorIndexed => queue_color(QueueEntrant::IdWheel),
+        // No queue entrant is like it: an olive of its own.
+        ServiceEntrant::FloorDirect => RGBColor(128, 128, 0),
     }
 }
 

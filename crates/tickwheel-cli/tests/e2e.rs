@@ -46,7 +46,7 @@ const FUTURES: [&str; 5] = [
     "async-io",
     "no-timer",
 ];
-const SERVICES: [&str; 10] = [
+const SERVICES: [&str; 11] = [
     "tickwheel-service",
     "tickwheel-service-handle",
     "tickwheel-service-here",
@@ -57,6 +57,7 @@ const SERVICES: [&str; 10] = [
     "floor-workers",
     "floor-closures",
     "floor-indexed",
+    "floor-direct",
 ];
 
 fn read_json(path: &Path) -> Value {

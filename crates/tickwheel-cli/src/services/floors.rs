@@ -3,7 +3,8 @@
 //! runs each bucket on its own thread; [`FloorWorkers`] hands the buckets to workers instead;
 //! [`FloorClosures`] stores with each task the callback record any callback service must
 //! store, instead of a bare id, and [`FloorClosures::indexed`] keeps those records where the
-//! producer wrote them and files their indices instead.
+//! producer wrote them and files their indices instead. [`FloorDirect`] has the producer file
+//! each callback record in its millisecond's vector itself, so its thread only runs them.
 
 use super::{Log, RealTimeTimer};
 use crate::error::{Error, Result};
@@ -263,6 +264,99 @@ impl RealTimeTimer for FloorClosures {
 
     fn shutdown(self: Box<Self>) {
         self.floor.stop();
+    }
+}
+
+/// [`FloorDirect`]'s state: the vector of each millisecond from the first not yet run on,
+/// which the producer files into and the thread takes due ones out of, under one mutex.
+struct DirectBuckets {
+    buckets: VecDeque<Vec<Task>>,
+    /// The millisecond of `buckets[0]`.
+    first: usize,
+}
+
+/// [`FloorClosures`]' callback records filed by the producer itself: a schedule locks the
+/// buckets and appends its task to the vector of its millisecond (or of the first one not yet
+/// run, if that has passed); the thread takes each due vector out under the lock, runs it
+/// and sleeps to the next millisecond. So the thread stays as light as [`BucketFloor`]'s and
+/// the producer pays for filing, as a service whose producers file their own bursts does
+/// (tickwheel's `TimerService`, see its `HELP_AT`). Not a timer either: no cancel, no order
+/// within a millisecond.
+pub struct FloorDirect {
+    shared: Arc<FloorShared<Task>>,
+    buckets: Arc<Mutex<DirectBuckets>>,
+    thread: Option<JoinHandle<()>>,
+    log: OnceLock<&'static Log>,
+}
+
+impl FloorDirect {
+    /// Starts the thread.
+    pub fn new() -> Result<FloorDirect> {
+        let shared = FloorShared::new();
+        let buckets = Arc::new(Mutex::new(DirectBuckets {
+            buckets: VecDeque::new(),
+            first: 0,
+        }));
+        let (worker, due) = (Arc::clone(&shared), Arc::clone(&buckets));
+        let thread = std::thread::Builder::new()
+            .name("floor-direct".into())
+            .spawn(move || direct_loop(&worker, &due))
+            .map_err(|e| Error::io("cannot start a floor's thread", e))?;
+        Ok(FloorDirect {
+            shared,
+            buckets,
+            thread: Some(thread),
+            log: OnceLock::new(),
+        })
+    }
+}
+
+/// [`FloorDirect`]'s thread: takes every vector whose millisecond has started out of the
+/// buckets, runs their tasks, sleeps to the next millisecond; until stopped.
+fn direct_loop(shared: &FloorShared<Task>, buckets: &Mutex<DirectBuckets>) {
+    let mut due = Vec::new();
+    loop {
+        let now_ms = (shared.base.elapsed().as_nanos() / MS.as_nanos()) as usize;
+        {
+            let mut b = buckets.lock().unwrap_or_else(PoisonError::into_inner);
+            while b.first <= now_ms {
+                let Some(bucket) = b.buckets.pop_front() else {
+                    b.first = now_ms + 1;
+                    break;
+                };
+                b.first += 1;
+                due.push(bucket);
+            }
+        }
+        for task in due.drain(..).flatten() {
+            (task.call)(task.log, task.id);
+        }
+        if !shared.sleep_past(now_ms) {
+            return;
+        }
+    }
+}
+
+impl RealTimeTimer for FloorDirect {
+    fn schedule(&self, id: u32, deadline: Instant, log: &Arc<Log>) {
+        // Captured as the tickwheel entrants capture it (see `adapters::leaked`).
+        let log = super::adapters::leaked(&self.log, log);
+        let after = deadline.saturating_duration_since(self.shared.base);
+        let ms = after.as_nanos().div_ceil(MS.as_nanos()) as usize;
+        let mut b = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = ms.saturating_sub(b.first);
+        if b.buckets.len() <= at {
+            b.buckets.resize_with(at + 1, Vec::new);
+        }
+        let call = Log::fire;
+        b.buckets[at].push(Task { call, log, id });
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

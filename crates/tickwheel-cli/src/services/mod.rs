@@ -74,11 +74,15 @@ pub enum ServiceEntrant {
     /// producer's vectors and the buckets hold their places (see
     /// [`floors::FloorClosures::indexed`]).
     FloorIndexed,
+    /// A floor with callbacks filed by the producer: each schedule appends its callback
+    /// record to its millisecond's vector itself, and the floor's thread only runs them (see
+    /// [`floors::FloorDirect`]).
+    FloorDirect,
 }
 
 impl ServiceEntrant {
     /// All service entrants, in table order (tickwheel first, then peers).
-    pub const ALL: [ServiceEntrant; 10] = [
+    pub const ALL: [ServiceEntrant; 11] = [
         ServiceEntrant::TimerService,
         ServiceEntrant::TimerServiceHandles,
         ServiceEntrant::TimerServiceHere,
@@ -89,6 +93,7 @@ impl ServiceEntrant {
         ServiceEntrant::FloorWorkers,
         ServiceEntrant::FloorClosures,
         ServiceEntrant::FloorIndexed,
+        ServiceEntrant::FloorDirect,
     ];
 
     /// The name used on the command line, in tables and in files.
@@ -104,6 +109,7 @@ impl ServiceEntrant {
             ServiceEntrant::FloorWorkers => "floor-workers",
             ServiceEntrant::FloorClosures => "floor-closures",
             ServiceEntrant::FloorIndexed => "floor-indexed",
+            ServiceEntrant::FloorDirect => "floor-direct",
         }
     }
 
@@ -314,6 +320,7 @@ pub fn start(
         ServiceEntrant::FloorWorkers => Box::new(floors::FloorWorkers::new()?),
         ServiceEntrant::FloorClosures => Box::new(floors::FloorClosures::new()?),
         ServiceEntrant::FloorIndexed => Box::new(floors::FloorClosures::indexed()?),
+        ServiceEntrant::FloorDirect => Box::new(floors::FloorDirect::new()?),
     })
 }
 

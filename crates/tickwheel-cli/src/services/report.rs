@@ -134,8 +134,8 @@ pub fn table(samples: &[ServiceSample]) -> String {
             out,
             "resolution: tickwheel entrants {}; peers their own (tokio-sleep and \
              delayqueue-channel: tokio's 1 ms timer; binaryheap-thread: condvar timeouts, \
-             no tick; bucket-floor, floor-workers, floor-closures and \
-             floor-indexed: 1 ms buckets)",
+             no tick; bucket-floor, floor-workers, floor-closures, floor-indexed and \
+             floor-direct: 1 ms buckets)",
             ticks.join(", ")
         );
     }
