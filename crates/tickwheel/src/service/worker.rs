@@ -55,7 +55,7 @@ pub(crate) const SHARE_NS: u64 = 50_000;
 
 /// The cost of one callback assumed before the workers have measured any (1 µs: shares of
 /// 50 callbacks).
-const FIRST_COST_NS: u64 = 1_000;
+pub(crate) const FIRST_COST_NS: u64 = 1_000;
 
 /// How much running time of callbacks may pass between two clock reads for their lateness,
 /// by the workers' estimate ([`Lateness`]).
@@ -137,7 +137,7 @@ impl Dispatch {
     }
 
     /// Takes a batch of `n` callbacks that ran in `elapsed` into the estimate.
-    fn note_cost(&self, n: usize, elapsed: Duration) {
+    pub(crate) fn note_cost(&self, n: usize, elapsed: Duration) {
         let Some(n) = u64::try_from(n).ok().filter(|&n| n > 0) else {
             return;
         };
