@@ -1,6 +1,8 @@
 //! Connections to one server, a primary that Redis Sentinel watches, or a Redis Cluster;
 //! pipelines, and reply decoding.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
@@ -28,7 +30,46 @@ use tls::TlsFiles;
 pub(crate) enum Endpoint {
     Single(Box<Client>),
     Sentinel(Box<Sentinel>),
-    Cluster(Box<ClusterClient>, Vec<Client>),
+    Cluster(Arc<Seeds>, Vec<Client>),
+}
+
+/// A Redis Cluster's seed nodes, as one cluster client for each rotation of their list: each
+/// connection opened reads its slot map from the next seed in turn. `redis` reads a new
+/// connection's map from the first seed that answers, and a seed can answer with a stale one:
+/// a primary cut off from the rest of the Cluster still answers its clients, with the map from
+/// before its replica took over, until the partition heals. Opened always from the same first
+/// seed, every connection made again after an error would get that map again, and its calls
+/// would fail for as long as the partition lasts; in turn, the next one asks another seed.
+pub(crate) struct Seeds {
+    clients: Vec<ClusterClient>,
+    next: AtomicUsize,
+    /// The seed a subscription tries first next (see [`Endpoint::subscription`]).
+    next_subscription: AtomicUsize,
+}
+
+impl Seeds {
+    /// A new connection, its slot map read from the next seed in turn (the first seed
+    /// first).
+    pub(crate) fn connect(&self) -> RedisResult<ClusterConnection> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
+        self.clients[turn].get_connection()
+    }
+}
+
+/// A new connection with its read and write timeouts set to `timeout`.
+fn timed(con: RedisResult<Connection>, timeout: Duration) -> RedisResult<Connection> {
+    let con = con?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    Ok(con)
+}
+
+/// Whether a Cluster node says it is part of a Cluster in order (`CLUSTER INFO`:
+/// `cluster_state:ok`). A node cut off from the majority of the primaries says `fail` once
+/// the nodes' timeout has passed; so does one that sees a slot not served.
+pub(crate) fn cluster_ok(watch: &mut Connection) -> RedisResult<bool> {
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query(watch)?;
+    Ok(info.lines().any(|l| l.trim() == "cluster_state:ok"))
 }
 
 /// Whether an error leaves the connection it came on unfit for the next call: anything but
@@ -77,16 +118,24 @@ impl Endpoint {
             // No retries: `redis` sends a command again after an I/O error (on a new
             // connection), so a write that ran would run twice, and a `WAIT` on a fresh
             // connection confirms nothing. Redirections are followed by `send_pipe`.
-            let mut builder =
-                ClusterClientBuilder::new(nodes.iter().map(|c| c.get_connection_info().clone()))
-                    .connection_timeout(cfg.io_timeout)
-                    .response_timeout(cfg.io_timeout)
-                    .retries(0);
-            if let Some(tls) = &tls {
-                builder = tls::cluster(builder, tls, invalid)?;
-            }
-            let cluster = builder.build().map_err(|e| invalid(e.to_string()))?;
-            return Ok(Endpoint::Cluster(Box::new(cluster), nodes));
+            let client = |first: usize| {
+                let rotated = nodes[first..].iter().chain(&nodes[..first]);
+                let mut builder =
+                    ClusterClientBuilder::new(rotated.map(|c| c.get_connection_info().clone()))
+                        .connection_timeout(cfg.io_timeout)
+                        .response_timeout(cfg.io_timeout)
+                        .retries(0);
+                if let Some(tls) = &tls {
+                    builder = tls::cluster(builder, tls, invalid)?;
+                }
+                builder.build().map_err(|e| invalid(e.to_string()))
+            };
+            let seeds = Seeds {
+                clients: (0..nodes.len()).map(client).collect::<Result<_, _>>()?,
+                next: AtomicUsize::new(0),
+                next_subscription: AtomicUsize::new(0),
+            };
+            return Ok(Endpoint::Cluster(Arc::new(seeds), nodes));
         }
         if cfg.url.starts_with(SENTINEL_SCHEME) || cfg.url.starts_with(SENTINEL_TLS_SCHEME) {
             return Sentinel::parse(cfg).map(|s| Endpoint::Sentinel(Box::new(s)));
@@ -119,18 +168,14 @@ impl Endpoint {
         &self,
         timeout: Duration,
     ) -> RedisResult<(Connection, Option<String>)> {
-        let timed = |con: Connection| -> RedisResult<Connection> {
-            con.set_read_timeout(Some(timeout))?;
-            con.set_write_timeout(Some(timeout))?;
-            Ok(con)
-        };
+        let timed = |con: RedisResult<Connection>| timed(con, timeout);
         match self {
-            Endpoint::Single(c) => Ok((timed(c.get_connection_with_timeout(timeout)?)?, None)),
+            Endpoint::Single(c) => Ok((timed(c.get_connection_with_timeout(timeout))?, None)),
             Endpoint::Sentinel(s) => s.connect(timeout).map(|(con, addr)| (con, Some(addr))),
             Endpoint::Cluster(_, nodes) => {
                 let mut last = None;
                 for c in nodes {
-                    match c.get_connection_with_timeout(timeout).and_then(timed) {
+                    match timed(c.get_connection_with_timeout(timeout)) {
                         Ok(con) => return Ok((con, None)),
                         Err(e) => last = Some(e),
                     }
@@ -143,6 +188,38 @@ impl Endpoint {
     /// Under Sentinel, whether the primary that this endpoint's last connection reached is
     /// no longer the primary (asked at most every second: see `Sentinel::moved`): its
     /// owner then drops that connection. Every owner of a connection asks before it uses it.
+    /// A connection to subscribe with: [`plain_connection`](Self::plain_connection)'s, and on a
+    /// Cluster a second one to the same node, to ask it whether it is part of a Cluster in
+    /// order ([`cluster_ok`]). A node cut off from the rest of the Cluster still answers its
+    /// clients, but a `PUBLISH` made on the other side of the cut no longer reaches it: a
+    /// subscription there hears nothing of it, with no error. Each subscription tries the
+    /// seeds from the one after the last subscription's, so that one made again after its node
+    /// went wrong goes to another node.
+    pub(crate) fn subscription(
+        &self,
+        timeout: Duration,
+    ) -> RedisResult<(Connection, Option<Connection>)> {
+        let Endpoint::Cluster(seeds, nodes) = self else {
+            return Ok((self.plain_connection(timeout)?.0, None));
+        };
+        let first = seeds.next_subscription.fetch_add(1, Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..nodes.len() {
+            let node = &nodes[(first + i) % nodes.len()];
+            let pair = timed(node.get_connection_with_timeout(timeout), timeout).and_then(|con| {
+                Ok((
+                    con,
+                    timed(node.get_connection_with_timeout(timeout), timeout)?,
+                ))
+            });
+            match pair {
+                Ok((con, watch)) => return Ok((con, Some(watch))),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("a cluster URL names at least one node"))
+    }
+
     pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
         match self {
             Endpoint::Sentinel(s) => s.moved(timeout),
@@ -172,11 +249,11 @@ pub(crate) enum Link {
     Cluster(Box<ClusterLink>),
 }
 
-/// A Cluster connection, and its client to open it again with a fresh slot map (it is built
+/// A Cluster connection, and the seeds to open it again with a fresh slot map (it is built
 /// without retries, so it never follows a redirection itself: see [`Endpoint::of`]).
 pub(crate) struct ClusterLink {
     pub(crate) con: ClusterConnection,
-    pub(crate) client: ClusterClient,
+    pub(crate) seeds: Arc<Seeds>,
     /// For the plain connection a command redirected by `ASK` goes through.
     pub(crate) io_timeout: Duration,
 }
@@ -215,16 +292,16 @@ impl Con {
         }
     }
 
-    /// A connection to a Cluster, opened by `client`.
+    /// A connection to a Cluster, opened from `seeds`.
     pub(crate) fn cluster(
-        client: &ClusterClient,
+        seeds: &Arc<Seeds>,
         io_timeout: Duration,
         confirm: Option<Confirm>,
     ) -> RedisResult<Con> {
         Ok(Con {
             link: Link::Cluster(Box::new(ClusterLink {
-                con: client.get_connection()?,
-                client: client.clone(),
+                con: seeds.connect()?,
+                seeds: Arc::clone(seeds),
                 io_timeout,
             })),
             confirm,

@@ -482,6 +482,16 @@ impl RedisServer {
 mod sentinel;
 pub use sentinel::{Promotion, RedisSentinel};
 
+/// Refuses fewer than 3 primaries, as Redis Cluster does.
+fn enough_primaries(primaries: usize) -> Result<(), Error> {
+    if primaries < 3 {
+        return Err(Error::Server(
+            "a Redis Cluster needs at least 3 nodes".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A Redis Cluster of private `redis-server` nodes (each as [`RedisServer`] starts one, with
 /// `--cluster-enabled yes` and its `nodes.conf` in its own directory), its slots spread evenly
 /// over the primaries by `redis-cli --cluster create`; no replicas ([`start`](RedisCluster::start))
@@ -507,13 +517,36 @@ impl RedisCluster {
     /// which node serves which) and waits until every node reports `cluster_state:ok` and
     /// every replica's link to its primary is up.
     pub fn start_with_replicas(primaries: usize, replicas: usize) -> Result<RedisCluster, Error> {
-        if primaries < 3 {
-            return Err(Error::Server(
-                "a Redis Cluster needs at least 3 nodes".into(),
-            ));
-        }
+        enough_primaries(primaries)?;
         let nodes = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(true))
+            .collect::<Result<Vec<_>, _>>()?;
+        RedisCluster::form(nodes, replicas)
+    }
+
+    /// [`start_with_replicas`](Self::start_with_replicas), with each node's cluster bus behind
+    /// a port of the caller's: `behind(bus)` gets the port a node's bus listens on
+    /// (`cluster-port`) and returns the port the node announces for it
+    /// (`cluster-announce-bus-port`: a proxy to `bus`, say), so that every link between two
+    /// nodes goes through the caller's ports from the start (for partition tests).
+    pub fn start_with_replicas_behind(
+        primaries: usize,
+        replicas: usize,
+        mut behind: impl FnMut(u16) -> u16,
+    ) -> Result<RedisCluster, Error> {
+        enough_primaries(primaries)?;
+        let nodes = (0..primaries * (1 + replicas))
+            .map(|_| {
+                let bus = free_port()?;
+                let announced = behind(bus);
+                let args = [
+                    "--cluster-port".to_string(),
+                    bus.to_string(),
+                    "--cluster-announce-bus-port".to_string(),
+                    announced.to_string(),
+                ];
+                RedisServer::start_as(true, args.to_vec(), None, None)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         RedisCluster::form(nodes, replicas)
     }
@@ -523,11 +556,7 @@ impl RedisCluster {
     /// node answers a TLS client with its nodes' TLS ports ([`tls_seeds`](Self::tls_seeds)),
     /// a plain one with their plain ports.
     pub fn start_tls(primaries: usize, certs: &Path) -> Result<RedisCluster, Error> {
-        if primaries < 3 {
-            return Err(Error::Server(
-                "a Redis Cluster needs at least 3 nodes".into(),
-            ));
-        }
+        enough_primaries(primaries)?;
         let tls_bus = ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from);
         let nodes = (0..primaries)
             .map(|_| RedisServer::start_as(true, tls_bus.to_vec(), None, Some(certs)))

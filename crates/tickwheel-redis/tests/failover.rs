@@ -8,13 +8,16 @@
 
 #[path = "common/load.rs"]
 mod load;
+#[path = "common/partition.rs"]
+mod partition;
 #[path = "common/proxy.rs"]
 mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use partition::Partition;
 use proxy::{Proxy, Verdict};
 
 use tickwheel_redis::server::RedisCluster;
@@ -610,6 +613,16 @@ fn under_load(what: &str, ns: &str, fault: impl FnOnce(&mut RedisCluster) -> Ins
         Ok(c) => c,
         Err(e) => panic!("cannot run the Redis Cluster failover test: {e}"),
     };
+    under_load_on(&mut c, what, ns, fault);
+}
+
+/// [`under_load`] on a Cluster already started.
+fn under_load_on(
+    c: &mut RedisCluster,
+    what: &str,
+    ns: &str,
+    fault: impl FnOnce(&mut RedisCluster) -> Instant,
+) {
     let mut cfg = Config::cluster(&c.seeds(), ns);
     cfg.shards = SHARDS;
     cfg.io_timeout = Duration::from_secs(1);
@@ -626,10 +639,112 @@ fn under_load(what: &str, ns: &str, fault: impl FnOnce(&mut RedisCluster) -> Ins
     let mut inspector = Inspector::connect(&cfg).unwrap();
     p.schedule("far", RunAt::AtMillis(4_000_000_000_000), b"x")
         .unwrap();
-    let run = load::run(&cfg, &load, || fault(&mut c));
+    let run = load::run(&cfg, &load, || fault(c));
     let f = load::report(&format!("{what} (Cluster, {confirm} confirming)"), &run);
     load::judged_with_logs(c.nodes(), || f.assert_target(confirm, FOLLOW));
     let stats = inspector.stats().unwrap();
     assert_eq!((stats.pending(), stats.in_flight()), (1, 0), "{stats:?}");
     assert!(inspector.show("far").unwrap().is_some());
+}
+
+/// A primary cut off from the rest of the Cluster while its clients still reach it (a
+/// partition with the clients on the primary's side), under load (3 primaries with two
+/// replicas each, so that the promoted one keeps one to confirm writes): the other nodes mark
+/// it failed after the nodes' timeout (3 s) and promote its
+/// replica, while the old primary goes on answering its clients; healed 5 s after the
+/// promotion, it learns of the newer configuration and replicates the new primary, dropping
+/// what it took meanwhile. Every call must follow the new primary within [`FOLLOW`], though
+/// a client may ask the old one for the slot map (it answers with the map from before the
+/// promotion); and with a replica confirming each write (the default here), a write the old
+/// primary takes once its replica has left it is never confirmed, so nothing a producer was
+/// told is stored is lost. The cut is on the cluster bus (the replication link stays until the
+/// promoted replica drops it): every node's bus is behind a proxy that the node announces;
+/// the old primary's proxy closes every link, the others' the links the old primary opened
+/// (its node ID is in the header of the first message it sends on one).
+#[test]
+fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
+    // The node to cut off, once known, and its ID.
+    let cut_off: Arc<OnceLock<(usize, Vec<u8>)>> = Arc::default();
+    let mut proxies = Vec::new();
+    let mut c = RedisCluster::start_with_replicas_behind(3, 2, |bus| {
+        let (node, cut_off) = (proxies.len(), cut_off.clone());
+        // A bus message's header: "RCmb", 36 bytes, then the sender's 40-byte node ID.
+        let proxy = Partition::start(bus, move |first| {
+            cut_off
+                .get()
+                .is_some_and(|(n, id)| *n == node || first.get(40..80) == Some(&id[..]))
+        });
+        let port = proxy.port;
+        proxies.push(proxy);
+        port
+    })
+    .unwrap_or_else(|e| panic!("cannot run the Redis Cluster partition test: {e}"));
+    let old = (0..c.nodes().len())
+        .find(|&n| c.is_primary(n).unwrap())
+        .unwrap();
+    let replicas: Vec<usize> = c
+        .replicas()
+        .unwrap()
+        .into_iter()
+        .filter(|&r| c.primary_of(r).unwrap() == old)
+        .collect();
+    assert_eq!(replicas.len(), 2, "the primary's replicas");
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(
+            &mut redis::Client::open(c.nodes()[old].url().as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    cut_off.set((old, id.into_bytes())).unwrap();
+    let mut healed = None;
+    under_load_on(&mut c, "partitioned primary", "cut", |c| {
+        proxies.iter().for_each(Partition::cut);
+        let cut = Instant::now();
+        let promoted =
+            |c: &RedisCluster| replicas.iter().any(|&r| c.is_primary(r).unwrap_or(false));
+        while !promoted(c) || !majority_ok(c, old) {
+            assert!(
+                cut.elapsed() < Duration::from_secs(30),
+                "no replica was promoted within 30 s of the cut"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let ready = Instant::now();
+        // The old primary still answers as one: the clients on its side can still reach it.
+        assert!(
+            c.is_primary(old).unwrap(),
+            "the partitioned primary stopped answering as a primary"
+        );
+        eprintln!("cut to the new primary ready: {:?}", ready - cut);
+        std::thread::sleep(Duration::from_secs(5));
+        proxies.iter().for_each(Partition::heal);
+        healed = Some(Instant::now());
+        ready
+    });
+    // Healed, the old primary learns of the newer configuration: no second primary stays.
+    let healed = healed.unwrap();
+    while c.is_primary(old).unwrap() {
+        assert!(
+            healed.elapsed() < Duration::from_secs(60),
+            "the old primary is still a primary 60 s after the partition healed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the old primary no longer a primary {:?} after the partition healed",
+        healed.elapsed()
+    );
+}
+
+/// Whether every node but `cut_off` reports `cluster_state:ok`.
+fn majority_ok(c: &RedisCluster, cut_off: usize) -> bool {
+    (0..c.nodes().len()).filter(|&n| n != cut_off).all(|n| {
+        redis::Client::open(c.nodes()[n].url().as_str())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut con| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut con))
+            .is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_state:ok"))
+    })
 }

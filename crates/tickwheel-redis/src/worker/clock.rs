@@ -242,7 +242,7 @@ struct ClusterProbe {
 
 impl ClusterProbe {
     /// One round: a reading of every primary's clock, each filed under the node it names.
-    fn probe(&mut self, client: &redis::cluster::ClusterClient, clock: &ServerClock) {
+    fn probe(&mut self, seeds: &crate::connection::Seeds, clock: &ServerClock) {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
         if self.round % RELEARN_ROUNDS == 0 {
             // A connection reads its slot map only when it opens, and a graceful failover
@@ -251,7 +251,7 @@ impl ClusterProbe {
             self.con = None;
         }
         if self.con.is_none() {
-            self.con = client.get_connection().ok();
+            self.con = seeds.connect().ok();
             self.primaries.clear();
         }
         let Some(c) = self.con.as_mut() else {

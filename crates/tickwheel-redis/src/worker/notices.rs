@@ -112,7 +112,7 @@ pub(crate) fn subscribe_loop(
     while !stop.load(Ordering::SeqCst) {
         let mut up = false;
         let r = (|| -> redis::RedisResult<()> {
-            let (mut con, _) = client.plain_connection(io_timeout)?;
+            let (mut con, mut watch) = client.subscription(io_timeout)?;
             con.set_read_timeout(Some(READ_TIMEOUT))?;
             let mut ps = con.as_pubsub();
             ps.subscribe(&channel)?;
@@ -138,13 +138,26 @@ pub(crate) fn subscribe_loop(
                 // A node that stops answering (hung, stopped, cut off) raises no error on a
                 // connection that only reads: silence looks like no news. Each second it must
                 // answer a `PING` within the I/O timeout, or the subscription says `Down` and
-                // is made again (on a Cluster, to the first seed that answers: every node
-                // hears every `PUBLISH`).
+                // is made again (on a Cluster, to the next seed in turn that answers: every
+                // node of a Cluster in order hears every `PUBLISH`).
                 if pinged.elapsed() >= PING_EVERY {
                     ps.set_read_timeout(Some(io_timeout))?;
                     ps.ping::<Value>()?;
                     ps.set_read_timeout(Some(READ_TIMEOUT))?;
                     pinged = Instant::now();
+                    // On a Cluster, a node cut off from the others still answers, but hears
+                    // no `PUBLISH` made on their side: it must say the Cluster is in order,
+                    // or the subscription is made again on another node (and, down and up
+                    // again, the worker reads its windows again, finding what it missed).
+                    if let Some(watch) = watch.as_mut() {
+                        if !crate::connection::cluster_ok(watch)? {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::NotConnected,
+                                "the subscription's node is not in a Cluster in order",
+                            )
+                            .into());
+                        }
+                    }
                 }
                 match ps.get_message() {
                     Ok(msg) => {

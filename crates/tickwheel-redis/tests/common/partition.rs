@@ -3,55 +3,74 @@
 //! those whose client identifies itself as the rule says) and closes each new one as soon
 //! as it identifies, until [`Partition::heal`]. Closing rather than dropping packets: the
 //! peers notice at once (as behind a firewall that rejects), where a silent drop would
-//! leave the test waiting for their timeouts.
+//! leave the test waiting for their timeouts. The rule is asked at the cut (and of a new
+//! connection while cut), so it may depend on what the test learned after the connections
+//! were made (which node to cut off, say).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
+/// Says of the first bytes a client sent whether a cut isolates its connection.
+type Isolated = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// How many of the first bytes a client sends are kept for the rule.
+const FIRST: usize = 256;
+
 #[derive(Default)]
 struct Links {
     cut: bool,
-    /// Both streams of every isolated connection made so far.
-    isolated: Vec<(TcpStream, TcpStream)>,
+    /// Every connection open: the first bytes its client sent and both its streams.
+    open: Vec<(Vec<u8>, TcpStream, TcpStream)>,
 }
 
 pub struct Partition {
     pub port: u16,
     links: Arc<Mutex<Links>>,
+    isolated: Isolated,
 }
 
 impl Partition {
     /// Listens on a loopback port of its own and proxies each connection to port `to`; a
     /// connection is isolated by a cut when `isolated` says so of the first bytes its
-    /// client sends.
-    pub fn start(to: u16, isolated: fn(&[u8]) -> bool) -> Partition {
+    /// client sent.
+    pub fn start(to: u16, isolated: impl Fn(&[u8]) -> bool + Send + Sync + 'static) -> Partition {
+        let isolated: Isolated = Arc::new(isolated);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let links: Arc<Mutex<Links>> = Arc::default();
-        let shared = links.clone();
+        let (shared, rule) = (links.clone(), isolated.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
                     continue;
                 };
-                let links = shared.clone();
-                std::thread::spawn(move || proxy(client, server, &links, isolated));
+                let (links, rule) = (shared.clone(), rule.clone());
+                std::thread::spawn(move || proxy(client, server, &links, &*rule));
             }
         });
-        Partition { port, links }
+        Partition {
+            port,
+            links,
+            isolated,
+        }
     }
 
     /// Cuts the isolated connections, and every new one that identifies as isolated.
     pub fn cut(&self) {
         let mut links = self.links.lock().unwrap();
         links.cut = true;
-        for (a, b) in links.isolated.drain(..) {
+        let isolated = &*self.isolated;
+        links.open.retain(|(first, a, b)| {
+            if !isolated(first) {
+                return true;
+            }
             let _ = a.shutdown(Shutdown::Both);
             let _ = b.shutdown(Shutdown::Both);
-        }
+            false
+        });
     }
 
     /// Lets new connections through again.
@@ -64,7 +83,7 @@ fn proxy(
     mut client: TcpStream,
     mut server: TcpStream,
     links: &Mutex<Links>,
-    isolated: fn(&[u8]) -> bool,
+    isolated: &(dyn Fn(&[u8]) -> bool + Send + Sync),
 ) {
     let mut buf = [0u8; 65536];
     let n = match client.read(&mut buf) {
@@ -73,16 +92,17 @@ fn proxy(
     };
     {
         let mut links = links.lock().unwrap();
-        if isolated(&buf[..n]) {
-            if links.cut {
-                let _ = client.shutdown(Shutdown::Both);
-                let _ = server.shutdown(Shutdown::Both);
-                return;
-            }
-            links
-                .isolated
-                .push((client.try_clone().unwrap(), server.try_clone().unwrap()));
+        if links.cut && isolated(&buf[..n]) {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+            return;
         }
+        let first = buf[..n.min(FIRST)].to_vec();
+        links.open.push((
+            first,
+            client.try_clone().unwrap(),
+            server.try_clone().unwrap(),
+        ));
     }
     if server.write_all(&buf[..n]).is_err() {
         return;

@@ -184,7 +184,7 @@ fn cluster_wait(
         Ok(counted) => (counted, None),
         Err(e) => {
             // Best effort: if it cannot be opened now, the next call's probes will.
-            if let Ok(fresh) = link.client.get_connection() {
+            if let Ok(fresh) = link.seeds.connect() {
                 link.con = fresh;
             }
             (Counted::default(), Some(e))
@@ -355,7 +355,7 @@ pub(super) fn any_primary(c: &mut ClusterLink, cmd: &Cmd) -> RedisResult<Value> 
     match c.con.route_command(cmd, any.clone()) {
         Ok(v) => Ok(v),
         Err(_) => {
-            c.con = c.client.get_connection()?;
+            c.con = c.seeds.connect()?;
             c.con.route_command(cmd, any)
         }
     }
@@ -412,7 +412,7 @@ fn check_slots<'a>(c: &mut ClusterLink, cmds: impl Iterator<Item = &'a Cmd>) -> 
                 pause(round);
             }
             // A fresh slot map.
-            c.con = c.client.get_connection()?;
+            c.con = c.seeds.connect()?;
             last = Some(err);
         } else if !noscript {
             // Only `ASK`s: the slots are known.
