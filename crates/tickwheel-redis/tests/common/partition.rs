@@ -11,6 +11,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Says of the first bytes a client sent whether a cut isolates its connection.
 type Isolated = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
@@ -77,6 +78,22 @@ impl Partition {
     pub fn heal(&self) {
         self.links.lock().unwrap().cut = false;
     }
+}
+
+/// Waits until the old primary of a partition healed at `healed` is a primary no longer
+/// (`still_primary` says whether it is), at most 60 s, and says how long that took.
+pub fn wait_demoted(healed: Instant, still_primary: impl Fn() -> bool) {
+    while still_primary() {
+        assert!(
+            healed.elapsed() < Duration::from_secs(60),
+            "the old primary is still a primary 60 s after the partition healed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the old primary no longer a primary {:?} after the partition healed",
+        healed.elapsed()
+    );
 }
 
 fn proxy(
