@@ -185,9 +185,6 @@ impl Endpoint {
         }
     }
 
-    /// Under Sentinel, whether the primary that this endpoint's last connection reached is
-    /// no longer the primary (asked at most every second: see `Sentinel::moved`): its
-    /// owner then drops that connection. Every owner of a connection asks before it uses it.
     /// A connection to subscribe with: [`plain_connection`](Self::plain_connection)'s, and on a
     /// Cluster a second one to the same node, to ask it whether it is part of a Cluster in
     /// order ([`cluster_ok`]). A node cut off from the rest of the Cluster still answers its
@@ -220,6 +217,9 @@ impl Endpoint {
         Err(last.expect("a cluster URL names at least one node"))
     }
 
+    /// Under Sentinel, whether the primary that this endpoint's last connection reached is
+    /// no longer the primary (asked at most every second: see `Sentinel::moved`): its
+    /// owner then drops that connection. Every owner of a connection asks before it uses it.
     pub(crate) fn primary_moved(&self, timeout: Duration) -> bool {
         match self {
             Endpoint::Sentinel(s) => s.moved(timeout),
