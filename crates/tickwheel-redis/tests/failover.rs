@@ -4,7 +4,8 @@
 //! (issue #35: bulk calls kept failing with `MOVED` for as long as the client lived). A
 //! Cluster of 3 primaries with a replica each, on loopback ports, on a manual clock. And a
 //! primary killed under load (producers scheduling, workers delivering), on the server's
-//! clock: the figures of the failover (tests/common/load.rs says what each one counts).
+//! clock: the figures of the failover (tests/common/load.rs says what each one counts). And a
+//! primary cut off from the rest of the Cluster with its clients, under load.
 
 #[path = "common/load.rs"]
 mod load;
@@ -650,17 +651,17 @@ fn under_load_on(
 /// A primary cut off from the rest of the Cluster while its clients still reach it (a
 /// partition with the clients on the primary's side), under load (3 primaries with two
 /// replicas each, so that the promoted one keeps one to confirm writes): the other nodes mark
-/// it failed after the nodes' timeout (3 s) and promote its
-/// replica, while the old primary goes on answering its clients; healed 5 s after the
-/// promotion, it learns of the newer configuration and replicates the new primary, dropping
-/// what it took meanwhile. Every call must follow the new primary within [`FOLLOW`], though
-/// a client may ask the old one for the slot map (it answers with the map from before the
-/// promotion); and with a replica confirming each write (the default here), a write the old
-/// primary takes once its replica has left it is never confirmed, so nothing a producer was
-/// told is stored is lost. The cut is on the cluster bus (the replication link stays until the
-/// promoted replica drops it): every node's bus is behind a proxy that the node announces;
-/// the old primary's proxy closes every link, the others' the links the old primary opened
-/// (its node ID is in the header of the first message it sends on one).
+/// it failed after the nodes' timeout (3 s) and promote one of its replicas, while the old
+/// primary goes on answering its clients; healed 5 s after the promotion, it learns of the
+/// newer configuration and replicates the new primary. Judged as [`under_load`] judges:
+/// every call follows the new primary within [`FOLLOW`] (though a client may read the old
+/// primary's stale slot map), and with a replica confirming each write (the default here)
+/// nothing a producer was told is stored is lost: nor stranded by a worker whose
+/// notifications came through the old primary, which hears no `PUBLISH` from the other side.
+/// The cut is on the cluster bus (the replication links stay until the promoted replica drops
+/// its own and the other follows it): every node's bus is behind a proxy that the node
+/// announces; the old primary's proxy closes every link, the others' the links the old
+/// primary opened (its node ID is in the header of the first message it sends on one).
 #[test]
 fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
     // The node to cut off, once known, and its ID.
