@@ -64,12 +64,23 @@ fn timed(con: RedisResult<Connection>, timeout: Duration) -> RedisResult<Connect
     Ok(con)
 }
 
-/// Whether a Cluster node says it is part of a Cluster in order (`CLUSTER INFO`:
-/// `cluster_state:ok`). A node cut off from the majority of the primaries says `fail` once
-/// the nodes' timeout has passed; so does one that sees a slot not served.
-pub(crate) fn cluster_ok(watch: &mut Connection) -> RedisResult<bool> {
-    let info: String = redis::cmd("CLUSTER").arg("INFO").query(watch)?;
-    Ok(info.lines().any(|l| l.trim() == "cluster_state:ok"))
+/// How a subscriber on a Cluster checks that its node hears the Cluster's `PUBLISH`es: a
+/// second connection to the node, to ask it whether the Cluster is in order (`CLUSTER
+/// INFO`: a node cut off from the majority of the primaries says `fail`, but only once the
+/// nodes' timeout has passed, 15 s by default), and a connection to another seed, if the URL
+/// names one, to publish probes through: a probe published there reaches the subscription
+/// within a round trip when the two nodes are linked, and never when they are not.
+pub(crate) struct Watch {
+    pub(crate) node: Connection,
+    pub(crate) through: Option<Connection>,
+}
+
+impl Watch {
+    /// Whether the node says its Cluster is in order (`CLUSTER INFO`: `cluster_state:ok`).
+    pub(crate) fn cluster_ok(&mut self) -> RedisResult<bool> {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut self.node)?;
+        Ok(info.lines().any(|l| l.trim() == "cluster_state:ok"))
+    }
 }
 
 /// Whether an error leaves the connection it came on unfit for the next call: anything but
@@ -186,31 +197,36 @@ impl Endpoint {
     }
 
     /// A connection to subscribe with: [`plain_connection`](Self::plain_connection)'s, and on a
-    /// Cluster a second one to the same node, to ask it whether it is part of a Cluster in
-    /// order ([`cluster_ok`]). A node cut off from the rest of the Cluster still answers its
-    /// clients, but a `PUBLISH` made on the other side of the cut no longer reaches it: a
-    /// subscription there hears nothing of it, with no error. Each subscription tries the
-    /// seeds from the one after the last subscription's, so that one made again after its node
-    /// went wrong goes to another node.
+    /// Cluster what the subscriber checks its node with ([`Watch`]). A node cut off from the
+    /// rest of the Cluster still answers its clients, but a `PUBLISH` made on the other side
+    /// of the cut no longer reaches it: a subscription there hears nothing of it, with no
+    /// error. Each subscription tries the seeds from the one after the last subscription's,
+    /// so that one made again after its node went wrong goes to another node.
     pub(crate) fn subscription(
         &self,
         timeout: Duration,
-    ) -> RedisResult<(Connection, Option<Connection>)> {
+    ) -> RedisResult<(Connection, Option<Watch>)> {
         let Endpoint::Cluster(seeds, nodes) = self else {
             return Ok((self.plain_connection(timeout)?.0, None));
         };
         let first = seeds.next_subscription.fetch_add(1, Ordering::Relaxed);
+        let open = |i: usize| {
+            timed(
+                nodes[i % nodes.len()].get_connection_with_timeout(timeout),
+                timeout,
+            )
+        };
         let mut last = None;
-        for i in 0..nodes.len() {
-            let node = &nodes[(first + i) % nodes.len()];
-            let pair = timed(node.get_connection_with_timeout(timeout), timeout).and_then(|con| {
-                Ok((
-                    con,
-                    timed(node.get_connection_with_timeout(timeout), timeout)?,
-                ))
-            });
+        for i in first..first + nodes.len() {
+            let pair = open(i).and_then(|con| Ok((con, open(i)?)));
             match pair {
-                Ok((con, watch)) => return Ok((con, Some(watch))),
+                Ok((con, node)) => {
+                    // The probes go through the first other seed that answers, if any.
+                    let through = (i + 1..i + nodes.len())
+                        .filter(|j| j % nodes.len() != i % nodes.len())
+                        .find_map(|j| open(j).ok());
+                    return Ok((con, Some(Watch { node, through })));
+                }
                 Err(e) => last = Some(e),
             }
         }

@@ -2,9 +2,14 @@
 //! (`redis-server --cluster-enabled yes` three times, then `redis-cli --cluster create`), on a
 //! manual clock. A missing `redis-server` or `redis-cli` fails the test loudly.
 
+#[path = "common/partition.rs"]
+mod partition;
+
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use partition::Partition;
 use tickwheel_redis::server::RedisCluster;
 use tickwheel_redis::{
     Config, Delivery, Inspector, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker,
@@ -315,5 +320,92 @@ fn a_subscription_whose_node_stops_answering_is_made_again_elsewhere() {
         "not delivered within {waited:?} of the subscribed node's stop"
     );
     eprintln!("delivered {waited:?} after the subscribed node stopped");
+    assert!(waited < Duration::from_secs(6), "{waited:?}");
+}
+
+/// As above, but the subscribed node keeps answering: it is cut off from the rest of the
+/// Cluster (its cluster bus behind a proxy that closes every link, the other nodes' behind
+/// proxies that close the links it opens), and the nodes' timeout is 30 s, so for that long it
+/// still says the Cluster is in order while it hears no `PUBLISH` made elsewhere. What finds
+/// it out is the probe the subscriber publishes each second through another seed. The first
+/// seed is a replica of a primary that does not serve the task's shard (its primary's
+/// `PUBLISH`es would reach it through replication).
+#[test]
+fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
+    let cut_off: Arc<OnceLock<(usize, Vec<u8>)>> = Arc::default();
+    let mut proxies = Vec::new();
+    let c = RedisCluster::start_with_replicas_behind(3, 1, |bus| {
+        let (node, cut_off) = (proxies.len(), cut_off.clone());
+        // A bus message's header: "RCmb", 36 bytes, then the sender's 40-byte node ID.
+        let proxy = Partition::start(bus, move |first| {
+            cut_off
+                .get()
+                .is_some_and(|(n, id)| *n == node || first.get(40..80) == Some(&id[..]))
+        });
+        let port = proxy.port;
+        proxies.push(proxy);
+        port
+    })
+    .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"));
+    c.config_set("cluster-node-timeout", "30000").unwrap();
+    let connect = |node: usize| {
+        redis::Client::open(c.nodes()[node].url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let replica = c.replicas().unwrap()[0];
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut connect(replica))
+        .unwrap();
+    let mut seeds = c.seeds();
+    seeds.swap(0, replica);
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&seeds, "cut");
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    cfg.io_timeout = Duration::from_millis(500);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let inspector = Inspector::connect(&cfg).unwrap();
+    let mut w = Worker::connect(&cfg).unwrap();
+    let mut got = BTreeMap::new();
+    for _ in 0..4 {
+        tick(&mut w, &mut got);
+        time.advance(Duration::from_millis(100));
+    }
+    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+    // A task id whose shard the replica's primary does not serve (it answers `MOVED`).
+    let mut primary = connect(c.primary_of(replica).unwrap());
+    let task = (0..)
+        .map(|i| format!("late{i}"))
+        .find(|id| {
+            let key = format!("tw:{{cut:{}}}:tasks", inspector.shard_of(id));
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query::<i64>(&mut primary)
+                .is_err()
+        })
+        .unwrap();
+
+    cut_off.set((replica, id.into_bytes())).unwrap();
+    proxies.iter().for_each(Partition::cut);
+    let cut = std::time::Instant::now();
+    p.schedule(&task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
+    time.set_ms(T0 + 3_000);
+    // About 2 s here: a probe a second, unheard for the I/O timeout, then the windows read
+    // anew through another node. Without the probe it comes only after the nodes' timeout.
+    while !got.contains_key(&task) && cut.elapsed() < Duration::from_secs(10) {
+        tick(&mut w, &mut got);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = cut.elapsed();
+    proxies.iter().for_each(Partition::heal);
+    assert_eq!(
+        got.get(&task),
+        Some(&1),
+        "not delivered within {waited:?} of the subscribed node's cut"
+    );
+    eprintln!("delivered {waited:?} after the subscribed node was cut off");
     assert!(waited < Duration::from_secs(6), "{waited:?}");
 }

@@ -98,8 +98,21 @@ pub(crate) fn parse_notice(b: &[u8]) -> Option<Vec<Notice>> {
 /// How long the subscription waits for a message before it looks at `stop` and the node again.
 const READ_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// How often the subscription's node must answer a `PING`.
+/// How often the subscription's node must answer a `PING` (and, on a Cluster, say it is in
+/// order and hear a probe).
 const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// A name for a subscription's probe channel that no other subscription has: this process's
+/// id, the time, and a count.
+fn probe_id() -> String {
+    use std::sync::atomic::AtomicU64;
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let count = COUNT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{nanos}-{count}", std::process::id())
+}
 
 pub(crate) fn subscribe_loop(
     client: Endpoint,
@@ -116,6 +129,14 @@ pub(crate) fn subscribe_loop(
             con.set_read_timeout(Some(READ_TIMEOUT))?;
             let mut ps = con.as_pubsub();
             ps.subscribe(&channel)?;
+            // This subscription's own channel for its probes (see `Watch`).
+            let probes = format!("{channel}:probe:{}", probe_id());
+            if watch.as_ref().is_some_and(|w| w.through.is_some()) {
+                ps.subscribe(&probes)?;
+            }
+            // The probe published last and not heard yet, and when it was sent.
+            let mut probe: Option<(u64, Instant)> = None;
+            let mut sent = 0u64;
             up = true;
             if tx.send(Notice::Up).is_err() {
                 return Ok(());
@@ -147,19 +168,48 @@ pub(crate) fn subscribe_loop(
                     pinged = Instant::now();
                     // On a Cluster, a node cut off from the others still answers, but hears
                     // no `PUBLISH` made on their side: it must say the Cluster is in order,
-                    // or the subscription is made again on another node (and, down and up
-                    // again, the worker reads its windows again, finding what it missed).
+                    // and hear within the I/O timeout a probe published through another
+                    // seed, or the subscription is made again on another node (and, down and
+                    // up again, the worker reads its windows again, finding what it missed).
                     if let Some(watch) = watch.as_mut() {
-                        if !crate::connection::cluster_ok(watch)? {
-                            return Err(std::io::Error::new(
-                                std::io::ErrorKind::NotConnected,
+                        let deaf = |why: &'static str| -> redis::RedisError {
+                            std::io::Error::new(std::io::ErrorKind::NotConnected, why).into()
+                        };
+                        if !watch.cluster_ok()? {
+                            return Err(deaf(
                                 "the subscription's node is not in a Cluster in order",
-                            )
-                            .into());
+                            ));
+                        }
+                        match (probe, watch.through.as_mut()) {
+                            (Some((_, at)), _) if at.elapsed() > io_timeout.max(PING_EVERY) => {
+                                return Err(deaf("the subscription did not hear its probe"));
+                            }
+                            (None, Some(through)) => {
+                                sent += 1;
+                                let published = redis::cmd("PUBLISH")
+                                    .arg(&probes)
+                                    .arg(sent)
+                                    .query::<i64>(through);
+                                // A seed that fails to take a probe stops carrying them; the
+                                // next subscription takes another.
+                                match published {
+                                    Ok(_) => probe = Some((sent, Instant::now())),
+                                    Err(_) => watch.through = None,
+                                }
+                            }
+                            _ => {}
                         }
                     }
                 }
                 match ps.get_message() {
+                    Ok(msg) if msg.get_channel_name() == probes => {
+                        let heard = std::str::from_utf8(msg.get_payload_bytes())
+                            .ok()
+                            .and_then(|n| n.parse::<u64>().ok());
+                        if probe.is_some_and(|(n, _)| heard == Some(n)) {
+                            probe = None;
+                        }
+                    }
                     Ok(msg) => {
                         for n in parse_notice(msg.get_payload_bytes()).unwrap_or_default() {
                             if tx.send(n).is_err() {
