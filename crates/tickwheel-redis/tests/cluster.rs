@@ -6,10 +6,9 @@
 mod partition;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use partition::Partition;
+use partition::BusCut;
 use tickwheel_redis::server::RedisCluster;
 use tickwheel_redis::{
     Config, Delivery, Inspector, ManualTime, Outcome, Producer, RunAt, Task, TaskState, Worker,
@@ -270,6 +269,31 @@ fn malformed_cluster_urls_are_clear_errors() {
     }
 }
 
+/// A configuration for namespace `ns` on a manual clock whose first seed is `node` (where a
+/// worker's subscription goes first), with a 500 ms I/O timeout.
+fn subscribed_first_to(c: &RedisCluster, node: usize, ns: &str) -> (Config, ManualTime) {
+    let mut seeds = c.seeds();
+    seeds.swap(0, node);
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&seeds, ns);
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    cfg.io_timeout = Duration::from_millis(500);
+    (cfg, time)
+}
+
+/// A worker that owns every shard, its windows loaded, and what it delivered.
+fn worker_with_every_shard(cfg: &Config, time: &ManualTime) -> (Worker, BTreeMap<String, u32>) {
+    let mut w = Worker::connect(cfg).unwrap();
+    let mut got = BTreeMap::new();
+    for _ in 0..4 {
+        tick(&mut w, &mut got);
+        time.advance(Duration::from_millis(100));
+    }
+    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+    (w, got)
+}
+
 /// A worker hears of tasks stored inside a window it has loaded over one subscription, to the
 /// first seed that answers (a Cluster broadcasts every `PUBLISH` to every node). A subscribed
 /// node that stops answering (SIGSTOP here: a hung or cut-off node) raises no error on a
@@ -284,21 +308,9 @@ fn a_subscription_whose_node_stops_answering_is_made_again_elsewhere() {
         Err(e) => panic!("cannot run the Redis Cluster test: {e}"),
     };
     let replica = c.replicas().unwrap()[0];
-    let mut seeds = c.seeds();
-    seeds.swap(0, replica);
-    let time = ManualTime::new(T0);
-    let mut cfg = Config::cluster(&seeds, "sub");
-    cfg.shards = SHARDS;
-    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
-    cfg.io_timeout = Duration::from_millis(500);
+    let (cfg, time) = subscribed_first_to(&c, replica, "sub");
     let mut p = Producer::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
-    let mut got = BTreeMap::new();
-    for _ in 0..4 {
-        tick(&mut w, &mut got);
-        time.advance(Duration::from_millis(100));
-    }
-    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+    let (mut w, mut got) = worker_with_every_shard(&cfg, &time);
 
     c.nodes()[replica].sigstop().unwrap();
     let stopped = std::time::Instant::now();
@@ -332,21 +344,7 @@ fn a_subscription_whose_node_stops_answering_is_made_again_elsewhere() {
 /// `PUBLISH`es would reach it through replication).
 #[test]
 fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
-    let cut_off: Arc<OnceLock<(usize, Vec<u8>)>> = Arc::default();
-    let mut proxies = Vec::new();
-    let c = RedisCluster::start_with_replicas_behind(3, 1, |bus| {
-        let (node, cut_off) = (proxies.len(), cut_off.clone());
-        // A bus message's header: "RCmb", 36 bytes, then the sender's 40-byte node ID.
-        let proxy = Partition::start(bus, move |first| {
-            cut_off
-                .get()
-                .is_some_and(|(n, id)| *n == node || first.get(40..80) == Some(&id[..]))
-        });
-        let port = proxy.port;
-        proxies.push(proxy);
-        port
-    })
-    .unwrap_or_else(|e| panic!("cannot run the Redis Cluster test: {e}"));
+    let (c, bus) = BusCut::cluster(3, 1);
     c.config_set("cluster-node-timeout", "30000").unwrap();
     let connect = |node: usize| {
         redis::Client::open(c.nodes()[node].url().as_str())
@@ -355,26 +353,10 @@ fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
             .unwrap()
     };
     let replica = c.replicas().unwrap()[0];
-    let id: String = redis::cmd("CLUSTER")
-        .arg("MYID")
-        .query(&mut connect(replica))
-        .unwrap();
-    let mut seeds = c.seeds();
-    seeds.swap(0, replica);
-    let time = ManualTime::new(T0);
-    let mut cfg = Config::cluster(&seeds, "cut");
-    cfg.shards = SHARDS;
-    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
-    cfg.io_timeout = Duration::from_millis(500);
+    let (cfg, time) = subscribed_first_to(&c, replica, "cut");
     let mut p = Producer::connect(&cfg).unwrap();
     let inspector = Inspector::connect(&cfg).unwrap();
-    let mut w = Worker::connect(&cfg).unwrap();
-    let mut got = BTreeMap::new();
-    for _ in 0..4 {
-        tick(&mut w, &mut got);
-        time.advance(Duration::from_millis(100));
-    }
-    assert_eq!(w.owned_shards().len(), SHARDS as usize);
+    let (mut w, mut got) = worker_with_every_shard(&cfg, &time);
     // A task id whose shard the replica's primary does not serve (it answers `MOVED`).
     let mut primary = connect(c.primary_of(replica).unwrap());
     let task = (0..)
@@ -388,8 +370,8 @@ fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
         })
         .unwrap();
 
-    cut_off.set((replica, id.into_bytes())).unwrap();
-    proxies.iter().for_each(Partition::cut);
+    bus.isolate(&c, replica);
+    bus.cut();
     let cut = std::time::Instant::now();
     p.schedule(&task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
     time.set_ms(T0 + 3_000);
@@ -400,7 +382,7 @@ fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let waited = cut.elapsed();
-    proxies.iter().for_each(Partition::heal);
+    bus.heal();
     assert_eq!(
         got.get(&task),
         Some(&1),

@@ -15,10 +15,10 @@ mod partition;
 mod proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use partition::Partition;
+use partition::BusCut;
 use proxy::{Proxy, Verdict};
 
 use tickwheel_redis::server::RedisCluster;
@@ -664,22 +664,7 @@ fn under_load_on(
 /// primary opened (its node ID is in the header of the first message it sends on one).
 #[test]
 fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
-    // The node to cut off, once known, and its ID.
-    let cut_off: Arc<OnceLock<(usize, Vec<u8>)>> = Arc::default();
-    let mut proxies = Vec::new();
-    let mut c = RedisCluster::start_with_replicas_behind(3, 2, |bus| {
-        let (node, cut_off) = (proxies.len(), cut_off.clone());
-        // A bus message's header: "RCmb", 36 bytes, then the sender's 40-byte node ID.
-        let proxy = Partition::start(bus, move |first| {
-            cut_off
-                .get()
-                .is_some_and(|(n, id)| *n == node || first.get(40..80) == Some(&id[..]))
-        });
-        let port = proxy.port;
-        proxies.push(proxy);
-        port
-    })
-    .unwrap_or_else(|e| panic!("cannot run the Redis Cluster partition test: {e}"));
+    let (mut c, bus) = BusCut::cluster(3, 2);
     let old = (0..c.nodes().len())
         .find(|&n| c.is_primary(n).unwrap())
         .unwrap();
@@ -690,19 +675,10 @@ fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
         .filter(|&r| c.primary_of(r).unwrap() == old)
         .collect();
     assert_eq!(replicas.len(), 2, "the primary's replicas");
-    let id: String = redis::cmd("CLUSTER")
-        .arg("MYID")
-        .query(
-            &mut redis::Client::open(c.nodes()[old].url().as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap(),
-        )
-        .unwrap();
-    cut_off.set((old, id.into_bytes())).unwrap();
+    bus.isolate(&c, old);
     let mut healed = None;
     under_load_on(&mut c, "partitioned primary", "cut", |c| {
-        proxies.iter().for_each(Partition::cut);
+        bus.cut();
         let cut = Instant::now();
         let promoted =
             |c: &RedisCluster| replicas.iter().any(|&r| c.is_primary(r).unwrap_or(false));
@@ -721,7 +697,7 @@ fn a_partitioned_primary_keeps_its_clients_and_loses_nothing_confirmed() {
         );
         eprintln!("cut to the new primary ready: {:?}", ready - cut);
         std::thread::sleep(Duration::from_secs(5));
-        proxies.iter().for_each(Partition::heal);
+        bus.heal();
         healed = Some(Instant::now());
         ready
     });

@@ -10,8 +10,10 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use tickwheel_redis::server::RedisCluster;
 
 /// Says of the first bytes a client sent whether a cut isolates its connection.
 type Isolated = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
@@ -77,6 +79,55 @@ impl Partition {
     /// Lets new connections through again.
     pub fn heal(&self) {
         self.links.lock().unwrap().cut = false;
+    }
+}
+
+/// A Redis Cluster's buses behind [`Partition`]s: once [`isolate`](Self::isolate) names a
+/// node, a cut closes every link of that node's bus, and every link it opened to the
+/// others' (known by its node ID, in the header of the first message it sends on one).
+pub struct BusCut {
+    pub proxies: Vec<Partition>,
+    isolated: Arc<OnceLock<(usize, Vec<u8>)>>,
+}
+
+impl BusCut {
+    /// Starts a Cluster of `primaries` primaries with `replicas` replicas each, every node's
+    /// bus behind a proxy that the node announces.
+    pub fn cluster(primaries: usize, replicas: usize) -> (RedisCluster, BusCut) {
+        let isolated: Arc<OnceLock<(usize, Vec<u8>)>> = Arc::default();
+        let mut proxies = Vec::new();
+        let c = RedisCluster::start_with_replicas_behind(primaries, replicas, |bus| {
+            let (node, isolated) = (proxies.len(), isolated.clone());
+            // A bus message's header: "RCmb", 36 bytes, then the sender's 40-byte node ID.
+            let proxy = Partition::start(bus, move |first| {
+                isolated
+                    .get()
+                    .is_some_and(|(n, id)| *n == node || first.get(40..80) == Some(&id[..]))
+            });
+            let port = proxy.port;
+            proxies.push(proxy);
+            port
+        })
+        .unwrap_or_else(|e| panic!("cannot run the Redis Cluster partition test: {e}"));
+        (c, BusCut { proxies, isolated })
+    }
+
+    /// Names the node the cuts cut off (once).
+    pub fn isolate(&self, c: &RedisCluster, node: usize) {
+        let mut con = redis::Client::open(c.nodes()[node].url().as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut con).unwrap();
+        self.isolated.set((node, id.into_bytes())).unwrap();
+    }
+
+    pub fn cut(&self) {
+        self.proxies.iter().for_each(Partition::cut);
+    }
+
+    pub fn heal(&self) {
+        self.proxies.iter().for_each(Partition::heal);
     }
 }
 
