@@ -272,6 +272,9 @@ pub(crate) struct ClusterLink {
     pub(crate) seeds: Arc<Seeds>,
     /// For the plain connection a command redirected by `ASK` goes through.
     pub(crate) io_timeout: Duration,
+    /// How many times the connection was opened again with a fresh slot map (see
+    /// [`Con::remaps`]).
+    pub(crate) remaps: u64,
 }
 
 /// How many replicas must confirm a write, and how long to wait for them (`WAIT`'s
@@ -319,9 +322,22 @@ impl Con {
                 con: seeds.connect()?,
                 seeds: Arc::clone(seeds),
                 io_timeout,
+                remaps: 0,
             })),
             confirm,
         })
+    }
+
+    /// How many times this connection followed a change of the Cluster's topology (opened
+    /// again with a fresh slot map after a redirection, a slot in flux or a failed `WAIT`); 0
+    /// on one server. A worker reads its windows again when it grows: a node that stopped
+    /// serving a shard may have published the notices of its last writes to nobody (a
+    /// partition that cut its links took the messages in flight with them).
+    pub(crate) fn remaps(&self) -> u64 {
+        match &self.link {
+            Link::Cluster(c) => c.remaps,
+            Link::Single(_) => 0,
+        }
     }
 
     /// Runs `f` with no confirmation: for writes whose loss in a failover costs nothing a

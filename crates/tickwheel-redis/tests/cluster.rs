@@ -391,3 +391,66 @@ fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
     eprintln!("delivered {waited:?} after the subscribed node was cut off");
     assert!(waited < Duration::from_secs(6), "{waited:?}");
 }
+
+/// A task stored on a primary just as a partition cut it off from the rest of the Cluster is
+/// announced to no worker: the primary's `PUBLISH` no longer crosses the cut, and the worker's
+/// subscription, on a node of the other side, is in order (it hears its probes). Its replica,
+/// which had the task by replication, is promoted after the nodes' timeout; the worker's calls
+/// to that shard follow it (a fresh slot map) and the worker must then read its windows
+/// again, or the task waits for the next time they are read (here: never, the clock stands
+/// still inside the window).
+#[test]
+fn a_task_announced_by_a_primary_cut_off_is_found_after_the_failover() {
+    let (c, bus) = BusCut::cluster(3, 1);
+    let primaries: Vec<usize> = (0..c.nodes().len())
+        .filter(|&n| c.is_primary(n).unwrap())
+        .collect();
+    let (cut_off, other) = (primaries[0], primaries[1]);
+    // The subscription goes to `other` first, the probes through the next seed; the cut-off
+    // primary is the last seed.
+    let mut seeds: Vec<String> = c.seeds();
+    let mine = seeds.remove(cut_off);
+    seeds.push(mine);
+    let pos = seeds
+        .iter()
+        .position(|s| s.ends_with(&format!(":{}", c.nodes()[other].port())));
+    seeds.swap(0, pos.unwrap());
+    let time = ManualTime::new(T0);
+    let mut cfg = Config::cluster(&seeds, "ann");
+    cfg.shards = SHARDS;
+    cfg.time = tickwheel_redis::TimeSource::Manual(time.clone());
+    cfg.io_timeout = Duration::from_millis(500);
+    let mut p = Producer::connect(&cfg).unwrap();
+    let inspector = Inspector::connect(&cfg).unwrap();
+    let (mut w, mut got) = worker_with_every_shard(&cfg, &time);
+    // A task id whose shard the cut-off primary serves.
+    let mut con = redis::Client::open(c.nodes()[cut_off].url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let task = (0..)
+        .map(|i| format!("ann{i}"))
+        .find(|id| {
+            let key = format!("tw:{{ann:{}}}:tasks", inspector.shard_of(id));
+            redis::cmd("EXISTS").arg(key).query::<i64>(&mut con).is_ok()
+        })
+        .unwrap();
+
+    bus.isolate(&c, cut_off);
+    bus.cut();
+    let cut = std::time::Instant::now();
+    p.schedule(&task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
+    time.set_ms(T0 + 3_000);
+    while !got.contains_key(&task) && cut.elapsed() < Duration::from_secs(15) {
+        tick(&mut w, &mut got);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = cut.elapsed();
+    bus.heal();
+    assert_eq!(
+        got.get(&task),
+        Some(&1),
+        "not delivered within {waited:?} of the cut"
+    );
+    eprintln!("delivered {waited:?} after the cut (a failover after 3 s of it)");
+}

@@ -65,6 +65,8 @@ pub(crate) struct Redis {
     /// The last step failed with a Redis error, and none has succeeded since (see
     /// [`Worker::track_link`]).
     pub(crate) down: bool,
+    /// The connection's [`Con::remaps`] when last looked at.
+    pub(crate) remaps: u64,
 }
 
 impl Redis {
@@ -86,6 +88,15 @@ impl Redis {
             self.con = Some(connect(cfg, &self.client)?);
         }
         Ok(self.con.as_mut().expect("opened above"))
+    }
+
+    /// Whether the connection followed a change of the Cluster's topology since this was last
+    /// asked (a connection opened again counts from 0: its opening was a reset already).
+    pub(crate) fn remapped(&mut self) -> bool {
+        let now = self.con.as_ref().map_or(0, Con::remaps);
+        let remapped = now > self.remaps;
+        self.remaps = now;
+        remapped
     }
 
     /// Whether the namespace lives on a Redis Cluster (whose nodes each have a clock).
@@ -198,6 +209,7 @@ impl Worker {
                 con: Some(con),
                 moved: false,
                 down: false,
+                remaps: 0,
             },
             ns,
             id,
@@ -297,6 +309,10 @@ impl Worker {
     fn io_step(&mut self, claims_first: bool) -> Result<(), Error> {
         while let Ok(n) = self.link.notices.try_recv() {
             self.handle_notice(n);
+        }
+        // After a failover on a Cluster: the old node's last notices may have gone to nobody.
+        if self.redis.remapped() {
+            self.shards.unload_all();
         }
         if self.now_ms() >= self.shards.next_maintenance_ms {
             self.maintain()?;

@@ -186,6 +186,7 @@ fn cluster_wait(
             // Best effort: if it cannot be opened now, the next call's probes will.
             if let Ok(fresh) = link.seeds.connect() {
                 link.con = fresh;
+                link.remaps += 1;
             }
             (Counted::default(), Some(e))
         }
@@ -356,6 +357,7 @@ pub(super) fn any_primary(c: &mut ClusterLink, cmd: &Cmd) -> RedisResult<Value> 
         Ok(v) => Ok(v),
         Err(_) => {
             c.con = c.seeds.connect()?;
+            c.remaps += 1;
             c.con.route_command(cmd, any)
         }
     }
@@ -413,6 +415,7 @@ fn check_slots<'a>(c: &mut ClusterLink, cmds: impl Iterator<Item = &'a Cmd>) -> 
             }
             // A fresh slot map.
             c.con = c.seeds.connect()?;
+            c.remaps += 1;
             last = Some(err);
         } else if !noscript {
             // Only `ASK`s: the slots are known.
