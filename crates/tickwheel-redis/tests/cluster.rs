@@ -346,48 +346,16 @@ fn a_subscription_whose_node_stops_answering_is_made_again_elsewhere() {
 fn a_subscription_whose_node_is_cut_off_is_made_again_elsewhere() {
     let (c, bus) = BusCut::cluster(3, 1);
     c.config_set("cluster-node-timeout", "30000").unwrap();
-    let connect = |node: usize| {
-        redis::Client::open(c.nodes()[node].url().as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    };
     let replica = c.replicas().unwrap()[0];
     let (cfg, time) = subscribed_first_to(&c, replica, "cut");
     let mut p = Producer::connect(&cfg).unwrap();
     let inspector = Inspector::connect(&cfg).unwrap();
-    let (mut w, mut got) = worker_with_every_shard(&cfg, &time);
-    // A task id whose shard the replica's primary does not serve (it answers `MOVED`).
-    let mut primary = connect(c.primary_of(replica).unwrap());
-    let task = (0..)
-        .map(|i| format!("late{i}"))
-        .find(|id| {
-            let key = format!("tw:{{cut:{}}}:tasks", inspector.shard_of(id));
-            redis::cmd("EXISTS")
-                .arg(key)
-                .query::<i64>(&mut primary)
-                .is_err()
-        })
-        .unwrap();
-
-    bus.isolate(&c, replica);
-    bus.cut();
-    let cut = std::time::Instant::now();
-    p.schedule(&task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
-    time.set_ms(T0 + 3_000);
-    // About 2 s here: a probe a second, unheard for the I/O timeout, then the windows read
-    // anew through another node. Without the probe it comes only after the nodes' timeout.
-    while !got.contains_key(&task) && cut.elapsed() < Duration::from_secs(10) {
-        tick(&mut w, &mut got);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let waited = cut.elapsed();
-    bus.heal();
-    assert_eq!(
-        got.get(&task),
-        Some(&1),
-        "not delivered within {waited:?} of the subscribed node's cut"
-    );
+    let (mut w, _) = worker_with_every_shard(&cfg, &time);
+    // A task id whose shard the replica's primary does not serve.
+    let task = task_of(&c, &inspector, c.primary_of(replica).unwrap(), "cut", false);
+    // About 2 s: a probe a second, unheard for the I/O timeout, then the windows read anew
+    // through another node. Without the probe it comes only after the nodes' timeout.
+    let waited = cut_then_deliver(&c, &bus, replica, &mut p, &mut w, &time, &task);
     eprintln!("delivered {waited:?} after the subscribed node was cut off");
     assert!(waited < Duration::from_secs(6), "{waited:?}");
 }
@@ -422,35 +390,57 @@ fn a_task_announced_by_a_primary_cut_off_is_found_after_the_failover() {
     cfg.io_timeout = Duration::from_millis(500);
     let mut p = Producer::connect(&cfg).unwrap();
     let inspector = Inspector::connect(&cfg).unwrap();
-    let (mut w, mut got) = worker_with_every_shard(&cfg, &time);
+    let (mut w, _) = worker_with_every_shard(&cfg, &time);
     // A task id whose shard the cut-off primary serves.
-    let mut con = redis::Client::open(c.nodes()[cut_off].url().as_str())
+    let task = task_of(&c, &inspector, cut_off, "ann", true);
+    let waited = cut_then_deliver(&c, &bus, cut_off, &mut p, &mut w, &time, &task);
+    eprintln!("delivered {waited:?} after the cut (a failover after 3 s of it)");
+}
+
+/// A task id of namespace `ns` whose shard `node` serves (`served`) or does not (it answers
+/// `MOVED` to a key of the shard).
+fn task_of(c: &RedisCluster, inspector: &Inspector, node: usize, ns: &str, served: bool) -> String {
+    let mut con = redis::Client::open(c.nodes()[node].url().as_str())
         .unwrap()
         .get_connection()
         .unwrap();
-    let task = (0..)
-        .map(|i| format!("ann{i}"))
+    (0..)
+        .map(|i| format!("{ns}{i}"))
         .find(|id| {
-            let key = format!("tw:{{ann:{}}}:tasks", inspector.shard_of(id));
-            redis::cmd("EXISTS").arg(key).query::<i64>(&mut con).is_ok()
+            let key = format!("tw:{{{ns}:{}}}:tasks", inspector.shard_of(id));
+            redis::cmd("EXISTS").arg(key).query::<i64>(&mut con).is_ok() == served
         })
-        .unwrap();
+        .unwrap()
+}
 
-    bus.isolate(&c, cut_off);
+/// Cuts `node` off the Cluster's buses, schedules `task` 2.4 s ahead (inside the worker's
+/// loaded window), moves the clock past it and ticks `w` until it delivers the task (at most
+/// 15 s), then heals; asserts the task was delivered once, and returns how long after the cut.
+fn cut_then_deliver(
+    c: &RedisCluster,
+    bus: &BusCut,
+    node: usize,
+    p: &mut Producer,
+    w: &mut Worker,
+    time: &ManualTime,
+    task: &str,
+) -> Duration {
+    let mut got = BTreeMap::new();
+    bus.isolate(c, node);
     bus.cut();
     let cut = std::time::Instant::now();
-    p.schedule(&task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
+    p.schedule(task, RunAt::AtMillis(T0 + 2_400), b"").unwrap();
     time.set_ms(T0 + 3_000);
-    while !got.contains_key(&task) && cut.elapsed() < Duration::from_secs(15) {
-        tick(&mut w, &mut got);
+    while !got.contains_key(task) && cut.elapsed() < Duration::from_secs(15) {
+        tick(w, &mut got);
         std::thread::sleep(Duration::from_millis(10));
     }
     let waited = cut.elapsed();
     bus.heal();
     assert_eq!(
-        got.get(&task),
+        got.get(task),
         Some(&1),
         "not delivered within {waited:?} of the cut"
     );
-    eprintln!("delivered {waited:?} after the cut (a failover after 3 s of it)");
+    waited
 }
